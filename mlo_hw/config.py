@@ -1,0 +1,266 @@
+"""The one configuration object every block takes its parameters from.
+
+A YAML file is loaded into a frozen :class:`Config`; validation raises :class:`ConfigError` whose
+message is one line naming the field and what was expected. Every derived figure (head size,
+accumulator widths, padded sequence length, matrix shapes) is a property here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["ConfigError", "Model", "Numerics", "Folding", "Memory", "Target", "Weights", "Config",
+           "Matrix", "PARTS", "load_config", "config_from_dict"]
+
+
+class ConfigError(ValueError):
+    """A configuration problem; ``str(err)`` is one line naming the field."""
+
+
+# FPGA parts we know the resources of: LUT, FF, DSP48E1, BRAM36 (a RAMB18 is half of one).
+PARTS = {
+    "xc7a35t":  {"LUT": 20800,  "FF": 41600,  "DSP": 90,  "BRAM36": 50,  "CARRY4": 8150},
+    "xc7a50t":  {"LUT": 32600,  "FF": 65200,  "DSP": 120, "BRAM36": 75,  "CARRY4": 8150},
+    "xc7a100t": {"LUT": 63400,  "FF": 126800, "DSP": 240, "BRAM36": 135, "CARRY4": 15850},
+    "xc7a200t": {"LUT": 134600, "FF": 269200, "DSP": 740, "BRAM36": 365, "CARRY4": 33650},
+}
+
+
+def _part_family(part: str) -> str:
+    for name in PARTS:
+        if part.lower().startswith(name):
+            return name
+    raise ConfigError(f"target.part: unknown part {part!r}; expected one of "
+                      + ", ".join(f"{p}*" for p in PARTS))
+
+
+@dataclass(frozen=True)
+class Model:
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+    seq_len: int
+    layernorm_eps: float = 1e-12
+
+
+@dataclass(frozen=True)
+class Numerics:
+    weight_bits: int = 8
+    act_bits: int = 8
+
+
+@dataclass(frozen=True)
+class Folding:
+    """One matrix-vector array serves every matrix of the rolled layer (they run one after another).
+
+    ``pe`` output channels and ``simd`` input elements are computed per cycle. ``tile_rows`` output
+    channels form one weight tile: the unit of DMA transfer and of double buffering.
+    """
+    pe: int = 8
+    simd: int = 8
+    tile_rows: int = 8
+
+
+@dataclass(frozen=True)
+class Memory:
+    axi_data_bits: int = 64
+    axi_addr_bits: int = 32
+    max_burst_beats: int = 256
+
+
+@dataclass(frozen=True)
+class Target:
+    part: str = "xc7a35ticsg324-1L"
+    board: str = "arty_a7_35"
+    clock_mhz: float = 100.0
+
+
+@dataclass(frozen=True)
+class Weights:
+    source: str = "random"      # "random" or "onnx"
+    seed: int = 0
+    onnx: str | None = None     # path of an ONNX model when source == "onnx"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A weight matrix of the layer: ``rows`` output channels, ``cols`` inputs (PyTorch [out, in])."""
+    name: str
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    model: Model
+    numerics: Numerics
+    folding: Folding
+    memory: Memory
+    target: Target
+    weights: Weights
+    loop_body_hierarchy: tuple[tuple[str, ...], ...] = (("encoder", "encoder.layer.0"),)
+
+    # ---- derived figures: computed here, nowhere else -------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.model.hidden // self.model.heads
+
+    @property
+    def matrices(self) -> tuple[Matrix, ...]:
+        """The layer's weight matrices in the order the engine consumes them."""
+        h, i = self.model.hidden, self.model.intermediate
+        return (Matrix("q", h, h), Matrix("k", h, h), Matrix("v", h, h), Matrix("o", h, h),
+                Matrix("ffn_up", i, h), Matrix("ffn_down", h, i))
+
+    def acc_bits(self, k: int) -> int:
+        """Signed accumulator width for a K-term dot product plus a bias of the same range."""
+        prod = self.numerics.weight_bits + self.numerics.act_bits - 1   # |w*x| <= 2^(wb+ab-2)
+        return prod + math.ceil(math.log2(k + 1)) + 1
+
+    @property
+    def seq_padded(self) -> int:
+        """Sequence length padded so attention products fold evenly (padded keys are masked)."""
+        unit = math.lcm(self.folding.pe, self.folding.simd)
+        return -(-self.model.seq_len // unit) * unit
+
+    @property
+    def axi_data_bytes(self) -> int:
+        return self.memory.axi_data_bits // 8
+
+    @property
+    def part_family(self) -> str:
+        return _part_family(self.target.part)
+
+    @property
+    def mac_lanes(self) -> int:
+        return self.folding.pe * self.folding.simd
+
+
+_SECTIONS = {"model": Model, "numerics": Numerics, "folding": Folding, "memory": Memory,
+             "target": Target, "weights": Weights}
+
+
+def _build(section: str, cls, raw: Any):
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{section}: expected a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ConfigError(f"{section}.{unknown[0]}: unknown key; expected one of {', '.join(fields)}")
+    values = {}
+    for name, field in fields.items():
+        if name not in raw:
+            if field.default is dataclasses.MISSING:
+                raise ConfigError(f"{section}.{name}: missing; required")
+            continue
+        value = raw[name]
+        want = field.type
+        if want == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{section}.{name}: expected an integer, got {value!r}")
+        elif want == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{section}.{name}: expected a number, got {value!r}")
+            value = float(value)
+        elif want == "str":
+            if not isinstance(value, str):
+                raise ConfigError(f"{section}.{name}: expected a string, got {value!r}")
+        elif want == "str | None":
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{section}.{name}: expected a string or null, got {value!r}")
+        values[name] = value
+    return cls(**values)
+
+
+def _require(cond: bool, msg: str):
+    if not cond:
+        raise ConfigError(msg)
+
+
+def _validate(cfg: Config):
+    m, n, f, mem, t, w = cfg.model, cfg.numerics, cfg.folding, cfg.memory, cfg.target, cfg.weights
+    for name in ("layers", "hidden", "heads", "intermediate", "seq_len"):
+        _require(getattr(m, name) > 0, f"model.{name}: expected a positive integer, got {getattr(m, name)}")
+    _require(m.hidden % m.heads == 0,
+             f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads}")
+    _require(m.layernorm_eps > 0, f"model.layernorm_eps: expected > 0, got {m.layernorm_eps}")
+    for name in ("weight_bits", "act_bits"):
+        _require(2 <= getattr(n, name) <= 8, f"numerics.{name}: expected 2..8, got {getattr(n, name)}")
+    for name in ("pe", "simd", "tile_rows"):
+        _require(getattr(f, name) > 0, f"folding.{name}: expected a positive integer, got {getattr(f, name)}")
+    for what, k in (("model.hidden", m.hidden), ("model.intermediate", m.intermediate),
+                    ("head size (hidden/heads)", cfg.head_dim)):
+        _require(k % f.simd == 0, f"folding.simd: {f.simd} does not divide {what}={k}")
+        _require(k % f.pe == 0, f"folding.pe: {f.pe} does not divide {what}={k}")
+    _require(f.tile_rows % f.pe == 0, f"folding.tile_rows: {f.tile_rows} is not a multiple of folding.pe={f.pe}")
+    for what, k in (("model.hidden", m.hidden), ("model.intermediate", m.intermediate)):
+        _require(k % f.tile_rows == 0, f"folding.tile_rows: {f.tile_rows} does not divide {what}={k}")
+    _require(mem.axi_data_bits in (32, 64, 128, 256, 512),
+             f"memory.axi_data_bits: expected 32, 64, 128, 256 or 512, got {mem.axi_data_bits}")
+    _require(16 <= mem.axi_addr_bits <= 64, f"memory.axi_addr_bits: expected 16..64, got {mem.axi_addr_bits}")
+    _require(1 <= mem.max_burst_beats <= 256 and (mem.max_burst_beats & (mem.max_burst_beats - 1)) == 0,
+             f"memory.max_burst_beats: expected a power of two in 1..256, got {mem.max_burst_beats}")
+    _require(t.clock_mhz > 0, f"target.clock_mhz: expected > 0, got {t.clock_mhz}")
+    _part_family(t.part)
+    _require(w.source in ("random", "onnx"), f"weights.source: expected 'random' or 'onnx', got {w.source!r}")
+    _require(w.source != "onnx" or w.onnx, "weights.onnx: required when weights.source is 'onnx'")
+    h = cfg.loop_body_hierarchy
+    _require(len(h) > 0 and all(len(g) >= 1 and all(isinstance(s, str) for s in g) for g in h),
+             "loop_body_hierarchy: expected a list of lists of scope names, e.g. [['encoder', 'encoder.layer.0']]")
+
+
+def config_from_dict(raw: Any, name: str = "config") -> Config:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{name}: expected a mapping at the top level")
+    allowed = set(_SECTIONS) | {"name", "loop_body_hierarchy"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown top-level key; expected one of {', '.join(sorted(allowed))}")
+    if "model" not in raw:
+        raise ConfigError("model: missing; required")
+    sections = {key: _build(key, cls, raw.get(key)) for key, cls in _SECTIONS.items()}
+    hierarchy = raw.get("loop_body_hierarchy", [["encoder", "encoder.layer.0"]])
+    if not isinstance(hierarchy, list) or not all(isinstance(g, list) for g in hierarchy):
+        raise ConfigError("loop_body_hierarchy: expected a list of lists of scope names, "
+                          "e.g. [['encoder', 'encoder.layer.0']]")
+    cfg_name = raw.get("name", name)
+    if not isinstance(cfg_name, str) or not cfg_name:
+        raise ConfigError(f"name: expected a non-empty string, got {cfg_name!r}")
+    cfg = Config(name=cfg_name, loop_body_hierarchy=tuple(tuple(g) for g in hierarchy), **sections)
+    _validate(cfg)
+    return cfg
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A path as given, else a config that ships with the package by file name or stem."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    shipped = resources.files("mlo_hw") / "configs"
+    for cand in (p.name, p.name + ".yaml"):
+        q = shipped / cand
+        if q.is_file():
+            return Path(str(q))
+    raise ConfigError(f"--config: no such file {str(path)!r} (and no shipped config of that name)")
+
+
+def load_config(path: str | Path) -> Config:
+    p = resolve_config_path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{p}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+    return config_from_dict(raw, name=p.stem)

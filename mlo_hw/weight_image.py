@@ -1,0 +1,240 @@
+"""The DRAM weight image: every layer's integer parameters, laid out in the order the engine reads them.
+
+Layout (see ``docs/architecture.md``, "Memory layout")::
+
+    layer l block    at  base + l * stride          stride = layer bytes rounded up to 4096
+    sections         in consumption order, each starting at a multiple of ALIGN (64) bytes:
+      header         16 little-endian uint32 words (HEADER_FIELDS)
+      q, k, v, o     matrix sections: rows/tile_rows tiles, each tile padded to ALIGN:
+                       weights int8 [tile_rows * cols] in (nf, sf, pe, simd) order,
+                       bias    int32 [tile_rows], mult uint32 [tile_rows]
+      ln1            gain int32 [H], bias int32 [H]
+      ffn_up         matrix section
+      gelu           int8 [256]: table[x + 128]
+      ffn_down       matrix section
+      ln2            gain int32 [H], bias int32 [H]
+
+Weights in a tile: word ``j = nf * SF + sf`` (SF = cols / simd) holds PE x SIMD bytes,
+``W[t*tile_rows + nf*pe + p, sf*simd + s]`` at byte ``p*simd + s`` of the word.
+:func:`layout` is a pure function of the config; the RTL address generator uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .golden import IntLayer, IntMatrix
+
+__all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "Section", "Layout", "layout", "pack_image",
+           "unpack_image", "manifest", "pack_tile_weights", "unpack_tile_weights"]
+
+ALIGN = 64            # every section and tile starts at a multiple of this (covers a 512-bit beat)
+LAYER_ALIGN = 4096    # layer stride: whole AXI 4 KiB pages
+HEADER_FIELDS = ("q_shift", "k_shift", "v_shift", "o_shift", "ffn_up_shift", "ffn_down_shift",
+                 "softmax_mult", "softmax_shift", "ctx_mult", "ctx_shift",
+                 "res1_a", "res1_b", "res2_a", "res2_b", "ln1_shift", "ln2_shift")
+SECTION_ORDER = ("header", "q", "k", "v", "o", "ln1", "ffn_up", "gelu", "ffn_down", "ln2")
+
+
+def _align(n: int, a: int = ALIGN) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    offset: int          # from the start of the layer block
+    bytes: int           # including padding
+    rows: int = 0        # matrices only
+    cols: int = 0
+    tile_rows: int = 0
+    tile_bytes: int = 0  # padded size of one tile
+
+    @property
+    def tiles(self) -> int:
+        return self.rows // self.tile_rows if self.tile_rows else 0
+
+    def tile_offset(self, t: int) -> int:
+        return self.offset + t * self.tile_bytes
+
+
+@dataclass(frozen=True)
+class Layout:
+    sections: tuple[Section, ...]
+    layer_bytes: int
+    stride: int
+    layers: int
+
+    def __getitem__(self, name: str) -> Section:
+        for s in self.sections:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.stride * self.layers
+
+
+def tile_weight_bytes(cfg, cols: int) -> int:
+    return cfg.folding.tile_rows * cols
+
+
+def layout(cfg) -> Layout:
+    h = cfg.model.hidden
+    tr = cfg.folding.tile_rows
+    mats = {m.name: m for m in cfg.matrices}
+    sizes = {"header": 4 * len(HEADER_FIELDS), "ln1": 8 * h, "ln2": 8 * h, "gelu": 1 << cfg.numerics.act_bits}
+    sections, off = [], 0
+    for name in SECTION_ORDER:
+        if name in mats:
+            m = mats[name]
+            tile_bytes = _align(tr * m.cols + 8 * tr)
+            sec = Section(name, off, tile_bytes * (m.rows // tr), m.rows, m.cols, tr, tile_bytes)
+        else:
+            sec = Section(name, off, _align(sizes[name]))
+        sections.append(sec)
+        off += sec.bytes
+    return Layout(tuple(sections), off, _align(off, LAYER_ALIGN), cfg.model.layers)
+
+
+def pack_tile_weights(w: np.ndarray, pe: int, simd: int) -> np.ndarray:
+    """[rows, cols] -> bytes in (nf, sf, pe, simd) order."""
+    rows, cols = w.shape
+    return w.reshape(rows // pe, pe, cols // simd, simd).transpose(0, 2, 1, 3).reshape(-1)
+
+
+def unpack_tile_weights(flat: np.ndarray, rows: int, cols: int, pe: int, simd: int) -> np.ndarray:
+    return flat.reshape(rows // pe, cols // simd, pe, simd).transpose(0, 2, 1, 3).reshape(rows, cols)
+
+
+def _le(values, dtype) -> bytes:
+    return np.asarray(values).astype(dtype).astype(np.dtype(dtype).newbyteorder("<")).tobytes()
+
+
+def _header(p: IntLayer) -> list[int]:
+    vals = {f"{m}_shift": getattr(p, m).shift for m in IntLayer.MATRICES}
+    vals.update(softmax_mult=p.softmax_mult, softmax_shift=p.softmax_shift, ctx_mult=p.ctx_mult,
+                ctx_shift=p.ctx_shift, res1_a=p.res1_a, res1_b=p.res1_b, res2_a=p.res2_a,
+                res2_b=p.res2_b, ln1_shift=p.ln1_shift, ln2_shift=p.ln2_shift)
+    return [int(vals[f]) for f in HEADER_FIELDS]
+
+
+def _check_range(name, a, lo, hi):
+    a = np.asarray(a)
+    if a.size and (a.min() < lo or a.max() > hi):
+        raise ValueError(f"weight image: {name} out of range [{lo}, {hi}]")
+
+
+def pack_image(cfg, layers: list[IntLayer]) -> bytes:
+    """All layers' parameters as one image (offsets relative to the weight base address)."""
+    lay = layout(cfg)
+    if len(layers) != cfg.model.layers:
+        raise ValueError(f"weight image: {len(layers)} layers given, model.layers is {cfg.model.layers}")
+    pe, simd, tr = cfg.folding.pe, cfg.folding.simd, cfg.folding.tile_rows
+    img = bytearray(lay.total_bytes)
+    for l, p in enumerate(layers):
+        base = l * lay.stride
+
+        def put(off, data):
+            img[base + off: base + off + len(data)] = data
+
+        put(lay["header"].offset, _le(_header(p), np.uint32))
+        for sec in lay.sections:
+            if sec.tile_rows:
+                m: IntMatrix = getattr(p, sec.name)
+                _check_range(f"layer {l} {sec.name}.w", m.w, -128, 127)
+                _check_range(f"layer {l} {sec.name}.bias", m.bias, -2**31, 2**31 - 1)
+                _check_range(f"layer {l} {sec.name}.mult", m.mult, 0, 2**32 - 1)
+                for t in range(sec.tiles):
+                    rows = slice(t * tr, (t + 1) * tr)
+                    off = sec.tile_offset(t)
+                    wbytes = _le(pack_tile_weights(m.w[rows], pe, simd), np.int8)
+                    put(off, wbytes)
+                    put(off + len(wbytes), _le(m.bias[rows], np.int32))
+                    put(off + len(wbytes) + 4 * tr, _le(m.mult[rows], np.uint32))
+        for ln in ("ln1", "ln2"):
+            put(lay[ln].offset, _le(getattr(p, f"{ln}_gain"), np.int32) + _le(getattr(p, f"{ln}_bias"), np.int32))
+        put(lay["gelu"].offset, _le(p.gelu, np.int8))
+    return bytes(img)
+
+
+def unpack_image(cfg, img: bytes) -> list[dict]:
+    """The inverse of :func:`pack_image`: per layer, a dict of integer arrays and header fields."""
+    lay = layout(cfg)
+    pe, simd, tr, h = cfg.folding.pe, cfg.folding.simd, cfg.folding.tile_rows, cfg.model.hidden
+    buf = np.frombuffer(img, dtype=np.uint8)
+
+    def get(off, n, dtype):
+        return buf[off: off + n * np.dtype(dtype).itemsize].view(np.dtype(dtype).newbyteorder("<")).astype(np.int64)
+
+    out = []
+    for l in range(cfg.model.layers):
+        base = l * lay.stride
+        d = dict(zip(HEADER_FIELDS, (int(v) for v in get(base + lay["header"].offset, len(HEADER_FIELDS), np.uint32))))
+        for sec in lay.sections:
+            if not sec.tile_rows:
+                continue
+            w, bias, mult = [], [], []
+            for t in range(sec.tiles):
+                off = base + sec.tile_offset(t)
+                w.append(unpack_tile_weights(get(off, tr * sec.cols, np.int8), tr, sec.cols, pe, simd))
+                bias.append(get(off + tr * sec.cols, tr, np.int32))
+                mult.append(get(off + tr * sec.cols + 4 * tr, tr, np.uint32))
+            d[f"{sec.name}.w"], d[f"{sec.name}.bias"], d[f"{sec.name}.mult"] = (
+                np.concatenate(w), np.concatenate(bias), np.concatenate(mult))
+        for ln in ("ln1", "ln2"):
+            d[f"{ln}.gain"] = get(base + lay[ln].offset, h, np.int32)
+            d[f"{ln}.bias"] = get(base + lay[ln].offset + 4 * h, h, np.int32)
+        d["gelu"] = get(base + lay["gelu"].offset, 1 << cfg.numerics.act_bits, np.int8)
+        out.append(d)
+    return out
+
+
+def manifest(cfg, base: int = 0) -> dict:
+    """Every tensor of every layer: name, shape, dtype, offset (absolute), bytes."""
+    lay = layout(cfg)
+    tr, h = cfg.folding.tile_rows, cfg.model.hidden
+    layers = []
+    for l in range(cfg.model.layers):
+        lbase = base + l * lay.stride
+        tensors = [{"name": "header", "shape": [len(HEADER_FIELDS)], "dtype": "uint32",
+                    "offset": lbase + lay["header"].offset, "bytes": 4 * len(HEADER_FIELDS),
+                    "fields": list(HEADER_FIELDS)}]
+        for sec in lay.sections:
+            if sec.tile_rows:
+                for t in range(sec.tiles):
+                    off = lbase + sec.tile_offset(t)
+                    wb = tr * sec.cols
+                    tensors += [
+                        {"name": f"{sec.name}.tile{t}.weight", "shape": [tr, sec.cols], "dtype": "int8",
+                         "offset": off, "bytes": wb, "order": "nf,sf,pe,simd"},
+                        {"name": f"{sec.name}.tile{t}.bias", "shape": [tr], "dtype": "int32",
+                         "offset": off + wb, "bytes": 4 * tr},
+                        {"name": f"{sec.name}.tile{t}.mult", "shape": [tr], "dtype": "uint32",
+                         "offset": off + wb + 4 * tr, "bytes": 4 * tr}]
+            elif sec.name in ("ln1", "ln2"):
+                off = lbase + sec.offset
+                tensors += [{"name": f"{sec.name}.gain", "shape": [h], "dtype": "int32", "offset": off, "bytes": 4 * h},
+                            {"name": f"{sec.name}.bias", "shape": [h], "dtype": "int32", "offset": off + 4 * h,
+                             "bytes": 4 * h}]
+            elif sec.name == "gelu":
+                n = 1 << cfg.numerics.act_bits
+                tensors.append({"name": "gelu.table", "shape": [n], "dtype": "int8",
+                                "offset": lbase + sec.offset, "bytes": n})
+        layers.append({"index": l, "offset": lbase, "tensors": tensors})
+    return {"config": cfg.name, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
+            "total_bytes": lay.total_bytes, "alignment": ALIGN,
+            "folding": {"pe": cfg.folding.pe, "simd": cfg.folding.simd, "tile_rows": cfg.folding.tile_rows},
+            "sections": [{"name": s.name, "offset": s.offset, "bytes": s.bytes,
+                          **({"rows": s.rows, "cols": s.cols, "tiles": s.tiles, "tile_bytes": s.tile_bytes}
+                             if s.tile_rows else {})} for s in lay.sections],
+            "layers": layers}
+
+
+def write_manifest(path, cfg, base: int = 0):
+    with open(path, "w") as f:
+        json.dump(manifest(cfg, base), f, indent=1)

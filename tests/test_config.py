@@ -1,0 +1,73 @@
+"""Config loading and validation: one-line errors naming the field."""
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
+
+BASE = yaml.safe_load(resolve_config_path("bert_tiny").read_text())
+
+
+def with_change(path, value):
+    raw = copy.deepcopy(BASE)
+    d = raw
+    for key in path[:-1]:
+        d = d.setdefault(key, {})
+    if value is KeyError:
+        del d[path[-1]]
+    else:
+        d[path[-1]] = value
+    return raw
+
+
+def test_shipped_configs_load_by_name_and_path():
+    a = load_config("bert_tiny")
+    b = load_config("configs/bert_tiny.yaml")
+    assert a == b and a.head_dim == 64 and a.model.layers == 2
+    assert load_config("small.yaml").model.hidden == 32
+
+
+def test_derived_figures():
+    c = load_config("bert_tiny")
+    assert c.acc_bits(128) == 8 + 8 - 1 + 8 + 1
+    assert [m.name for m in c.matrices] == ["q", "k", "v", "o", "ffn_up", "ffn_down"]
+    assert c.matrices[4].rows == 512 and c.matrices[5].cols == 512
+    assert c.seq_padded % c.folding.pe == 0 and c.seq_padded % c.folding.simd == 0
+
+
+@pytest.mark.parametrize("path,value,needle", [
+    (("model", "heads"), 3, "model.hidden: 128 is not divisible by model.heads=3"),
+    (("model", "layers"), 0, "model.layers: expected a positive integer"),
+    (("model", "hiden"), 5, "model.hiden: unknown key"),
+    (("model", "hidden"), "128", "model.hidden: expected an integer"),
+    (("numerics", "weight_bits"), 9, "numerics.weight_bits: expected 2..8"),
+    (("folding", "simd"), 24, "folding.simd: 24 does not divide model.hidden=128"),
+    (("folding", "pe"), 3, "folding.pe: 3 does not divide"),
+    (("folding", "tile_rows"), 12, "folding.tile_rows: 12 is not a multiple of folding.pe=8"),
+    (("memory", "axi_data_bits"), 48, "memory.axi_data_bits: expected 32, 64, 128, 256 or 512"),
+    (("memory", "max_burst_beats"), 100, "memory.max_burst_beats: expected a power of two"),
+    (("target", "part"), "xc7k325t", "target.part: unknown part"),
+    (("weights", "source"), "hub", "weights.source: expected 'random' or 'onnx'"),
+    (("model", "seq_len"), KeyError, "model.seq_len: missing"),
+    (("extra",), 1, "extra: unknown top-level key"),
+])
+def test_validation_names_the_field(path, value, needle):
+    with pytest.raises(ConfigError) as e:
+        config_from_dict(with_change(path, value))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_config_exits_nonzero_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_change(("folding", "simd"), 24)))
+    r = subprocess.run([sys.executable, "-m", "mlo_hw.elaborate", "--config", str(bad), "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "folding.simd" in r.stderr and "Traceback" not in r.stderr
+    bad.write_text("model: [1, 2\n")
+    r = subprocess.run([sys.executable, "-m", "mlo_hw.elaborate", "--config", str(bad)], capture_output=True, text=True)
+    assert r.returncode == 2 and "not valid YAML" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,107 @@
+"""Golden model, quantizer and weight image."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from mlo_hw import numerics as nx
+from mlo_hw.config import load_config
+from mlo_hw.elaborate import main as elaborate
+from mlo_hw.golden import TRACE_ORDER, IntLayer
+from mlo_hw.quantize import build_model, random_inputs, run_int
+from mlo_hw.reference import float_stack
+from mlo_hw.weight_image import ALIGN, LAYER_ALIGN, layout, manifest, pack_image, unpack_image
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = load_config("bert_tiny")
+    layers, model = build_model(cfg)
+    return cfg, layers, model
+
+
+def test_int_model_is_close_to_float_and_fast(tiny):
+    cfg, layers, model = tiny
+    x, mask = random_inputs(cfg, np.random.default_rng(5), 2)[1]
+    assert 0 < mask.sum() <= cfg.model.seq_len
+    t0 = time.perf_counter()
+    traces = []
+    y = run_int(model, model.quantize_input(x), mask, cfg, traces)
+    assert time.perf_counter() - t0 < 1.0
+    assert y.dtype == np.int64 and y.min() >= -128 and y.max() <= 127
+    assert [tuple(t) for t in traces] == [TRACE_ORDER] * cfg.model.layers
+    f = float_stack(x, layers, mask, cfg.model.heads)
+    deq = model.dequantize_output(y)[mask]
+    cos = (deq * f[mask]).sum(-1) / np.linalg.norm(deq, axis=-1) / np.linalg.norm(f[mask], axis=-1)
+    assert cos.min() > 0.98
+    # masked keys get zero probability in every head and row
+    assert (traces[0]["probs"][:, :, ~mask] == 0).all()
+
+
+def test_int_model_is_deterministic_and_integer_only(tiny):
+    cfg, _, model = tiny
+    x, mask = random_inputs(cfg, np.random.default_rng(6), 1)[0]
+    xi = model.quantize_input(x)
+    assert (run_int(model, xi, mask, cfg) == run_int(model, xi.copy(), mask, cfg)).all()
+    p = model.layers[0]
+    for m in IntLayer.MATRICES:
+        mat = getattr(p, m)
+        assert mat.w.dtype == np.int64 and np.abs(mat.w).max() <= 127
+        assert mat.mult.max() < 2**nx.MULT_BITS and mat.mult.min() >= 1 and 1 <= mat.shift < 63
+    assert np.abs(p.ln1_gain).max() < 2**17 and p.gelu.shape == (256,)
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "small"])
+def test_weight_image_round_trip(name):
+    cfg = load_config(name)
+    _, model = build_model(cfg)
+    img = pack_image(cfg, model.layers)
+    lay = layout(cfg)
+    assert len(img) == lay.stride * cfg.model.layers and lay.stride % LAYER_ALIGN == 0
+    assert all(s.offset % ALIGN == 0 and s.bytes % ALIGN == 0 for s in lay.sections)
+    for p, d in zip(model.layers, unpack_image(cfg, img)):
+        for m in IntLayer.MATRICES:
+            mat = getattr(p, m)
+            assert (d[f"{m}.w"] == mat.w).all() and (d[f"{m}.bias"] == mat.bias).all()
+            assert (d[f"{m}.mult"] == mat.mult).all() and d[f"{m}_shift"] == mat.shift
+        assert (d["ln1.gain"] == p.ln1_gain).all() and (d["ln2.bias"] == p.ln2_bias).all()
+        assert (d["gelu"] == p.gelu).all() and d["softmax_mult"] == p.softmax_mult
+        assert (d["res1_a"], d["res2_b"], d["ln2_shift"]) == (p.res1_a, p.res2_b, p.ln2_shift)
+
+
+def test_tile_weights_are_pe_simd_interleaved():
+    cfg = load_config("small")
+    _, model = build_model(cfg)
+    img = np.frombuffer(pack_image(cfg, model.layers), np.int8)
+    pe, simd = cfg.folding.pe, cfg.folding.simd
+    sec = layout(cfg)["ffn_down"]
+    w = model.layers[0].ffn_down.w
+    t, nf, sf = 1, 1, 3                       # word j = nf * SF + sf of tile t
+    word = img[sec.tile_offset(t) + (nf * (sec.cols // simd) + sf) * pe * simd:][: pe * simd].reshape(pe, simd)
+    rows = t * cfg.folding.tile_rows + nf * pe
+    assert (word == w[rows: rows + pe, sf * simd: (sf + 1) * simd]).all()
+
+
+def test_manifest_lists_every_tensor_without_overlap():
+    cfg = load_config("small")
+    man = manifest(cfg, base=0x1000_0000)
+    spans = sorted((t["offset"], t["offset"] + t["bytes"]) for layer in man["layers"] for t in layer["tensors"])
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    assert spans[0][0] == 0x1000_0000 and spans[-1][1] <= 0x1000_0000 + man["total_bytes"]
+    names = {t["name"] for t in man["layers"][1]["tensors"]}
+    assert {"header", "q.tile0.weight", "ffn_down.tile1.mult", "ln2.gain", "gelu.table"} <= names
+    json.dumps(man)
+
+
+def test_elaborate_writes_image_manifest_report(tmp_path):
+    assert elaborate(["--config", "small", "-o", str(tmp_path)]) == 0
+    cfg = load_config("small")
+    assert (tmp_path / "weights.bin").stat().st_size == layout(cfg).total_bytes
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["layer_stride"] == layout(cfg).stride
+    rep = (tmp_path / "report.md").read_text()
+    assert "Analytical cycle bound" in rep and "On-chip memory plan" in rep
+    x = np.frombuffer((tmp_path / "golden_input.bin").read_bytes(), np.int8)
+    assert x.size == cfg.model.seq_len * cfg.model.hidden
