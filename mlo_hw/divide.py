@@ -1,0 +1,133 @@
+"""Sequential (one result bit per cycle) integer division, square root and multiplication.
+
+The row statistics of LayerNorm and softmax need one division (and one square root) per row, so
+these units trade cycles for area: no DSP, one adder each. All three share one interface:
+
+* ``start`` (in): pulse for one cycle with the operands valid; they are sampled on that cycle.
+* ``busy`` (out): high from the cycle after ``start`` until the result is ready.
+* ``done`` (out): high for exactly one cycle when the result is ready; the result output stays
+  valid until the next ``start``. ``start`` while ``busy`` is not allowed.
+
+Latency from ``start`` to ``done``: ``steps + 1`` cycles, where ``steps`` is the number of result
+bits computed (``quotient_bits``, ``root_bits`` or ``multiplier_bits``).
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["SerialDivider", "SerialSqrt", "SerialMultiplier"]
+
+
+class SerialDivider(wiring.Component):
+    """``quotient = floor(dividend / divisor)`` by restoring division, one quotient bit per cycle.
+
+    Unsigned operands. The caller guarantees ``divisor > 0`` and ``quotient < 2**quotient_bits``
+    (equivalently ``dividend >> quotient_bits < divisor``); a zero divisor gives an unspecified
+    quotient, so callers special-case it.
+    """
+
+    def __init__(self, dividend_bits: int, divisor_bits: int, quotient_bits: int):
+        if min(dividend_bits, divisor_bits, quotient_bits) < 1:
+            raise ValueError("SerialDivider: every width must be >= 1")
+        self.quotient_bits = quotient_bits
+        super().__init__({
+            "start": In(1), "dividend": In(dividend_bits), "divisor": In(divisor_bits),
+            "busy": Out(1), "done": Out(1), "quotient": Out(quotient_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        qb, db = self.quotient_bits, len(self.divisor)
+        rem = Signal(db)                        # partial remainder, always < divisor
+        low = Signal(qb)                        # dividend bits still to bring down, MSB first
+        divisor = Signal(db)
+        count = Signal(range(qb + 1))
+        trial = Signal(db + 1)
+        m.d.comb += trial.eq(Cat(low[-1], rem))
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += [rem.eq(self.dividend >> qb), low.eq(self.dividend[:qb]), divisor.eq(self.divisor),
+                         count.eq(qb), self.busy.eq(1)]
+        with m.Elif(self.busy):
+            fits = trial >= divisor
+            m.d.sync += [rem.eq(Mux(fits, trial - divisor, trial)), low.eq(low << 1),
+                         self.quotient.eq(Cat(fits, self.quotient)), count.eq(count - 1)]
+            with m.If(count == 1):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+        return m
+
+
+class SerialSqrt(wiring.Component):
+    """``root = floor(sqrt(radicand))`` by the digit-by-digit method, one root bit per cycle.
+
+    ``root_bits = ceil(radicand_bits / 2)``.
+    """
+
+    def __init__(self, radicand_bits: int):
+        if radicand_bits < 1:
+            raise ValueError("SerialSqrt: radicand_bits must be >= 1")
+        self.root_bits = (radicand_bits + 1) // 2
+        super().__init__({
+            "start": In(1), "radicand": In(radicand_bits),
+            "busy": Out(1), "done": Out(1), "root": Out(self.root_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.root_bits
+        x = Signal(2 * n)                       # radicand bits still to bring down, two per step
+        rem = Signal(n + 1)                     # remainder <= 2 * root
+        count = Signal(range(n + 1))
+        rem4 = Signal(n + 3)
+        trial = Signal(n + 2)
+        m.d.comb += [rem4.eq(Cat(x[-2:], rem)), trial.eq(Cat(Const(1, 2), self.root))]
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            m.d.sync += [x.eq(self.radicand), rem.eq(0), self.root.eq(0), count.eq(n), self.busy.eq(1)]
+        with m.Elif(self.busy):
+            fits = rem4 >= trial
+            m.d.sync += [rem.eq(Mux(fits, rem4 - trial, rem4)), x.eq(x << 2),
+                         self.root.eq(Cat(fits, self.root)), count.eq(count - 1)]
+            with m.If(count == 1):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+        return m
+
+
+class SerialMultiplier(wiring.Component):
+    """``product = a * b`` (signed) by shift-and-add over the bits of ``|b|``, one bit per cycle.
+
+    ``b`` must satisfy ``|b| < 2**multiplier_bits``; the product is ``a_bits + multiplier_bits``
+    bits wide (signed).
+    """
+
+    def __init__(self, a_bits: int, multiplier_bits: int):
+        if min(a_bits, multiplier_bits) < 1:
+            raise ValueError("SerialMultiplier: every width must be >= 1")
+        self.multiplier_bits = multiplier_bits
+        super().__init__({
+            "start": In(1), "a": In(signed(a_bits)), "b": In(signed(multiplier_bits + 1)),
+            "busy": Out(1), "done": Out(1), "product": Out(signed(a_bits + multiplier_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nb = self.multiplier_bits
+        width = len(self.product)
+        addend = Signal(signed(width))          # +-a << step
+        bits = Signal(unsigned(nb))             # |b|, LSB first
+        count = Signal(range(nb + 1))
+        m.d.sync += self.done.eq(0)
+        with m.If(self.start):
+            a = self.a.as_signed()
+            m.d.sync += [addend.eq(Mux(self.b < 0, -a, a)), bits.eq(abs(self.b)), self.product.eq(0),
+                         count.eq(nb), self.busy.eq(1)]
+        with m.Elif(self.busy):
+            with m.If(bits[0]):
+                m.d.sync += self.product.eq(self.product + addend)
+            m.d.sync += [addend.eq(addend << 1), bits.eq(bits >> 1), count.eq(count - 1)]
+            with m.If(count == 1):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+        return m
