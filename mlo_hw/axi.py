@@ -1,0 +1,90 @@
+"""AXI4 (read channels) and AXI4-Lite port sets with flat, conventional names.
+
+The members are plain signals named as in the AXI specification with a prefix (``m_axi_araddr``,
+``s_axil_wdata`` ...), so that the Verilog of a top-level component carries exactly those port
+names: cocotbext-axi's ``AxiReadBus.from_prefix(dut, "m_axi")`` and Vivado's interface inference
+find them without adapters. Merge the dicts into a component's signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["RESP_OKAY", "RESP_EXOKAY", "RESP_SLVERR", "RESP_DECERR", "BURST_INCR", "PAGE_BYTES",
+           "AxiParams", "axi_read_master_members", "axil_slave_members"]
+
+RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0, 1, 2, 3
+BURST_INCR = 1
+PAGE_BYTES = 4096      # an INCR burst never crosses this boundary
+
+
+@dataclass(frozen=True)
+class AxiParams:
+    """Widths of an AXI4 memory-mapped port (from ``cfg.memory``)."""
+    addr_bits: int = 32
+    data_bits: int = 64
+    id_bits: int = 1
+    max_burst_beats: int = 256
+
+    @classmethod
+    def from_config(cls, cfg, id_bits: int = 1) -> "AxiParams":
+        m = cfg.memory
+        return cls(m.axi_addr_bits, m.axi_data_bits, id_bits, m.max_burst_beats)
+
+    @property
+    def data_bytes(self) -> int:
+        return self.data_bits // 8
+
+    @property
+    def size_log2(self) -> int:
+        """ARSIZE: log2 of the bytes of a full-width beat."""
+        return (self.data_bytes - 1).bit_length()
+
+
+def axi_read_master_members(p: AxiParams, prefix: str = "m_axi") -> dict:
+    """AR and R channels of an AXI4 read master."""
+    return {
+        f"{prefix}_arid":    Out(p.id_bits),
+        f"{prefix}_araddr":  Out(p.addr_bits),
+        f"{prefix}_arlen":   Out(8),
+        f"{prefix}_arsize":  Out(3),
+        f"{prefix}_arburst": Out(2),
+        f"{prefix}_arlock":  Out(1),
+        f"{prefix}_arcache": Out(4),
+        f"{prefix}_arprot":  Out(3),
+        f"{prefix}_arvalid": Out(1),
+        f"{prefix}_arready": In(1),
+        f"{prefix}_rid":     In(p.id_bits),
+        f"{prefix}_rdata":   In(p.data_bits),
+        f"{prefix}_rresp":   In(2),
+        f"{prefix}_rlast":   In(1),
+        f"{prefix}_rvalid":  In(1),
+        f"{prefix}_rready":  Out(1),
+    }
+
+
+def axil_slave_members(addr_bits: int, prefix: str = "s_axil", data_bits: int = 32) -> dict:
+    """The five channels of an AXI4-Lite slave."""
+    return {
+        f"{prefix}_awaddr":  In(addr_bits),
+        f"{prefix}_awprot":  In(3),
+        f"{prefix}_awvalid": In(1),
+        f"{prefix}_awready": Out(1),
+        f"{prefix}_wdata":   In(data_bits),
+        f"{prefix}_wstrb":   In(data_bits // 8),
+        f"{prefix}_wvalid":  In(1),
+        f"{prefix}_wready":  Out(1),
+        f"{prefix}_bresp":   Out(2),
+        f"{prefix}_bvalid":  Out(1),
+        f"{prefix}_bready":  In(1),
+        f"{prefix}_araddr":  In(addr_bits),
+        f"{prefix}_arprot":  In(3),
+        f"{prefix}_arvalid": In(1),
+        f"{prefix}_arready": Out(1),
+        f"{prefix}_rdata":   Out(data_bits),
+        f"{prefix}_rresp":   Out(2),
+        f"{prefix}_rvalid":  Out(1),
+        f"{prefix}_rready":  In(1),
+    }
