@@ -1,0 +1,89 @@
+"""MVAU: cocotb + Verilator bit-exact runs over several foldings, lint, synthesis, parameter checks."""
+
+import dataclasses
+
+import pytest
+
+from mlo_hw.config import load_config
+from mlo_hw.mvau import MVAU, MVAUParams
+from sim.runner import lint, simulate, to_verilog
+
+FOLDINGS = {
+    "pe1_simd1": lambda: MVAUParams.from_config(load_config("small"), pe=1, simd=1),
+    "pe3_simd4": lambda: MVAUParams.from_config(load_config("small"), pe=3, simd=4, max_rows=24),
+    "bert_tiny_8x8": lambda: MVAUParams.from_config(load_config("bert_tiny")),
+}
+SLOW_FOLDINGS = {
+    "pe2_simd4": lambda: MVAUParams.from_config(load_config("small"), pe=2, simd=4),
+    "pe4_simd2_unpacked": lambda: MVAUParams.from_config(load_config("small"), pe=4, simd=2, pack_dsp=False),
+    "pe8_simd3": lambda: MVAUParams(pe=8, simd=3, max_cols=48, max_rows=32, max_vectors=8, acc_bits=23),
+}
+
+
+def _run(name, make, seed=1, jobs=20):
+    mp = make()
+    dut = MVAU(mp)
+    top = f"mvau_{name}"
+    v = to_verilog(dut, top)
+    assert lint(v, top) == []
+    simulate(v, top, "tb_mvau", {"mvau": dataclasses.asdict(mp), "latency": dut.latency, "seed": seed,
+                                 "jobs": jobs})
+
+
+@pytest.mark.parametrize("name", FOLDINGS)
+def test_mvau_bit_exact_under_backpressure(name):
+    _run(name, FOLDINGS[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW_FOLDINGS)
+def test_mvau_more_foldings(name):
+    _run(name, SLOW_FOLDINGS[name], seed=7, jobs=40)
+
+
+def test_mvau_synthesizes_without_latches_and_packs_two_lanes_per_dsp():
+    from mlo_hw.synth import synth_verilog
+    mp = MVAUParams.from_config(load_config("small"), pe=2, simd=2)
+    res = synth_verilog(to_verilog(MVAU(mp), "mvau_synth"), "mvau_synth")
+    assert res.latches == 0
+    # 4 MAC lanes on 2 DSPs, plus the requant multipliers (33 x 16 bits: 2 DSPs per channel)
+    assert res.used["DSP"] == mp.pe * mp.simd // 2 + 2 * mp.pe, res.used
+
+
+def test_latency_is_fixed_by_the_folding():
+    mp = MVAUParams.from_config(load_config("bert_tiny"))
+    assert MVAU(mp).latency == MVAU.FIXED_STAGES + 3 + MVAU.FIFO_LATENCY
+    assert MVAU(dataclasses.replace(mp, simd=1)).latency == MVAU.FIXED_STAGES + MVAU.FIFO_LATENCY
+
+
+def test_bert_tiny_params_cover_every_product_of_the_layer():
+    cfg = load_config("bert_tiny")
+    mp = MVAUParams.from_config(cfg)
+    assert (mp.pe, mp.simd) == (cfg.folding.pe, cfg.folding.simd)
+    assert mp.max_cols >= max(cfg.model.intermediate, cfg.seq_padded)
+    assert mp.max_rows >= max(cfg.folding.tile_rows, cfg.seq_padded, cfg.head_dim)
+    assert mp.packed and mp.packed_bits <= 25
+    # worst case int8 x uint8 over max_cols fits the accumulator
+    assert mp.max_cols * 128 * 255 < 1 << (mp.acc_bits - 1)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(cols=12, rows=8, vectors=1), "cols"),          # not a multiple of simd
+    (dict(cols=8, rows=12, vectors=1), "rows"),          # not a multiple of pe
+    (dict(cols=8 * 65, rows=8, vectors=1), "cols"),      # beyond max_cols
+    (dict(cols=8, rows=8, vectors=0), "vectors"),
+    (dict(cols=8, rows=8, vectors=1, shift=64), "shift"),
+])
+def test_bad_command_names_the_field(kwargs, field):
+    mp = MVAUParams.from_config(load_config("bert_tiny"))
+    with pytest.raises(ValueError, match=f"MVAU command {field}:"):
+        mp.command(**kwargs)
+
+
+def test_bad_params_name_the_field():
+    with pytest.raises(ValueError, match="MVAUParams.acc_bits:"):
+        MVAUParams(pe=2, simd=2, max_cols=512, max_rows=8, max_vectors=8, acc_bits=20)
+    with pytest.raises(ValueError, match="MVAUParams.max_rows:"):
+        MVAUParams(pe=3, simd=2, max_cols=8, max_rows=8, max_vectors=8, acc_bits=20)
+    with pytest.raises(ValueError, match="MVAUParams.pe:"):
+        MVAUParams(pe=0, simd=2, max_cols=8, max_rows=8, max_vectors=8, acc_bits=20)
