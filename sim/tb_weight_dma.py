@@ -10,9 +10,10 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
-from cocotbext.axi import AxiRamRead, AxiReadBus
+from cocotbext.axi import AxiReadBus
 from cocotbext.axi.constants import AxiResp
 
+from axi_faults import FaultyRam, pauses
 from runner import tb_params
 
 P = tb_params()
@@ -20,31 +21,6 @@ ADDR_BITS, DATA_BITS, MAX_BURST = P["addr_bits"], P["data_bits"], P["max_burst"]
 BEATS_BITS, TAG_BITS = P["beats_bits"], P["tag_bits"]
 BYTES = DATA_BITS // 8
 MEM_BYTES = 1 << 17
-
-
-class FaultyRam(AxiRamRead):
-    """AxiRamRead that answers a chosen beat address with SLVERR or DECERR (``faults[addr] = resp``)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.faults = {}
-        self._fault = None
-        send = self.r_channel.send
-
-        async def send_with_fault(r):
-            if self._fault is not None:
-                r.rresp, self._fault = self._fault, None
-            await send(r)
-        self.r_channel.send = send_with_fault
-
-    async def _read(self, address, length):
-        self._fault = self.faults.get(address)
-        return self.read(address % self.size, length)
-
-
-def pauses(rng, p):
-    while True:
-        yield rng.random() < p
 
 
 class Bench:

@@ -1,0 +1,281 @@
+"""On-chip destinations of the weight stream: ping-pong weight tile buffers and per-layer parameters.
+
+:class:`TileBuffer` holds two banks of the largest weight tile of the config. The DMA side writes
+one AXI beat at a time into the bank it claimed; the compute side reads the other, full, bank one
+PE x SIMD-byte word per cycle and the tile's per-channel bias and multiplier by ``nf``, then
+releases it. :class:`ParamStore` keeps the small per-layer sections (header, ln1, gelu, ln2) in two
+slots selected by the layer's parity, so layer l+1's parameters can stream in while layer l runs.
+Every size comes from :func:`mlo_hw.weight_image.layout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .config import ConfigError
+from .weight_image import layout
+
+__all__ = ["PARAM_SECTIONS", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
+           "tile_write_layout"]
+
+PARAM_SECTIONS = ("header", "ln1", "gelu", "ln2")
+
+
+def _index(n: int) -> range:
+    """An index over n items, at least one bit wide (zero-width vectors upset Verilog tools)."""
+    return range(max(n, 2))
+
+
+@dataclass(frozen=True)
+class TileGeometry:
+    """Sizes of one weight tile as the buffer sees it."""
+    beat_bytes: int          # one AXI beat
+    word_bytes: int          # one MVAU weight word: PE x SIMD bytes
+    pe: int
+    tile_rows: int
+    max_weight_bytes: int    # the largest tile's weights (tile_rows x cols)
+    chan_bytes: int          # bias int32[tile_rows] + mult uint32[tile_rows]
+
+    @classmethod
+    def from_config(cls, cfg) -> "TileGeometry":
+        lay = layout(cfg)
+        f, b = cfg.folding, cfg.axi_data_bytes
+        mats = [s for s in lay.sections if s.tile_rows]
+        word = f.pe * f.simd
+        if word % b and b % word:
+            raise ConfigError(f"folding.pe*folding.simd: {word} bytes must divide or be a multiple of the "
+                              f"AXI beat ({b} bytes, memory.axi_data_bits)")
+        for s in mats:
+            if (f.tile_rows * s.cols) % b:
+                raise ConfigError(f"folding.tile_rows: a {s.name} tile's weights ({f.tile_rows * s.cols} bytes) "
+                                  f"are not a whole number of {b}-byte AXI beats")
+        if (4 * f.tile_rows) % b or max(b, 4 * f.pe) % min(b, 4 * f.pe):
+            raise ConfigError(f"folding.tile_rows: the bias block ({4 * f.tile_rows} bytes) is not a whole "
+                              f"number of {b}-byte AXI beats; lower memory.axi_data_bits")
+        return cls(b, word, f.pe, f.tile_rows, max(f.tile_rows * s.cols for s in mats), 8 * f.tile_rows)
+
+    def weight_beats(self, cols: int) -> int:
+        return self.tile_rows * cols // self.beat_bytes
+
+    @property
+    def max_weight_words(self) -> int:
+        return self.max_weight_bytes // self.word_bytes
+
+    @property
+    def nf(self) -> int:
+        """Channel groups (PE channels each) per tile."""
+        return self.tile_rows // self.pe
+
+
+@dataclass(frozen=True)
+class ParamGeometry:
+    """Where each small per-layer section sits inside a ParamStore slot (byte offsets, beat aligned)."""
+    beat_bytes: int
+    offsets: dict
+    sizes: dict
+
+    @classmethod
+    def from_config(cls, cfg) -> "ParamGeometry":
+        lay = layout(cfg)
+        offsets, sizes, off = {}, {}, 0
+        for name in PARAM_SECTIONS:
+            offsets[name], sizes[name] = off, lay[name].bytes
+            off += lay[name].bytes
+        return cls(cfg.axi_data_bytes, offsets, sizes)
+
+    @property
+    def slot_bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    def word(self, section: str, byte_offset: int = 0) -> int:
+        """The 32-bit word address (inside a slot) of a byte of a section."""
+        return (self.offsets[section] + byte_offset) // 4
+
+
+class BankedMemory(wiring.Component):
+    """``banks`` banks of ``rows`` AXI beats each, written a beat at a time, read ``read_bits`` a time.
+
+    When a read word is wider than a beat it spans ``lanes`` consecutive beats (one memory row with
+    a write granularity of one beat); when narrower, a row holds ``sub`` words and the read selects
+    one. Write: ``w_bank``, ``w_row`` (beat index // lanes), ``w_lane`` (beat index % lanes).
+    Read: ``r_bank``, ``r_addr`` (word index), data on ``r_data`` one cycle later (block RAM).
+    """
+
+    def __init__(self, read_bits: int, beat_bits: int, beats_per_bank: int, banks: int = 2):
+        self.lanes = max(1, read_bits // beat_bits)
+        self.sub = max(1, beat_bits // read_bits)
+        self.read_bits, self.beat_bits, self.banks = read_bits, beat_bits, banks
+        self.rows = -(-beats_per_bank // self.lanes)
+        self.words = self.rows * self.sub
+        super().__init__({
+            "w_en": In(1), "w_bank": In(_index(banks)), "w_row": In(_index(self.rows)),
+            "w_lane": In(_index(self.lanes)), "w_data": In(beat_bits),
+            "r_bank": In(_index(banks)), "r_addr": In(_index(self.words)), "r_data": Out(read_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width = max(self.read_bits, self.beat_bits)
+        m.submodules.ram = mem = Memory(shape=unsigned(width), depth=self.banks * self.rows, init=[])
+        wp = mem.write_port(granularity=self.beat_bits)
+        rp = mem.read_port()
+        m.d.comb += [
+            wp.addr.eq(self.w_bank * self.rows + self.w_row),
+            wp.data.eq(self.w_data.replicate(self.lanes)),
+            wp.en.eq(Mux(self.w_en, 1 << self.w_lane, 0) if self.lanes > 1 else self.w_en),
+        ]
+        if self.sub == 1:
+            m.d.comb += [rp.addr.eq(self.r_bank * self.rows + self.r_addr), self.r_data.eq(rp.data)]
+        else:
+            sel = Signal(_index(self.sub))
+            m.d.sync += sel.eq(self.r_addr % self.sub)
+            m.d.comb += [
+                rp.addr.eq(self.r_bank * self.rows + self.r_addr // self.sub),
+                self.r_data.eq(rp.data.word_select(sel, self.read_bits)),
+            ]
+        return m
+
+
+def tile_write_layout(beat_bits: int, tag_bits: int) -> data.StructLayout:
+    """A beat for the tile buffer: ``chan`` marks the bias/mult part, ``last`` the tile's final beat."""
+    return data.StructLayout({"data": beat_bits, "chan": 1, "last": 1, "tag": tag_bits})
+
+
+class TileBuffer(wiring.Component):
+    """Two banks of the largest weight tile, with claim / full / release handshakes.
+
+    DMA side: ``claim`` (pulse) reserves the next bank in ping-pong order when ``can_claim``; the
+    tile's beats then arrive on ``w`` (``chan`` = 0 for weight beats, 1 for the bias/mult beats
+    and padding) and the beat with ``last`` marks that bank full. Compute side: ``ready`` says the
+    current read bank is full (``tag`` is what the writer tagged it with); read weight word
+    ``waddr`` (= nf*SF + sf) on ``wdata`` and the channel parameters of group ``caddr`` (= nf) on
+    ``bias``/``mult`` one cycle later; pulse ``release`` when done with the bank. ``flush`` empties
+    both banks. Throughput: one beat written and one word read per cycle.
+    """
+
+    def __init__(self, cfg, tag_bits: int = 5):
+        g = self.geometry = TileGeometry.from_config(cfg)
+        self.tag_bits = tag_bits
+        beat_bits = 8 * g.beat_bytes
+        super().__init__({
+            "w": In(stream.Signature(tile_write_layout(beat_bits, tag_bits))),
+            "claim": In(1), "can_claim": Out(1), "flush": In(1),
+            "ready": Out(1), "tag": Out(tag_bits), "release": In(1),
+            "waddr": In(_index(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
+            "caddr": In(_index(g.nf)),
+            "bias": Out(data.ArrayLayout(signed(32), g.pe)),
+            "mult": Out(data.ArrayLayout(unsigned(16), g.pe)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.geometry
+        beat_bits = 8 * g.beat_bytes
+        max_beats = g.max_weight_bytes // g.beat_bytes
+        chan_beats = 4 * g.tile_rows // g.beat_bytes        # beats of the bias block (and of the mult block)
+        m.submodules.weights = wmem = BankedMemory(8 * g.word_bytes, beat_bits, max_beats)
+        m.submodules.biases = bmem = BankedMemory(32 * g.pe, beat_bits, chan_beats)
+        m.submodules.mults = mmem = BankedMemory(32 * g.pe, beat_bits, chan_beats)
+
+        full = Signal(2)
+        tags = Array(Signal(self.tag_bits, name=f"tag{i}") for i in range(2))
+        wr_bank, rd_bank = Signal(), Signal()
+        used = Signal(range(3))             # banks claimed or full
+
+        # ---- write side ---------------------------------------------------------------------
+        w = self.w.payload
+        row, lane = Signal(_index(wmem.rows)), Signal(_index(wmem.lanes))
+        chan_row, chan_lane = Signal(range(2 * bmem.rows + 1)), Signal(_index(bmem.lanes))
+        m.d.comb += self.w.ready.eq(~full.bit_select(wr_bank, 1))
+        m.d.comb += [
+            wmem.w_bank.eq(wr_bank), wmem.w_row.eq(row), wmem.w_lane.eq(lane), wmem.w_data.eq(w.data),
+            bmem.w_bank.eq(wr_bank), bmem.w_row.eq(chan_row), bmem.w_lane.eq(chan_lane), bmem.w_data.eq(w.data),
+            mmem.w_bank.eq(wr_bank), mmem.w_row.eq(chan_row - bmem.rows), mmem.w_lane.eq(chan_lane),
+            mmem.w_data.eq(w.data),
+        ]
+        with m.If(self.w.valid & self.w.ready):
+            with m.If(~w.chan):
+                m.d.comb += wmem.w_en.eq(1)
+                m.d.sync += lane.eq(lane + 1)
+                with m.If(lane == wmem.lanes - 1):
+                    m.d.sync += [lane.eq(0), row.eq(row + 1)]
+            with m.Else():
+                m.d.comb += [bmem.w_en.eq(chan_row < bmem.rows),
+                             mmem.w_en.eq((chan_row >= bmem.rows) & (chan_row < 2 * bmem.rows))]
+                m.d.sync += chan_lane.eq(chan_lane + 1)
+                with m.If((chan_lane == bmem.lanes - 1) & (chan_row < 2 * bmem.rows)):
+                    m.d.sync += [chan_lane.eq(0), chan_row.eq(chan_row + 1)]
+            with m.If(w.last):
+                m.d.sync += [row.eq(0), lane.eq(0), chan_row.eq(0), chan_lane.eq(0),
+                             full.bit_select(wr_bank, 1).eq(1), tags[wr_bank].eq(w.tag), wr_bank.eq(~wr_bank)]
+
+        # ---- claims and releases ------------------------------------------------------------
+        m.d.comb += self.can_claim.eq(used < 2)
+        claim = self.claim & self.can_claim
+        release = self.release & self.ready
+        with m.If(claim & ~release):
+            m.d.sync += used.eq(used + 1)
+        with m.Elif(release & ~claim):
+            m.d.sync += used.eq(used - 1)
+
+        # ---- read side ----------------------------------------------------------------------
+        m.d.comb += [
+            self.ready.eq(full.bit_select(rd_bank, 1)),
+            self.tag.eq(tags[rd_bank]),
+            wmem.r_bank.eq(rd_bank), wmem.r_addr.eq(self.waddr), self.wdata.eq(wmem.r_data),
+            bmem.r_bank.eq(rd_bank), bmem.r_addr.eq(self.caddr), self.bias.eq(bmem.r_data),
+            mmem.r_bank.eq(rd_bank), mmem.r_addr.eq(self.caddr),
+        ]
+        for p in range(g.pe):
+            m.d.comb += self.mult[p].eq(mmem.r_data[32 * p: 32 * p + 16])
+        with m.If(release):
+            m.d.sync += [rd_bank.eq(~rd_bank), full.bit_select(rd_bank, 1).eq(0)]
+
+        with m.If(self.flush):
+            m.d.sync += [full.eq(0), used.eq(0), wr_bank.eq(0), rd_bank.eq(0),
+                         row.eq(0), lane.eq(0), chan_row.eq(0), chan_lane.eq(0)]
+        return m
+
+
+class ParamStore(wiring.Component):
+    """Two slots (layer parity) of the small per-layer sections, read as 32-bit words.
+
+    Write: ``w_en`` with ``w_slot``, ``w_beat`` (beat index inside the slot, see
+    :class:`ParamGeometry`) and ``w_data``; ``w_section_done`` (with ``w_section``) marks a section
+    loaded, ``w_section_start`` of the header clears the slot's ``loaded`` bits. Read: ``r_slot``,
+    ``r_addr`` (32-bit word inside the slot, ``ParamGeometry.word``) -> ``r_data`` one cycle later.
+    ``loaded[slot]`` has bit i set once ``PARAM_SECTIONS[i]`` of that slot has arrived.
+    """
+
+    def __init__(self, cfg):
+        g = self.geometry = ParamGeometry.from_config(cfg)
+        beats = g.slot_bytes // g.beat_bytes
+        self._beats = beats
+        n = len(PARAM_SECTIONS)
+        super().__init__({
+            "w_en": In(1), "w_slot": In(1), "w_beat": In(range(beats)), "w_data": In(8 * g.beat_bytes),
+            "w_section": In(range(n)), "w_section_start": In(1), "w_section_done": In(1),
+            "r_slot": In(1), "r_addr": In(range(g.slot_bytes // 4)), "r_data": Out(32),
+            "loaded": Out(data.ArrayLayout(n, 2)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        g = self.geometry
+        m.submodules.store = mem = BankedMemory(32, 8 * g.beat_bytes, self._beats)
+        m.d.comb += [
+            mem.w_en.eq(self.w_en), mem.w_bank.eq(self.w_slot), mem.w_row.eq(self.w_beat), mem.w_lane.eq(0),
+            mem.w_data.eq(self.w_data), mem.r_bank.eq(self.r_slot), mem.r_addr.eq(self.r_addr),
+            self.r_data.eq(mem.r_data),
+        ]
+        loaded = self.loaded[self.w_slot]
+        with m.If(self.w_section_start & (self.w_section == 0)):
+            m.d.sync += loaded.eq(0)
+        with m.If(self.w_section_done):
+            m.d.sync += loaded.bit_select(self.w_section, 1).eq(1)
+        return m
