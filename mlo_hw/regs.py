@@ -1,0 +1,300 @@
+"""Control and status registers: the register map (defined once, here) and its AXI4-Lite slave.
+
+:func:`register_map` is the single definition of names, offsets, access, reset values and
+descriptions; :func:`write_register_map` emits it as ``regs.json`` and ``mlo_hw_regs.h`` (and
+:func:`markdown` renders ``docs/registers.md``). :class:`ControlRegs` implements it: 32-bit
+registers on an AXI4-Lite slave (``s_axil_*``), unmapped addresses answer SLVERR.
+
+Field access: ``RO`` read only, ``RW`` read/write, ``W1C`` sticky, cleared by writing 1, ``W1P``
+write 1 to pulse the output for one cycle (reads 0). Performance counters are 32 bits, cleared by
+START, and count while the engine is busy (cycles), while compute is busy, while compute waits for
+a weight tile (DMA stall), and AXI bytes read. At 100 MHz they wrap after 42.9 s.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amaranth import Cat, Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import RESP_OKAY, RESP_SLVERR, axil_slave_members
+
+__all__ = ["ID_VALUE", "Field", "Register", "register_map", "ControlRegs", "write_register_map", "c_header",
+           "markdown", "AXIL_ADDR_BITS"]
+
+ID_VALUE = 0x4D4C4F01        # "MLO" + register map version 1
+AXIL_ADDR_BITS = 8
+LAYER_BITS = 16
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lsb: int
+    width: int
+    access: str          # RO, RW, W1C, W1P
+    reset: int = 0
+    description: str = ""
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lsb
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    description: str
+    fields: tuple = field(default_factory=tuple)
+
+    @property
+    def reset(self) -> int:
+        return sum(f.reset << f.lsb for f in self.fields)
+
+    @property
+    def access(self) -> str:
+        kinds = {f.access for f in self.fields}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _word(name, offset, access, description, reset=0, width=32):
+    return Register(name, offset, description, (Field("value", 0, width, access, reset, description),))
+
+
+def register_map(cfg) -> tuple[Register, ...]:
+    """Every register of the engine's control interface, in address order."""
+    hi_bits = max(cfg.memory.axi_addr_bits - 32, 0)
+    lo_bits = min(cfg.memory.axi_addr_bits, 32)
+    regs = [
+        _word("ID", 0x00, "RO", "identification: 0x4D4C4F01 ('MLO', map version 1)", ID_VALUE),
+        Register("CTRL", 0x04, "control", (
+            Field("start", 0, 1, "W1P", 0, "write 1: clear DONE/ERROR/counters and run LAYERS layers"),
+            Field("soft_reset", 1, 1, "W1P", 0, "write 1: stop, drain AXI bursts in flight, empty the buffers"),
+            Field("irq_enable", 2, 1, "RW", 0, "drive the interrupt output while DONE or ERROR is set"))),
+        Register("STATUS", 0x08, "status", (
+            Field("busy", 0, 1, "RO", 0, "a run is in progress"),
+            Field("done", 1, 1, "W1C", 0, "the run finished (sticky)"),
+            Field("error", 2, 1, "RO", 0, "an AXI error response or a bad address stopped the run; see ERROR_*"))),
+        _word("LAYERS", 0x0C, "RW", "number of encoder layers to run", cfg.model.layers, LAYER_BITS),
+    ]
+    off = 0x10
+    for base, what in (("WEIGHT_BASE", "DRAM byte address of the weight image (layer 0)"),
+                       ("INPUT_BASE", "DRAM byte address of the input activations"),
+                       ("OUTPUT_BASE", "DRAM byte address of the output activations")):
+        regs.append(_word(f"{base}_LO", off, "RW", f"{what}, bits 31:0", 0, lo_bits))
+        regs.append(_word(f"{base}_HI", off + 4, "RW" if hi_bits else "RO",
+                          f"{what}, bits 63:32 (reads 0 above bit {cfg.memory.axi_addr_bits - 1})", 0,
+                          max(hi_bits, 1)))
+        off += 8
+    regs += [
+        _word("ERROR_ADDR_LO", off, "RO", "byte address of the failing AXI beat (or bad command), bits 31:0",
+              0, lo_bits),
+        _word("ERROR_ADDR_HI", off + 4, "RO", "... bits 63:32", 0, max(hi_bits, 1)),
+        Register("ERROR_CODE", off + 8, "cause of ERROR", (
+            Field("rresp", 0, 2, "RO", 0, "RRESP of the failing beat: 2 SLVERR, 3 DECERR"),
+            Field("bad_command", 2, 1, "RO", 0, "a zero-length or misaligned (not a multiple of the AXI "
+                                                "beat) address"))),
+        _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
+        _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
+        _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for a weight tile from DRAM"),
+        _word("BYTES_READ", off + 24, "RO", "bytes read over AXI"),
+    ]
+    return tuple(regs)
+
+
+class ControlRegs(wiring.Component):
+    """AXI4-Lite slave of :func:`register_map`.
+
+    Outputs: ``start``, ``soft_reset`` (one-cycle pulses), ``layers``, ``weight_base``,
+    ``input_base``, ``output_base``, ``irq`` (level: irq_enable and (done or error)).
+    Inputs from the engine: ``busy``, ``done`` (pulse), ``error``, ``error_addr``, ``error_code``,
+    ``compute_busy``, ``dma_stall``, ``read_beat`` (one AXI read beat of ``cfg.axi_data_bytes``).
+    AXI4-Lite: a write is taken when AWVALID and WVALID are both high (one cycle), answered on B the
+    next cycle; a read is answered on R the cycle after AR. WSTRB is honoured.
+    """
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.regs = register_map(cfg)
+        a = cfg.memory.axi_addr_bits
+        super().__init__({
+            **axil_slave_members(AXIL_ADDR_BITS),
+            "start": Out(1), "soft_reset": Out(1), "irq": Out(1), "layers": Out(LAYER_BITS),
+            "weight_base": Out(a), "input_base": Out(a), "output_base": Out(a),
+            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(3),
+            "compute_busy": In(1), "dma_stall": In(1), "read_beat": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        a = self.cfg.memory.axi_addr_bits
+        store = {}                              # (register, field) -> Signal, for RW and W1C fields
+        for r in self.regs:
+            for f in r.fields:
+                if f.access in ("RW", "W1C"):
+                    store[r.name, f.name] = Signal(f.width, init=f.reset, name=f"{r.name.lower()}_{f.name}")
+
+        done = store["STATUS", "done"]
+        counters = {n: Signal(32, name=n.lower()) for n in ("CYCLES", "COMPUTE_CYCLES", "STALL_CYCLES", "BYTES_READ")}
+
+        def base(name):
+            lo, hi = store[f"{name}_LO", "value"], store.get((f"{name}_HI", "value"))
+            return lo if hi is None else Cat(lo, hi)[:a]
+
+        m.d.comb += [
+            self.layers.eq(store["LAYERS", "value"]),
+            self.weight_base.eq(base("WEIGHT_BASE")), self.input_base.eq(base("INPUT_BASE")),
+            self.output_base.eq(base("OUTPUT_BASE")),
+            self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
+        ]
+        ro = {
+            ("ID", "value"): Const(ID_VALUE, 32),
+            ("STATUS", "busy"): self.busy, ("STATUS", "error"): self.error,
+            ("ERROR_ADDR_LO", "value"): self.error_addr[:32],
+            ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
+            ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
+            **{(n, "value"): s for n, s in counters.items()},
+        }
+
+        def value(r):
+            v = Const(0, 32)
+            for f in r.fields:
+                src = store.get((r.name, f.name), ro.get((r.name, f.name)))
+                if src is not None:
+                    v = v | (src.as_unsigned() << f.lsb)
+            return v[:32]
+
+        # ---- write channel ------------------------------------------------------------------------
+        p = "s_axil"
+        awaddr, wdata, wstrb = (getattr(self, f"{p}_{n}") for n in ("awaddr", "wdata", "wstrb"))
+        bvalid, bresp = Signal(), Signal(2)
+        take_w = getattr(self, f"{p}_awvalid") & getattr(self, f"{p}_wvalid") & ~bvalid
+        m.d.comb += [getattr(self, f"{p}_awready").eq(take_w), getattr(self, f"{p}_wready").eq(take_w),
+                     getattr(self, f"{p}_bvalid").eq(bvalid), getattr(self, f"{p}_bresp").eq(bresp)]
+        with m.If(bvalid & getattr(self, f"{p}_bready")):
+            m.d.sync += bvalid.eq(0)
+        bytemask = Cat(*(b.replicate(8) for b in wstrb))
+        with m.If(take_w):
+            m.d.sync += [bvalid.eq(1), bresp.eq(RESP_SLVERR)]
+            with m.Switch(awaddr[2:]):
+                for r in self.regs:
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += bresp.eq(RESP_OKAY)
+                        merged = (value(r) & ~bytemask) | (wdata & bytemask)
+                        hit = wdata & bytemask
+                        for f in r.fields:
+                            bits = slice(f.lsb, f.lsb + f.width)
+                            if f.access == "RW":
+                                m.d.sync += store[r.name, f.name].eq(merged[bits])
+                            elif f.access == "W1P":
+                                m.d.comb += getattr(self, f.name).eq(hit[bits] != 0)
+
+        # ---- sticky status and counters ----------------------------------------------------------------
+        status = next(r for r in self.regs if r.name == "STATUS")
+        done_bit = next(f.lsb for f in status.fields if f.name == "done")
+        with m.If(take_w & (awaddr[2:] == status.offset >> 2) & (wdata & bytemask)[done_bit]):
+            m.d.sync += done.eq(0)
+        with m.If(self.done):
+            m.d.sync += done.eq(1)
+        with m.If(self.busy):
+            m.d.sync += counters["CYCLES"].eq(counters["CYCLES"] + 1)
+        with m.If(self.compute_busy):
+            m.d.sync += counters["COMPUTE_CYCLES"].eq(counters["COMPUTE_CYCLES"] + 1)
+        with m.If(self.dma_stall):
+            m.d.sync += counters["STALL_CYCLES"].eq(counters["STALL_CYCLES"] + 1)
+        with m.If(self.read_beat):
+            m.d.sync += counters["BYTES_READ"].eq(counters["BYTES_READ"] + self.cfg.axi_data_bytes)
+        with m.If(self.start | self.soft_reset):
+            m.d.sync += [done.eq(0), *(c.eq(0) for c in counters.values())]
+
+        # ---- read channel ----------------------------------------------------------------------------
+        rvalid, rdata, rresp = Signal(), Signal(32), Signal(2)
+        take_r = getattr(self, f"{p}_arvalid") & ~rvalid
+        m.d.comb += [getattr(self, f"{p}_arready").eq(take_r), getattr(self, f"{p}_rvalid").eq(rvalid),
+                     getattr(self, f"{p}_rdata").eq(rdata), getattr(self, f"{p}_rresp").eq(rresp)]
+        with m.If(rvalid & getattr(self, f"{p}_rready")):
+            m.d.sync += rvalid.eq(0)
+        with m.If(take_r):
+            m.d.sync += [rvalid.eq(1), rdata.eq(0), rresp.eq(RESP_SLVERR)]
+            with m.Switch(getattr(self, f"{p}_araddr")[2:]):
+                for r in self.regs:
+                    with m.Case(r.offset >> 2):
+                        m.d.sync += [rdata.eq(value(r)), rresp.eq(RESP_OKAY)]
+        return m
+
+
+# ---- emission --------------------------------------------------------------------------------------
+
+def _as_dict(cfg) -> dict:
+    return {"config": cfg.name, "bus": "AXI4-Lite", "data_bits": 32, "addr_bits": AXIL_ADDR_BITS,
+            "registers": [{"name": r.name, "offset": r.offset, "access": r.access, "reset": r.reset,
+                           "description": r.description,
+                           "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width, "access": f.access,
+                                       "reset": f.reset, "description": f.description} for f in r.fields]}
+                          for r in register_map(cfg)]}
+
+
+def c_header(cfg) -> str:
+    lines = ["/* mlo_hw control registers (generated by mlo_hw.regs; do not edit). */",
+             "#ifndef MLO_HW_REGS_H", "#define MLO_HW_REGS_H", "",
+             f"#define MLO_HW_ID_VALUE 0x{ID_VALUE:08X}u", ""]
+    for r in register_map(cfg):
+        lines.append(f"#define MLO_REG_{r.name} 0x{r.offset:02X}u  /* {r.access}: {r.description} */")
+        if len(r.fields) > 1:
+            for f in r.fields:
+                n = f"MLO_{r.name}_{f.name.upper()}"
+                lines += [f"#define {n}_SHIFT {f.lsb}u", f"#define {n}_MASK 0x{f.mask:08X}u"]
+    lines += ["", "#endif /* MLO_HW_REGS_H */", ""]
+    return "\n".join(lines)
+
+
+def markdown(cfg) -> str:
+    lines = ["# Control and status registers", "",
+             f"Generated from `mlo_hw/regs.py` (`register_map`) for config `{cfg.name}`; the same map is "
+             "emitted as `regs.json` and `mlo_hw_regs.h` by `mlo_hw.regs.write_register_map(out_dir, cfg)`.", "",
+             "32-bit registers on an AXI4-Lite slave (`s_axil_*`); unmapped addresses answer SLVERR. "
+             "Access: RO read only, RW read/write, W1C cleared by writing 1, W1P write 1 to pulse (reads 0).", "",
+             "| offset | name | access | reset | description |", "|---:|---|---|---:|---|"]
+    for r in register_map(cfg):
+        lines.append(f"| 0x{r.offset:02X} | {r.name} | {r.access} | 0x{r.reset:X} | {r.description} |")
+        if len(r.fields) > 1:
+            for f in r.fields:
+                bits = f"[{f.lsb}]" if f.width == 1 else f"[{f.lsb + f.width - 1}:{f.lsb}]"
+                lines.append(f"| | `{f.name}` {bits} | {f.access} | {f.reset} | {f.description} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_register_map(out_dir, cfg) -> list[Path]:
+    """Write ``regs.json`` and ``mlo_hw_regs.h`` into ``out_dir``; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    js, h = out / "regs.json", out / "mlo_hw_regs.h"
+    js.write_text(json.dumps(_as_dict(cfg), indent=1) + "\n")
+    h.write_text(c_header(cfg))
+    return [js, h]
+
+
+def main(argv=None) -> int:
+    import argparse
+    from .config import load_config
+    ap = argparse.ArgumentParser(prog="python -m mlo_hw.regs", description="emit the register map")
+    ap.add_argument("--config", default="bert_tiny")
+    ap.add_argument("-o", "--output", help="folder for regs.json and mlo_hw_regs.h")
+    ap.add_argument("--markdown", help="write the Markdown table to this file")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    if args.output:
+        for path in write_register_map(args.output, cfg):
+            print(path)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
