@@ -1,0 +1,87 @@
+"""Sequential divider, square root and multiplier (Amaranth simulator): exact on random and edge operands."""
+
+import math
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from mlo_hw.divide import SerialDivider, SerialMultiplier, SerialSqrt
+
+
+def _run(dut, cases, set_inputs, get_result):
+    """Start each case, wait for ``done``; returns [(case, result, cycles from start to done)]."""
+    out = []
+
+    async def bench(ctx):
+        for case in cases:
+            set_inputs(ctx, case)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            cycles = 1
+            while not ctx.get(dut.done):
+                assert ctx.get(dut.busy)
+                await ctx.tick()
+                cycles += 1
+                assert cycles < 200
+            out.append((case, get_result(ctx), cycles))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+def test_divider_reciprocals_and_general_quotients():
+    rng = random.Random(0)
+    dut = SerialDivider(33, 24, 18)
+    cases = [(1 << 32, rng.randint(1 << 15, 1 << 22)) for _ in range(60)]
+    cases += [(1 << 32, 1 << 15), (1 << 32, (1 << 15) + 1), (1 << 32, 1 << 22), (12345, 1), (0, 7)]
+    cases += [(n, d) for d in (3, 1000, (1 << 24) - 1) for n in (rng.randrange(min(d << 18, 1 << 33)),)]
+    res = _run(dut, cases, lambda ctx, c: (ctx.set(dut.dividend, c[0]), ctx.set(dut.divisor, c[1])),
+               lambda ctx: ctx.get(dut.quotient))
+    assert [q for _, q, _ in res] == [n // d for n, d in cases]
+    assert {cycles for *_, cycles in res} == {18 + 1}
+
+
+def test_divider_result_is_checked():
+    """A corrupted expectation is caught (the comparison above can fail)."""
+    dut = SerialDivider(33, 24, 18)
+    (case, q, _), = _run(dut, [(1 << 32, 40000)], lambda ctx, c: (ctx.set(dut.dividend, c[0]),
+                         ctx.set(dut.divisor, c[1])), lambda ctx: ctx.get(dut.quotient))
+    assert q == (1 << 32) // 40000 and q != (1 << 32) // 40001
+
+
+def test_sqrt_exact():
+    rng = random.Random(1)
+    dut = SerialSqrt(56)
+    cases = [rng.randrange(1 << 56) for _ in range(60)] + [0, 1, 2, 3, 4, (1 << 56) - 1, (1 << 46), (1 << 47) - 1]
+    cases += [x * x for x in (rng.randrange(1 << 28) for _ in range(10))]
+    cases += [x * x - 1 for x in (rng.randrange(1, 1 << 28) for _ in range(10))]
+    res = _run(dut, cases, lambda ctx, c: ctx.set(dut.radicand, c), lambda ctx: ctx.get(dut.root))
+    assert [s for _, s, _ in res] == [math.isqrt(x) for x in cases]
+    assert {cycles for *_, cycles in res} == {28 + 1}
+
+
+def test_multiplier_signed():
+    rng = random.Random(2)
+    dut = SerialMultiplier(34, 24)
+    lim_a, lim_b = 1 << 33, (1 << 24) - 1
+    cases = [(rng.randint(-lim_a, lim_a - 1), rng.randint(-lim_b, lim_b)) for _ in range(60)]
+    cases += [(-lim_a, -lim_b), (-lim_a, lim_b), (lim_a - 1, lim_b), (0, lim_b), (5, 0), (-1, -1)]
+    res = _run(dut, cases, lambda ctx, c: (ctx.set(dut.a, c[0]), ctx.set(dut.b, c[1])),
+               lambda ctx: ctx.get(dut.product))
+    assert [p for _, p, _ in res] == [a * b for a, b in cases]
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_bad_widths_rejected():
+    with pytest.raises(ValueError, match="width"):
+        SerialDivider(0, 8, 8)
+    with pytest.raises(ValueError, match="radicand_bits"):
+        SerialSqrt(0)
+    with pytest.raises(ValueError, match="width"):
+        SerialMultiplier(8, 0)
