@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CONFIG ?= configs/bert_tiny.yaml
 
-.PHONY: elaborate test test-all bench clean
+.PHONY: elaborate synth test test-all bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 
 elaborate: $(STAMP)
 	$(PY) -m mlo_hw.elaborate --config $(CONFIG)
+
+synth: $(STAMP)
+	$(PY) -m mlo_hw.synth --config $(CONFIG)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -24,12 +24,13 @@ class ConfigError(ValueError):
     """A configuration problem; ``str(err)`` is one line naming the field."""
 
 
-# FPGA parts we know the resources of: LUT, FF, DSP48E1, BRAM36 (a RAMB18 is half of one).
+# FPGA parts we know the resources of (AMD DS180, 7-series overview): LUT, FF, DSP48E1, BRAM36 (a
+# RAMB18 is half of one), CARRY4 (one per slice) and LUTRAM (LUTs usable as memory: distributed RAM / 64 bits).
 PARTS = {
-    "xc7a35t":  {"LUT": 20800,  "FF": 41600,  "DSP": 90,  "BRAM36": 50,  "CARRY4": 8150},
-    "xc7a50t":  {"LUT": 32600,  "FF": 65200,  "DSP": 120, "BRAM36": 75,  "CARRY4": 8150},
-    "xc7a100t": {"LUT": 63400,  "FF": 126800, "DSP": 240, "BRAM36": 135, "CARRY4": 15850},
-    "xc7a200t": {"LUT": 134600, "FF": 269200, "DSP": 740, "BRAM36": 365, "CARRY4": 33650},
+    "xc7a35t":  {"LUT": 20800,  "FF": 41600,  "DSP": 90,  "BRAM36": 50,  "CARRY4": 5200,  "LUTRAM": 6400},
+    "xc7a50t":  {"LUT": 32600,  "FF": 65200,  "DSP": 120, "BRAM36": 75,  "CARRY4": 8150,  "LUTRAM": 9600},
+    "xc7a100t": {"LUT": 63400,  "FF": 126800, "DSP": 240, "BRAM36": 135, "CARRY4": 15850, "LUTRAM": 19000},
+    "xc7a200t": {"LUT": 134600, "FF": 269200, "DSP": 740, "BRAM36": 365, "CARRY4": 33650, "LUTRAM": 46200},
 }
 
 

