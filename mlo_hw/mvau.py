@@ -67,7 +67,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -202,14 +202,13 @@ class MVAU(wiring.Component):
 
     # Register stages from issue to the output FIFO write, not counting the SIMD adder tree:
     # buffer/weight read, operand registers (DSP A/B), product (DSP M), DSP P, lane split,
-    # accumulator, acc + bias, requant product (M), requant product (P), round/shift, saturate.
-    FIXED_STAGES = 11
+    # accumulator, acc + bias, requant product (M), requant product (P), shift, round, saturate.
+    FIXED_STAGES = 12
     FIFO_LATENCY = 1        # SyncFIFO: a write is readable the next cycle
 
     def __init__(self, params: MVAUParams):
         self.p = params
         self.pipeline_stages = self.FIXED_STAGES + params.tree_levels
-        # cmd handshake -> first issue is 1 cycle; issue -> FIFO write is pipeline_stages cycles.
         # cmd handshake (cycle 0) -> issues in cycles 1..N -> last FIFO write at N + pipeline_stages
         # -> last output handshake at N + pipeline_stages + FIFO_LATENCY.
         self.latency = self.pipeline_stages + self.FIFO_LATENCY
@@ -384,12 +383,15 @@ class MVAU(wiring.Component):
         for c in range(p.pe):
             m.d.sync += halved[c].eq((scaled[c] << 1) >> tag.shift)
         tag = stage(tag)
+        rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(p.pe)]
+        for c in range(p.pe):
+            m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
+        tag = stage(tag)
         lo_out, hi_out = -(1 << (p.act_bits - 1)), (1 << (p.act_bits - 1)) - 1
         result = Signal(self.o.payload.shape())
         for c in range(p.pe):
-            rounded = (halved[c] + 1) >> 1
-            sat = Mux(rounded < lo_out, lo_out, Mux(rounded > hi_out, hi_out, rounded))
-            m.d.sync += result[c].eq(Mux(tag.raw, rounded, sat))
+            sat = Mux(rounded[c] < lo_out, lo_out, Mux(rounded[c] > hi_out, hi_out, rounded[c]))
+            m.d.sync += result[c].eq(Mux(tag.raw, rounded[c], sat))
         tag = stage(tag)
         assert stages == self.pipeline_stages, (stages, self.pipeline_stages)
 

@@ -195,7 +195,6 @@ def realistic_jobs(mp):
         pe = mp.pe
         flat = [list(traced[v, nf * pe:(nf + 1) * pe]) for v in range(job.vectors) for nf in range(job.rows // pe)]
         assert job.expected() == flat, "Job.expected disagrees with the golden model's trace"
-    assert jobs, "no realistic job fits this folding"
     return [job for job, _ in jobs]
 
 
@@ -214,7 +213,9 @@ async def extremes_and_realistic_layer(dut):
     # the same extreme through requant, with int32 bias extremes and the largest multiplier
     jobs.append(Job(mp, np.full((rows, k), -128), np.full((1, k), 255), np.full(rows, -(1 << 31)),
                     np.full(rows, (1 << mp.mult_bits) - 1), 62, False, True))
-    jobs += realistic_jobs(mp)
+    real = realistic_jobs(mp)
+    assert real or not p.get("require_realistic", True), "no realistic job fits this folding"
+    jobs += real
     got, _ = await run_jobs(dut, mp, jobs, rng, p_valid=0.8, p_ready=0.7)
     want = [b for j in jobs for b in j.expected()]
     bad = mismatches(got, want)

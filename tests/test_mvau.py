@@ -20,14 +20,14 @@ SLOW_FOLDINGS = {
 }
 
 
-def _run(name, make, seed=1, jobs=20):
+def _run(name, make, seed=1, jobs=20, require_realistic=True):
     mp = make()
     dut = MVAU(mp)
     top = f"mvau_{name}"
     v = to_verilog(dut, top)
     assert lint(v, top) == []
     simulate(v, top, "tb_mvau", {"mvau": dataclasses.asdict(mp), "latency": dut.latency, "seed": seed,
-                                 "jobs": jobs})
+                                 "jobs": jobs, "require_realistic": require_realistic})
 
 
 @pytest.mark.parametrize("name", FOLDINGS)
@@ -38,7 +38,8 @@ def test_mvau_bit_exact_under_backpressure(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SLOW_FOLDINGS)
 def test_mvau_more_foldings(name):
-    _run(name, SLOW_FOLDINGS[name], seed=7, jobs=40)
+    # the small config's matrices (K = 32, 64) do not fold by SIMD = 3: random jobs only there
+    _run(name, SLOW_FOLDINGS[name], seed=7, jobs=40, require_realistic="simd3" not in name)
 
 
 def test_mvau_synthesizes_without_latches_and_packs_two_lanes_per_dsp():

@@ -1,0 +1,86 @@
+"""Synthesis figures of the compute blocks for ``docs/blocks.md``: one markdown table row per variant.
+
+    .venv/bin/python bench/synth_blocks.py                 # every block
+    .venv/bin/python bench/synth_blocks.py --block mvau    # one block
+
+Each block is a function returning its variants as ``(label, component)`` pairs, plus optional
+notes computed from the results; add a block by writing such a function and adding it to
+:data:`BLOCKS`. Every variant is converted with ``sim.runner.to_verilog`` and synthesized with
+``mlo_hw.synth.synth_verilog`` (yosys ``synth_xilinx -family xc7``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mlo_hw.config import load_config  # noqa: E402
+from mlo_hw.synth import RESOURCE_KEYS, synth_verilog  # noqa: E402
+from sim.runner import to_verilog  # noqa: E402
+
+
+def mvau():
+    """MVAU foldings: 1x1, 4x4 (the small config), 8x8 (bert_tiny), and 8x8 without DSP packing.
+
+    DSPs per MAC lane are measured as the difference between the unpacked and the packed 8x8 build
+    (both have the same requantization multipliers; unpacked is one multiplier per lane).
+    """
+    from mlo_hw.mvau import MVAU, MVAUParams
+    small, tiny = load_config("small"), load_config("bert_tiny")
+    params = {
+        "pe1 simd1 (small)": MVAUParams.from_config(small, pe=1, simd=1),
+        "pe4 simd4 (small)": MVAUParams.from_config(small),
+        "pe8 simd8 (bert_tiny)": MVAUParams.from_config(tiny),
+        "pe8 simd8 (bert_tiny), unpacked": MVAUParams.from_config(tiny, pack_dsp=False),
+    }
+    variants = [(label, MVAU(p)) for label, p in params.items()]
+
+    def notes(results):
+        packed = results["pe8 simd8 (bert_tiny)"].used["DSP"]
+        unpacked = results["pe8 simd8 (bert_tiny), unpacked"].used["DSP"]
+        lanes = tiny.folding.pe * tiny.folding.simd
+        mac = unpacked - packed            # unpacked has twice the MAC multipliers of packed
+        return [f"8x8 MAC array: {mac} DSP48E1 for {lanes} MAC lanes = {mac / lanes:.2f} DSP per lane "
+                f"(unpacked {unpacked} - packed {packed}); the other {packed - mac} DSPs are the "
+                f"requantization multipliers (acc+bias 33 bit x mult 16 bit, 2 per channel)."]
+    return variants, notes
+
+
+BLOCKS = {
+    "mvau": mvau,
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--block", action="append", choices=sorted(BLOCKS), help="block(s) to synthesize")
+    args = ap.parse_args(argv)
+    names = args.block or list(BLOCKS)
+    head = ["block", "variant", *RESOURCE_KEYS, "logic depth", "latches", "synth s"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    extra = []
+    for name in names:
+        variants, notes = BLOCKS[name]()
+        results = {}
+        for label, comp in variants:
+            top = f"{name}_top"
+            t0 = time.time()
+            res = synth_verilog(to_verilog(comp, top), top)
+            results[label] = res
+            used = res.used
+            cells = [f"{used[k]:g}" for k in RESOURCE_KEYS]
+            print(f"| {name} | {label} | " + " | ".join(cells)
+                  + f" | {res.logic_depth} | {res.latches} | {time.time() - t0:.0f} |", flush=True)
+        if notes:
+            extra += notes(results)
+    for line in extra:
+        print(f"\n{line}")
+
+
+if __name__ == "__main__":
+    main()
