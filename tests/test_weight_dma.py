@@ -37,6 +37,7 @@ def test_dma_against_axi_ram(cfg_name, seeds, trials):
     simulate(v, f"weight_dma_{cfg_name}", "tb_weight_dma", _params(p, seeds, trials))
 
 
+@pytest.mark.slow      # the DMA is also synthesized inside the memory system (tests/test_memsys.py)
 def test_dma_synthesizes_without_latches():
     _, dma = _dma("bert_tiny")
     r = synth_verilog(to_verilog(dma, "weight_dma_syn"), "weight_dma_syn")
