@@ -202,6 +202,8 @@ class WeightStreamer(wiring.Component):
         index = Signal(range(sch.max_beats + 1))          # beat index inside its command
         with m.If(dma.beats.valid & dma.beats.ready):
             m.d.sync += index.eq(Mux(beat.last, 0, index + 1))
+        with m.If(flush):                                 # an error or cancel may have cut a command short
+            m.d.sync += index.eq(0)
         is_tile, weight_beats, param_base, param_id = (Signal(), Signal(range(sch.max_beats + 1)),
                                                        Signal(range(self.params.slot_bytes // p.data_bytes)),
                                                        Signal(_index(len(PARAM_SECTIONS))))

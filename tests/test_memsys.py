@@ -6,8 +6,11 @@ the image. Lint and yosys synthesis (no latches, tile buffers in block RAM) at b
 """
 
 import pytest
+from amaranth import Module
+from amaranth.lib import wiring
 
 from mlo_hw.config import load_config
+from mlo_hw.regs import ControlRegs, _as_dict as regs_dict
 from mlo_hw.loop_ctrl import Schedule, WeightStreamer, streamer_tb_params
 from mlo_hw.buffers import TileGeometry
 from mlo_hw.quantize import build_model
@@ -27,7 +30,7 @@ def test_memsys_streams_the_weight_image(tmp_path):
     cfg = load_config("small")
     v = to_verilog(WeightStreamer(cfg), "memsys_small")
     assert lint(v, "memsys_small") == []
-    simulate(v, "memsys_small", "tb_memsys", streamer_tb_params(cfg, _image(cfg, tmp_path), seeds=range(20)))
+    simulate(v, "memsys_small", "tb_memsys", streamer_tb_params(cfg, _image(cfg, tmp_path), seeds=range(10)))
 
 
 def test_schedule_follows_the_layout():
@@ -55,3 +58,44 @@ def test_bad_folding_is_rejected():
            "folding": {"pe": 4, "simd": 4, "tile_rows": 4}, "memory": {"axi_data_bits": 256}}
     with pytest.raises(ConfigError, match="tile_rows"):
         TileGeometry.from_config(config_from_dict(raw))
+
+
+class StreamerWithRegs(wiring.Component):
+    """Test top: the memory system controlled through the AXI4-Lite register block."""
+
+    INTERNAL_WS = ("start", "cancel", "layers", "weight_base", "busy", "done", "error", "error_addr",
+                   "error_code", "beat", "layer")
+    INTERNAL_REGS = ("start", "soft_reset", "layers", "weight_base", "input_base", "output_base", "busy", "done",
+                     "error", "error_addr", "error_code", "read_beat")
+
+    def __init__(self, cfg):
+        self.ws, self.regs = WeightStreamer(cfg), ControlRegs(cfg)
+        members = {n: mb for n, mb in self.ws.signature.members.items() if n not in self.INTERNAL_WS}
+        members.update({n: mb for n, mb in self.regs.signature.members.items() if n not in self.INTERNAL_REGS})
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ws, m.submodules.regs = ws, regs = self.ws, self.regs
+        for sub, internal in ((ws, self.INTERNAL_WS), (regs, self.INTERNAL_REGS)):
+            for name, member in sub.signature.members.items():
+                if name in internal:
+                    continue
+                outer, inner = getattr(self, name), getattr(sub, name)
+                m.d.comb += (outer.eq(inner) if member.flow == wiring.Out else inner.eq(outer))
+        m.d.comb += [
+            ws.start.eq(regs.start), ws.cancel.eq(regs.soft_reset), ws.layers.eq(regs.layers),
+            ws.weight_base.eq(regs.weight_base), regs.busy.eq(ws.busy), regs.done.eq(ws.done),
+            regs.error.eq(ws.error), regs.error_addr.eq(ws.error_addr), regs.error_code.eq(ws.error_code),
+            regs.read_beat.eq(ws.beat),
+        ]
+        return m
+
+
+def test_memsys_controlled_over_axi_lite(tmp_path):
+    cfg = load_config("small")
+    v = to_verilog(StreamerWithRegs(cfg), "memsys_regs")
+    assert lint(v, "memsys_regs") == []
+    params = streamer_tb_params(cfg, _image(cfg, tmp_path), seeds=range(3))
+    params["registers"] = regs_dict(cfg)["registers"]
+    simulate(v, "memsys_regs", "tb_memsys_regs", params)
