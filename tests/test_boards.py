@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
+from amaranth import Module, signed
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mlo_hw import boards
@@ -18,13 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Acc(wiring.Component):
-    """A stand-in design: a 16-bit accumulator of an 8-bit input."""
+    """A stand-in design: a 16-bit accumulator of an 8-bit input, with a stream of a struct payload."""
     a: In(8)
     s: Out(16)
+    i: In(stream.Signature(data.StructLayout({"x": signed(8), "last": 1})))
 
     def elaborate(self, platform):
         m = Module()
-        m.d.sync += self.s.eq(self.s + self.a)
+        m.d.comb += self.i.ready.eq(1)
+        with m.If(self.i.valid):
+            m.d.sync += self.s.eq(self.s + self.a + self.i.payload.x)
         return m
 
 
@@ -111,4 +114,5 @@ def test_board_top_synthesizes_with_io_buffers_and_no_latches():
     f = build_plan(load_config("bert_tiny"), Acc()).files
     r = synth_verilog(f["mlo_top.v"], "mlo_top", iopad=True)
     assert r.latches == 0 and r.cells.get("BUFG") == 1 and r.cells.get("IBUF") == 2
-    assert r.used["FF"] >= 64 + 16 + 1     # xorshift state, the design's accumulator, the LED register
+    # xorshift state, one stimulus flip-flop per input bit (8 + 10), the accumulator, the LED register
+    assert r.used["FF"] >= 64 + 18 + 16 + 1, r.used
