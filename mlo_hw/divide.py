@@ -14,11 +14,22 @@ bits computed (``quotient_bits``, ``root_bits`` or ``multiplier_bits``).
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["SerialDivider", "SerialSqrt", "SerialMultiplier"]
+__all__ = ["SerialDivider", "SerialSqrt", "SerialMultiplier", "bit_length"]
+
+
+def bit_length(value) -> Value:
+    """The number of significant bits of an unsigned value (0 for 0), as a balanced mux tree."""
+    value = Value.cast(value)
+    n = len(value)
+    if n == 1:
+        return value
+    half = 1 << ((n - 1).bit_length() - 1)      # the largest power of two below n
+    high, low = value[half:], value[:half]
+    return Mux(high.any(), bit_length(high) + half, bit_length(low))
 
 
 class SerialDivider(wiring.Component):
@@ -116,17 +127,17 @@ class SerialMultiplier(wiring.Component):
         m = Module()
         nb = self.multiplier_bits
         width = len(self.product)
-        addend = Signal(signed(width))          # +-a << step
+        addend = Signal(signed(width))          # a << step
+        negative = Signal()                     # b < 0: subtract the addends
         bits = Signal(unsigned(nb))             # |b|, LSB first
         count = Signal(range(nb + 1))
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
-            a = self.a.as_signed()
-            m.d.sync += [addend.eq(Mux(self.b < 0, -a, a)), bits.eq(abs(self.b)), self.product.eq(0),
-                         count.eq(nb), self.busy.eq(1)]
+            m.d.sync += [addend.eq(self.a), negative.eq(self.b < 0), bits.eq(abs(self.b)),
+                         self.product.eq(0), count.eq(nb), self.busy.eq(1)]
         with m.Elif(self.busy):
             with m.If(bits[0]):
-                m.d.sync += self.product.eq(self.product + addend)
+                m.d.sync += self.product.eq(Mux(negative, self.product - addend, self.product + addend))
             m.d.sync += [addend.eq(addend << 1), bits.eq(bits >> 1), count.eq(count - 1)]
             with m.If(count == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]

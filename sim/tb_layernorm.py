@@ -95,12 +95,12 @@ async def random_and_edge_rows(dut):
     h = load_config(p["config"]).model.hidden
     gmax = (1 << (nx.LN_GAIN_BITS - 1)) - 1
     await start_clock_and_reset(dut)
-    for batch in range(4):
+    for batch in range(5):
         mult_a, mult_b = rng.choice([(1023, rng.randint(1, 1023)), (rng.randint(1, 1023), 1023), (1, 1), (1023, 1023)])
         gain = [rng.choice((gmax, -gmax, rng.randint(-gmax, gmax), rng.randint(-4096, 4096))) for _ in range(h)]
         bias = [rng.choice((rng.randint(-(1 << 31), (1 << 31) - 1), rng.randint(-(1 << 20), 1 << 20), 0))
                 for _ in range(h)]
-        shift = (1, 18, 26, rng.randint(20, 40))[batch]
+        shift = (0, 18, 26, 63, rng.randint(1, 40))[batch]
         rows = _edge_rows(h, rng)
         for _ in range(p["rows"]):
             spread = rng.choice((2, 16, 128))
@@ -127,7 +127,7 @@ async def full_rate(dut):
     got, want, sink = await _run(dut, a, b, (700, 1023, gain, bias, 22), rng, 1.0, 1.0)
     _check(got, want, "full rate")
     first_out, span = sink.cycles[0], sink.cycles[-1] - sink.cycles[0] + 1
-    per_row = max(h, 54)    # the mean unit bound for short rows (see the LayerNorm docstring)
+    per_row = max(h, 56)    # the mean unit bound for short rows (see the LayerNorm docstring)
     dut._log.info(f"layernorm H={h}: first output after {first_out} cycles, {count * h} outputs in {span} cycles")
     assert span <= (count - 1) * per_row + h, f"{span} cycles for {count} rows of {h}: too slow"
     assert first_out <= h + 130, f"first output after {first_out} cycles"

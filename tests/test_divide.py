@@ -85,3 +85,26 @@ def test_bad_widths_rejected():
         SerialSqrt(0)
     with pytest.raises(ValueError, match="width"):
         SerialMultiplier(8, 0)
+
+
+def test_bit_length_tree():
+    from amaranth import Module, Signal
+
+    from mlo_hw.divide import bit_length
+    rng = random.Random(3)
+    for width in (1, 5, 28, 56):
+        x, y = Signal(width), Signal(8)
+        m = Module()
+        m.d.comb += y.eq(bit_length(x))
+        values = [0, 1, (1 << width) - 1, 1 << (width - 1)] + [rng.randrange(1 << rng.randrange(width + 1)) for _ in range(100)]
+        got = []
+
+        async def bench(ctx):
+            for v in values:
+                ctx.set(x, v)
+                got.append(ctx.get(y))
+
+        sim = Simulator(m)
+        sim.add_testbench(bench)
+        sim.run()
+        assert got == [v.bit_length() for v in values]

@@ -30,10 +30,12 @@ def test_softmax_testbench_catches_a_wrong_result():
                  testcase="realistic_rows")
 
 
+@pytest.mark.slow
 def test_softmax_synthesizes_without_latches():
     v, top = _verilog("small")
     r = synth_verilog(v, top)
     assert r.latches == 0
+    assert r.logic_depth <= 20, f"logic depth {r.logic_depth}"
     assert r.used["LUT"] > 0
 
 
