@@ -113,6 +113,25 @@ async def random_and_edge_rows(dut):
 
 
 @cocotb.test()
+async def rounding_ties_and_saturation(dut):
+    """Zero-variance rows (t = 0) with biases on exact rounding ties (half up, towards +inf), and
+    gains/biases that saturate both ways."""
+    p = tb_params()
+    rng = random.Random(p["seed"] + 3)
+    h = load_config(p["config"]).model.hidden
+    shift = 8
+    await start_clock_and_reset(dut)
+    bias = [(rng.randint(-140, 140) << shift) + (1 << (shift - 1)) for _ in range(h)]   # k + 0.5
+    gain = [rng.choice((0, 1, -1, 131071, -131071)) for _ in range(h)]
+    rows = [([v] * h, [rng.randint(-128, 127)] * h) for v in (-128, 0, 5, 127)]
+    rows += [([rng.randint(-128, 127) for _ in range(h)], [rng.randint(-128, 127) for _ in range(h)]) for _ in range(4)]
+    a, b = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    got, want, _ = await _run(dut, a, b, (1023, 517, gain, bias, shift), rng, 0.8, 0.7)
+    assert {-128, 127} <= set(want) and any(-128 < w < 127 for w in want[:4 * h])
+    _check(got, want, "rounding ties and saturation")
+
+
+@cocotb.test()
 async def full_rate(dut):
     """With input always valid and output always ready: the sustained rate and the first-output latency."""
     p = tb_params()
