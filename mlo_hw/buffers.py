@@ -20,13 +20,13 @@ from amaranth.lib.wiring import In, Out
 from .config import ConfigError
 from .weight_image import layout
 
-__all__ = ["PARAM_SECTIONS", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
+__all__ = ["PARAM_SECTIONS", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
            "tile_write_layout"]
 
 PARAM_SECTIONS = ("header", "ln1", "gelu", "ln2")
 
 
-def _index(n: int) -> range:
+def index_range(n: int) -> range:
     """An index over n items, at least one bit wide (zero-width vectors upset Verilog tools)."""
     return range(max(n, 2))
 
@@ -113,9 +113,9 @@ class BankedMemory(wiring.Component):
         self.rows = -(-beats_per_bank // self.lanes)
         self.words = self.rows * self.sub
         super().__init__({
-            "w_en": In(1), "w_bank": In(_index(banks)), "w_row": In(_index(self.rows)),
-            "w_lane": In(_index(self.lanes)), "w_data": In(beat_bits),
-            "r_bank": In(_index(banks)), "r_addr": In(_index(self.words)), "r_data": Out(read_bits),
+            "w_en": In(1), "w_bank": In(index_range(banks)), "w_row": In(index_range(self.rows)),
+            "w_lane": In(index_range(self.lanes)), "w_data": In(beat_bits),
+            "r_bank": In(index_range(banks)), "r_addr": In(index_range(self.words)), "r_data": Out(read_bits),
         })
 
     def elaborate(self, platform):
@@ -132,7 +132,7 @@ class BankedMemory(wiring.Component):
         if self.sub == 1:
             m.d.comb += [rp.addr.eq(self.r_bank * self.rows + self.r_addr), self.r_data.eq(rp.data)]
         else:
-            sel = Signal(_index(self.sub))
+            sel = Signal(index_range(self.sub))
             m.d.sync += sel.eq(self.r_addr % self.sub)
             m.d.comb += [
                 rp.addr.eq(self.r_bank * self.rows + self.r_addr // self.sub),
@@ -166,8 +166,8 @@ class TileBuffer(wiring.Component):
             "w": In(stream.Signature(tile_write_layout(beat_bits, tag_bits))),
             "claim": In(1), "can_claim": Out(1), "flush": In(1),
             "ready": Out(1), "tag": Out(tag_bits), "release": In(1),
-            "waddr": In(_index(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
-            "caddr": In(_index(g.nf)),
+            "waddr": In(index_range(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
+            "caddr": In(index_range(g.nf)),
             "bias": Out(data.ArrayLayout(signed(32), g.pe)),
             "mult": Out(data.ArrayLayout(unsigned(16), g.pe)),
         })
@@ -189,8 +189,8 @@ class TileBuffer(wiring.Component):
 
         # ---- write side ---------------------------------------------------------------------
         w = self.w.payload
-        row, lane = Signal(_index(wmem.rows)), Signal(_index(wmem.lanes))
-        chan_row, chan_lane = Signal(range(2 * bmem.rows + 1)), Signal(_index(bmem.lanes))
+        row, lane = Signal(index_range(wmem.rows)), Signal(index_range(wmem.lanes))
+        chan_row, chan_lane = Signal(range(2 * bmem.rows + 1)), Signal(index_range(bmem.lanes))
         m.d.comb += self.w.ready.eq(~full.bit_select(wr_bank, 1))
         m.d.comb += [
             wmem.w_bank.eq(wr_bank), wmem.w_row.eq(row), wmem.w_lane.eq(lane), wmem.w_data.eq(w.data),

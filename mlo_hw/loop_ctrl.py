@@ -19,7 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import AxiParams, axi_read_master_members
-from .buffers import PARAM_SECTIONS, _index, ParamGeometry, ParamStore, TileBuffer, TileGeometry
+from .buffers import PARAM_SECTIONS, index_range, ParamGeometry, ParamStore, TileBuffer, TileGeometry
 from .weight_dma import ReadDma, command_layout
 from .weight_image import SECTION_ORDER, layout
 
@@ -79,7 +79,7 @@ class LoopController(wiring.Component):
         sch = self.schedule
         n = len(sch.entries)
         entry = Signal(range(n))
-        tile = Signal(_index(max(e[2] for e in sch.entries)))
+        tile = Signal(index_range(max(e[2] for e in sch.entries)))
         layer_base = Signal(self.p.addr_bits)
         tile_off = Signal(self.p.addr_bits)
         offset, beats, count, step, is_tile = (Signal(self.p.addr_bits), Signal(BEATS_BITS), Signal.like(tile),
@@ -157,8 +157,8 @@ class WeightStreamer(wiring.Component):
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
             "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1),
-            "waddr": In(_index(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
-            "caddr": In(_index(g.nf)),
+            "waddr": In(index_range(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
+            "caddr": In(index_range(g.nf)),
             "bias": Out(data.ArrayLayout(signed(32), g.pe)),
             "mult": Out(data.ArrayLayout(16, g.pe)),
             "param_slot": In(1), "param_addr": In(range(pg.slot_bytes // 4)), "param_data": Out(32),
@@ -206,7 +206,7 @@ class WeightStreamer(wiring.Component):
             m.d.sync += index.eq(0)
         is_tile, weight_beats, param_base, param_id = (Signal(), Signal(range(sch.max_beats + 1)),
                                                        Signal(range(self.params.slot_bytes // p.data_bytes)),
-                                                       Signal(_index(len(PARAM_SECTIONS))))
+                                                       Signal(index_range(len(PARAM_SECTIONS))))
         lay = layout(cfg)
         with m.Switch(section):
             for s in lay.sections:

@@ -253,6 +253,6 @@ async def a_corrupted_byte_is_detected(dut):
     try:
         await comp.run()
     except AssertionError as e:
-        assert "word 0" in str(e), str(e)
+        assert f"q tile 0 word {5 // WORD}:" in str(e), str(e)
     else:
         raise AssertionError("a corrupted weight byte went unnoticed")

@@ -99,3 +99,29 @@ def test_memsys_controlled_over_axi_lite(tmp_path):
     params = streamer_tb_params(cfg, _image(cfg, tmp_path), seeds=range(3))
     params["registers"] = regs_dict(cfg)["registers"]
     simulate(v, "memsys_regs", "tb_memsys_regs", params)
+
+
+def _small_with(axi_data_bits, **folding):
+    from mlo_hw.config import config_from_dict
+    import yaml
+    from mlo_hw.config import resolve_config_path
+    raw = yaml.safe_load(resolve_config_path("small").read_text())
+    raw["memory"]["axi_data_bits"] = axi_data_bits
+    raw["folding"].update(folding)
+    return config_from_dict(raw, name=f"small_{axi_data_bits}")
+
+
+@pytest.mark.parametrize("bits,folding", [(32, {}), (128, {}), (64, {"pe": 2, "simd": 2})])
+def test_other_bus_widths_and_foldings_lint_clean(bits, folding):
+    cfg = _small_with(bits, **folding)
+    v = to_verilog(WeightStreamer(cfg), f"memsys_{bits}")
+    assert lint(v, f"memsys_{bits}") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bits,folding", [(32, {}), (128, {}), (64, {"pe": 2, "simd": 2})])
+def test_other_bus_widths_and_foldings_stream_the_image(bits, folding, tmp_path):
+    cfg = _small_with(bits, **folding)
+    top = f"memsys_{bits}_{cfg.mac_lanes}"
+    simulate(to_verilog(WeightStreamer(cfg), top), top, "tb_memsys",
+             streamer_tb_params(cfg, _image(cfg, tmp_path), seeds=range(3)))
