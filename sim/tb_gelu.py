@@ -38,7 +38,8 @@ def _check(got, beats, table, what, corrupt=False):
         want_table[200] = want_table[200] + 1 if want_table[200] < 127 else want_table[200] - 1
     want = nx.table_lookup(np.array(beats), want_table).tolist()
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    assert not bad, f"{what}: {len(bad)} of {len(want)} beats differ, first at {bad[0]}: got {got[bad[0]]}, want {want[bad[0]]}"
+    assert not bad, (f"{what}: {len(bad)} of {len(want)} beats differ, first at {bad[0]}: "
+                     f"got {got[bad[0]]}, want {want[bad[0]]}")
 
 
 @cocotb.test()

@@ -12,7 +12,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from mlo_hw import numerics as nx
 from mlo_hw.config import load_config
 from runner import tb_params
-from streams import StreamSink, StreamSource, pack, start_clock_and_reset
+from streams import StreamSink, StreamSource, start_clock_and_reset
 
 
 def _beats(rows, masks, bits):
@@ -38,7 +38,8 @@ async def _run(dut, rows, masks, mult, shift, rng, p_valid, p_ready, corrupt=Fal
 
 def _check(got, want, what):
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    assert not bad, f"{what}: {len(bad)} of {len(want)} probabilities differ, first at {bad[0]}: got {got[bad[0]]}, want {want[bad[0]]}"
+    assert not bad, (f"{what}: {len(bad)} of {len(want)} probabilities differ, first at {bad[0]}: "
+                     f"got {got[bad[0]]}, want {want[bad[0]]}")
 
 
 def _realistic():

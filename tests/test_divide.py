@@ -96,7 +96,8 @@ def test_bit_length_tree():
         x, y = Signal(width), Signal(8)
         m = Module()
         m.d.comb += y.eq(bit_length(x))
-        values = [0, 1, (1 << width) - 1, 1 << (width - 1)] + [rng.randrange(1 << rng.randrange(width + 1)) for _ in range(100)]
+        values = [0, 1, (1 << width) - 1, 1 << (width - 1)]
+        values += [rng.randrange(1 << rng.randrange(width + 1)) for _ in range(100)]
         got = []
 
         async def bench(ctx):
