@@ -57,13 +57,16 @@ class LayerNorm(wiring.Component):
         ``o``: stream of signed(act_bits), the normalised row in channel order.
         ``mult_a``, ``mult_b`` (unsigned 10): residual multipliers; ``shift`` (0..63): output shift;
         hold them stable while rows are in flight.
-        ``param``: :class:`ParamWriteSignature` write port for the per-channel gain and bias; a
-        write is seen by rows whose output starts later (load them before the first row).
+        ``param``: :class:`ParamWriteSignature` write port for the per-channel gain and bias; the
+        output pass reads them per element, so load them before the phase's first row (a write
+        while rows are in flight changes the outputs not yet produced).
     Throughput: one element per cycle in and out in steady state when ``hidden >= 56`` (the mean
     unit takes ~55 cycles per row, the scale unit ~52, each overlapped with other rows); shorter
     rows run at one row per ~55 cycles (measured: 8 rows of 32 in 417 cycles, 0.61 elements per
     cycle). Latency: from a row's last input to its first output ~112 cycles (measured at H = 32:
-    first output 144 cycles after the first input).
+    first output 144 cycles after the first input). The matrix-vector unit produces the branch
+    output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
+    less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 20`` bits, gain ``hidden * 18``, bias ``hidden * 32`` bits.
     DSP: a*mult_a, b*mult_b, r*r, (d << k) * inv, t * gain.
     """
