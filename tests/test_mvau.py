@@ -88,3 +88,73 @@ def test_bad_params_name_the_field():
         MVAUParams(pe=3, simd=2, max_cols=8, max_rows=8, max_vectors=8, acc_bits=20)
     with pytest.raises(ValueError, match="MVAUParams.pe:"):
         MVAUParams(pe=0, simd=2, max_cols=8, max_rows=8, max_vectors=8, acc_bits=20)
+
+
+def test_mvau_on_lib_memory_read_ports_in_amaranth_sim():
+    """The read-port contract matches amaranth.lib.memory: wired with wiring.connect, bit-exact."""
+    import numpy as np
+    from amaranth import Module
+    from amaranth.lib import memory, wiring
+    from amaranth.sim import Simulator
+
+    from mlo_hw import numerics as nx
+    from mlo_hw.golden import int_matmul
+    from mlo_hw.weight_image import pack_tile_weights
+
+    mp = MVAUParams.from_config(load_config("small"), pe=2, simd=2)
+    rng = np.random.default_rng(3)
+    rows, cols, vectors = 4, 6, 2
+    w = rng.integers(-128, 128, (rows, cols))
+    bias, mult, shift = rng.integers(-5000, 5000, rows), rng.integers(1, 1 << 16, rows), 17
+    x = rng.integers(0, 256, (vectors, cols))
+    words = pack_tile_weights(w, mp.pe, mp.simd).reshape(-1, mp.pe * mp.simd)   # the DRAM tile order
+    dut = MVAU(mp)
+    m = Module()
+    m.submodules.mvau = dut
+    # memories as deep as the MVAU's address ports (wiring.connect checks the widths)
+    wm = m.submodules.wm = memory.Memory(shape=dut.weights.data.shape(), depth=1 << len(dut.weights.addr),
+                                         init=[list(map(int, r)) for r in words])
+    pm = m.submodules.pm = memory.Memory(shape=dut.params.data.shape(), depth=1 << len(dut.params.addr), init=[
+        {"bias": [int(b) for b in bias[i:i + mp.pe]], "mult": [int(v) for v in mult[i:i + mp.pe]]}
+        for i in range(0, rows, mp.pe)])
+    wiring.connect(m, dut.weights, wm.read_port())
+    wiring.connect(m, dut.params, pm.read_port())
+
+    jobs = [dict(raw=False), dict(raw=True)]
+    got = []
+
+    async def put(ctx, port, value):
+        ctx.set(port.valid, 1)
+        ctx.set(port.payload.as_value(), value)
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+
+    async def feed_cmd(ctx):        # cmd and x are independent streams (the 2nd cmd waits for the 1st job)
+        for job in jobs:
+            await put(ctx, dut.cmd, mp.command(cols=cols, rows=rows, vectors=vectors, shift=shift,
+                                               act_unsigned=True, **job))
+
+    async def feed_x(ctx):
+        for _ in jobs:
+            for v in range(vectors):
+                for j in range(0, cols, mp.simd):
+                    word = sum((int(x[v, j + s]) & 0xFF) << (8 * s) for s in range(mp.simd))
+                    await put(ctx, dut.x, word)
+
+    async def drain(ctx):
+        ctx.set(dut.o.ready, 1)
+        for _ in range(len(jobs) * vectors * rows // mp.pe):
+            word, = await ctx.tick().sample(dut.o.payload.as_value()).until(dut.o.valid)
+            got.append([(word >> (c * mp.acc_bits)) & ((1 << mp.acc_bits) - 1) for c in range(mp.pe)])
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed_cmd, background=True)
+    sim.add_testbench(feed_x, background=True)
+    sim.add_testbench(drain)
+    sim.run_until(2e-6)             # 200 cycles; the jobs take 2 * 12 steps + latency
+    acc = int_matmul(x, w.T)
+    want = [nx.requant(acc + bias, mult, shift, 8), acc]
+    flat = [[int(v) & ((1 << mp.acc_bits) - 1) for v in out[vec, nf * mp.pe:(nf + 1) * mp.pe]]
+            for out in want for vec in range(vectors) for nf in range(rows // mp.pe)]
+    assert got == flat
