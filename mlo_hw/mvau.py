@@ -39,8 +39,8 @@ Interface (clock domain ``sync``):
 
 Throughput: one PE x SIMD step per cycle whenever ``x`` has data (only needed in folds ``nf == 0``)
 and the output buffer has room: no bubbles between folds, vectors or jobs. A job of ``V`` vectors
-takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` from its command handshake to
-its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
+takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``13 + ceil(log2(simd))``: 16
+for 8 x 8) from its command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
 the pipeline after issue runs freely and its results land in an output FIFO that issue never
 overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth).
 
