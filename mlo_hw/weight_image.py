@@ -9,8 +9,8 @@ Layout (see ``docs/architecture.md``, "Memory layout")::
                        weights int8 [tile_rows * cols] in (nf, sf, pe, simd) order,
                        bias    int32 [tile_rows], mult uint32 [tile_rows]
       ln1            gain int32 [H], bias int32 [H]
-      ffn_up         matrix section
       gelu           int8 [256]: table[x + 128]
+      ffn_up         matrix section
       ffn_down       matrix section
       ln2            gain int32 [H], bias int32 [H]
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import numerics as nx
 from .golden import IntLayer, IntMatrix
 
 __all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "Section", "Layout", "layout", "pack_image",
@@ -36,7 +37,8 @@ LAYER_ALIGN = 4096    # layer stride: whole AXI 4 KiB pages
 HEADER_FIELDS = ("q_shift", "k_shift", "v_shift", "o_shift", "ffn_up_shift", "ffn_down_shift",
                  "softmax_mult", "softmax_shift", "ctx_mult", "ctx_shift",
                  "res1_a", "res1_b", "res2_a", "res2_b", "ln1_shift", "ln2_shift")
-SECTION_ORDER = ("header", "q", "k", "v", "o", "ln1", "ffn_up", "gelu", "ffn_down", "ln2")
+# GELU's table precedes ffn_up: it is applied to FFN-up's outputs while FFN-up's tiles still stream.
+SECTION_ORDER = ("header", "q", "k", "v", "o", "ln1", "gelu", "ffn_up", "ffn_down", "ln2")
 
 
 def _align(n: int, a: int = ALIGN) -> int:
@@ -148,7 +150,7 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
                 m: IntMatrix = getattr(p, sec.name)
                 _check_range(f"layer {l} {sec.name}.w", m.w, -128, 127)
                 _check_range(f"layer {l} {sec.name}.bias", m.bias, -2**31, 2**31 - 1)
-                _check_range(f"layer {l} {sec.name}.mult", m.mult, 0, 2**32 - 1)
+                _check_range(f"layer {l} {sec.name}.mult", m.mult, 1, 2**nx.MULT_BITS - 1)
                 for t in range(sec.tiles):
                     rows = slice(t * tr, (t + 1) * tr)
                     off = sec.tile_offset(t)
