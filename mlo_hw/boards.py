@@ -23,8 +23,8 @@ Boards (:data:`BOARDS`): Arty A7-35 and Arty A7-100 (amaranth-boards ``ArtyA7_35
   The design's other ports have no board pins: the DRAM behind the AXI master needs the board's DDR3
   controller (Vivado's MIG), which is not part of this flow. So that the tools keep all the logic,
   every input bit is fed from its own flip-flop of a shift register filled by a free-running 64-bit
-  xorshift generator, and every output port is folded by XOR into LED 0. The bitstream is a resource and timing build of the design on the part,
-  not a working accelerator.
+  xorshift generator, and every output port is folded by XOR into LED 0. The bitstream is a resource
+  and timing build of the design on the part, not a working accelerator.
 
 The XDC (:func:`xdc_text`) has ``create_clock`` for the board clock input at the configured period
 (when an MMCM makes the configured clock, the input's own period, and Vivado derives the MMCM output
@@ -39,15 +39,15 @@ import argparse
 import copy
 import sys
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
-from amaranth.build import Attrs, Clock, PinsN, Pins, Resource
+from amaranth.build import Attrs, Clock, Pins, PinsN, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In
 from amaranth.vendor import XilinxPlatform
+from amaranth_boards.arty_a7 import ArtyA7_35Platform, ArtyA7_100Platform
 
 from .config import ConfigError, _part_family, load_config
 
@@ -55,8 +55,6 @@ __all__ = ["NexysVideoPlatform", "Board", "BOARDS", "board_of", "mmcm_params", "
            "write_xdc", "design_component", "build_plan", "board_verilog", "TOP_NAME", "main"]
 
 TOP_NAME = "mlo_top"
-ROOT = Path(__file__).resolve().parent.parent
-CONSTRAINTS = ROOT / "constraints"
 
 
 class NexysVideoPlatform(XilinxPlatform):
@@ -93,23 +91,9 @@ class Board:
         return self.platform(toolchain="Vivado")._part
 
 
-def _arty(device: str):
-    from amaranth_boards.arty_a7 import ArtyA7_35Platform, ArtyA7_100Platform
-    return {"35": ArtyA7_35Platform, "100": ArtyA7_100Platform}[device]
-
-
-class _Lazy:
-    """The amaranth-boards platform class, imported when first used."""
-    def __init__(self, device):
-        self.device = device
-
-    def __call__(self, *args, **kwargs):
-        return _arty(self.device)(*args, **kwargs)
-
-
 BOARDS = {
-    "arty_a7_35": Board("arty_a7_35", "Digilent Arty A7-35", _Lazy("35"), 100.0, 3.3),
-    "arty_a7_100": Board("arty_a7_100", "Digilent Arty A7-100", _Lazy("100"), 100.0, 3.3),
+    "arty_a7_35": Board("arty_a7_35", "Digilent Arty A7-35", ArtyA7_35Platform, 100.0, 3.3),
+    "arty_a7_100": Board("arty_a7_100", "Digilent Arty A7-100", ArtyA7_100Platform, 100.0, 3.3),
     "nexys_video": Board("nexys_video", "Digilent Nexys Video", NexysVideoPlatform, 100.0, 3.3),
 }
 

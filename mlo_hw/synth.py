@@ -205,7 +205,12 @@ def design_of(cfg, blocks: tuple[Block, ...] | None = None) -> Design:
         hook = getattr(engine, ENGINE_HOOK, None)
         if hook is None:
             raise SynthError(f"{ENGINE_MODULE} has no {ENGINE_HOOK}(cfg) returning the engine component")
-        return Design("engine", {"mlo_engine": (_verilog(hook(cfg), "mlo_engine"), "mlo_engine")})
+        try:
+            text = _verilog(hook(cfg), "mlo_engine")
+        except Exception as e:
+            raise SynthError(f"the engine ({ENGINE_MODULE}.{ENGINE_HOOK}) does not build at config {cfg.name}: "
+                             f"{type(e).__name__}: {e}") from e
+        return Design("engine", {"mlo_engine": (text, "mlo_engine")})
     parts, missing = {}, []
     for b in blocks:
         if not _module_exists(b.module):
