@@ -66,14 +66,16 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         cfg = load_config(args.config)
-        if cfg.weights.source != "random":
-            raise ConfigError("weights.source: 'onnx' configs are built by python -m mlo_hw.frontend")
         out = Path(args.output or Path("build") / cfg.name)
         out.mkdir(parents=True, exist_ok=True)
         _, model = build_model(cfg)
         (out / "weights.bin").write_bytes(pack_image(cfg, model.layers))
         write_manifest(out / "manifest.json", cfg)
-        x, mask = random_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
+        if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
+            from .frontend.host import onnx_inputs
+            x, mask = onnx_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
+        else:
+            x, mask = random_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
         x_int = model.quantize_input(x)
         y = run_int(model, x_int, mask, cfg)
         (out / "golden_input.bin").write_bytes(x_int.astype(np.int8).tobytes())

@@ -1,0 +1,212 @@
+"""The host side of an ONNX model around the engine's layer stack, and the model -> engine flow.
+
+The engine runs the layer stack; the embeddings before it and whatever follows it (pooler, head) stay on
+the host (Brainsmith's remove_head / remove_tail). Here the host part is the ONNX model itself, run by
+onnxruntime with the layer stack's input and output tensors exposed as extra graph outputs:
+:meth:`Host.run` gives, for token ids and an attention mask, the float input of layer 0 (what the front
+end quantizes to the engine's int8 input) and the float output of the last layer (what the engine's
+dequantized output is compared with).
+
+:func:`build_model_onnx` is ``mlo_hw.quantize.build_model`` for ``weights: {source: onnx}`` configs:
+float layers by role, calibration on the model's own inputs (random token ids through the embeddings),
+then the quantizer. :func:`config_dict` writes a config for a model.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ..config import ConfigError
+from . import Frontend, FrontendError, load
+
+__all__ = ["Host", "model_inputs", "build_model_onnx", "config_dict", "resolve_model_path", "float_check"]
+
+_ORT_HINT = "onnxruntime is needed to run the model's embeddings on the host: pip install onnxruntime"
+
+
+class Host:
+    """onnxruntime session of the whole model that also returns the layer stack's input and output."""
+
+    def __init__(self, fe: Frontend):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise FrontendError(_ORT_HINT) from None
+        if len(fe.groups) != 1:
+            raise FrontendError(f"host: {len(fe.groups)} layer groups; the host runs models with one layer stack")
+        self.fe = fe
+        grp = fe.groups[0]
+        self.stack_in, self.stack_out = grp.layers[0].input, grp.layers[-1].output
+        model = onnx.ModelProto()
+        model.CopyFrom(fe.graph.model)
+        have = {o.name for o in model.graph.output}
+        for name in (self.stack_in, self.stack_out):
+            if name not in have:
+                model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.ids_name = self._ids_input()
+        self.vocab = self._vocab()
+
+    def _ids_input(self) -> str:
+        g = self.fe.graph
+        for i in g.graph_inputs:
+            for c in g.consumers.get(i.name, []):
+                n = g.nodes[c]
+                if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == i.name and g.is_const(n.input[0]):
+                    return i.name
+        raise FrontendError("host: no graph input feeds an embedding Gather (expected token ids, e.g. input_ids)")
+
+    def _vocab(self) -> int:
+        g = self.fe.graph
+        for c in g.consumers.get(self.ids_name, []):
+            n = g.nodes[c]
+            if n.op_type == "Gather" and g.is_const(n.input[0]):
+                return int(g.const(n.input[0]).shape[0])
+        return 2
+
+    def seq_limit(self) -> int | None:
+        """The fixed sequence length of the model's inputs, or None when it is symbolic."""
+        shape = self.inputs[self.ids_name].shape
+        return shape[1] if len(shape) > 1 and isinstance(shape[1], int) else None
+
+    def run(self, ids, mask) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids [S] and mask [S] -> (layer-0 input [S, H], last-layer output [S, H]), float64."""
+        ids = np.asarray(ids, np.int64)[None, :]
+        mask = np.asarray(mask, np.int64)[None, :]
+        feeds = {}
+        for name, info in self.inputs.items():
+            dtype = np.int32 if "int32" in info.type else np.int64
+            if name == self.ids_name:
+                feeds[name] = ids.astype(dtype)
+            elif "mask" in name:
+                feeds[name] = mask.astype(dtype)
+            elif "token_type" in name:
+                feeds[name] = np.zeros_like(ids, dtype)
+            else:
+                raise FrontendError(f"host: model input {name!r} is neither token ids, a mask nor token types")
+        x, y = self.session.run([self.stack_in, self.stack_out], feeds)
+        return np.asarray(x[0], np.float64), np.asarray(y[0], np.float64)
+
+
+def model_inputs(host: Host, seq_len: int, rng: np.random.Generator, count: int):
+    """``count`` inputs for the layer stack: random token ids of random valid lengths through the embeddings.
+
+    Returns ``[(x [S, H] float, mask [S] bool, ids [S])]``; the first input has every position valid.
+    """
+    fixed = host.seq_limit()
+    if fixed is not None and fixed != seq_len:
+        raise ConfigError(f"model.seq_len: the ONNX model's inputs have a fixed length {fixed}, config says {seq_len}")
+    out = []
+    for n in range(count):
+        valid = seq_len if n == 0 else int(rng.integers(1, seq_len + 1))
+        ids = rng.integers(min(3, host.vocab - 1), host.vocab, seq_len)
+        mask = np.arange(seq_len) < valid
+        x, _ = host.run(ids, mask)
+        out.append((x, mask, ids))
+    return out
+
+
+def resolve_model_path(path: str) -> Path:
+    """``weights.onnx`` as given (relative to the working directory), else relative to the repository."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    alt = Path(__file__).resolve().parents[2] / path
+    if alt.is_file():
+        return alt
+    raise ConfigError(f"weights.onnx: no such file {path!r}")
+
+
+def _frontend_for(cfg) -> Frontend:
+    hierarchy = [list(g) for g in cfg.loop_body_hierarchy]
+    try:
+        return load(resolve_model_path(cfg.weights.onnx), hierarchy)
+    except FrontendError as e:
+        raise ConfigError(f"weights.onnx: {e}") from None
+
+
+def _host_for(fe: Frontend) -> Host:
+    try:
+        return Host(fe)
+    except FrontendError as e:
+        raise ConfigError(f"weights.onnx: {e}") from None
+
+
+def _check_dims(cfg, fe: Frontend):
+    d = fe.dims
+    for name in ("layers", "hidden", "heads", "intermediate"):
+        if getattr(cfg.model, name) != d[name]:
+            raise ConfigError(f"model.{name}: config says {getattr(cfg.model, name)}, "
+                              f"{cfg.weights.onnx} has {d[name]}")
+    if not math.isclose(cfg.model.layernorm_eps, d["layernorm_eps"], rel_tol=1e-4):
+        raise ConfigError(f"model.layernorm_eps: config says {cfg.model.layernorm_eps:g}, "
+                          f"{cfg.weights.onnx} has {d['layernorm_eps']:g}")
+
+
+def build_model_onnx(cfg, calib_count: int = 4):
+    """Float layers by role and the quantized model, calibrated on the model's own (embedded) inputs."""
+    from ..quantize import quantize
+    fe = _frontend_for(cfg)
+    reason = fe.engine_refusal()
+    if reason:
+        raise ConfigError(f"weights.onnx: not runnable on the engine: {reason}")
+    _check_dims(cfg, fe)
+    layers = fe.float_layers()
+    host = _host_for(fe)
+    calib = [(x, m) for x, m, _ in model_inputs(host, cfg.model.seq_len, np.random.default_rng(cfg.weights.seed),
+                                                calib_count)]
+    return layers, quantize(layers, calib, cfg)
+
+
+def onnx_inputs(cfg, rng: np.random.Generator, count: int):
+    """Layer-stack inputs of an ONNX config, like :func:`mlo_hw.quantize.random_inputs`: [(x, mask)]."""
+    host = _host_for(_frontend_for(cfg))
+    return [(x, m) for x, m, _ in model_inputs(host, cfg.model.seq_len, rng, count)]
+
+
+def float_check(fe: Frontend, layers, inputs) -> float:
+    """Largest |float reference - onnxruntime| over ``inputs`` [(x, mask, ids)] at the layer stack's output."""
+    from ..reference import float_stack
+    host = Host(fe)
+    eps, heads = fe.dims["layernorm_eps"], fe.dims["heads"]
+    worst = 0.0
+    for x, mask, ids in inputs:
+        _, want = host.run(ids, mask)
+        got = float_stack(x, layers, mask, heads, eps)
+        worst = max(worst, float(np.abs(got - want).max()))
+    return worst
+
+
+def _divisor(n_values, choices) -> int:
+    for c in choices:
+        if all(v % c == 0 for v in n_values):
+            return c
+    return 1
+
+
+def config_dict(fe: Frontend, onnx_path: str, seq_len: int, name: str | None = None) -> dict:
+    """A config (as a YAML-ready dict) for running ``fe``'s layer stack on the engine."""
+    reason = fe.engine_refusal()
+    if reason:
+        raise FrontendError(f"not runnable on the engine: {reason}")
+    d = fe.dims
+    dh = d["hidden"] // d["heads"]
+    unit = _divisor((d["hidden"], d["intermediate"], dh), (8, 4, 2, 1))
+    tile = _divisor((d["hidden"], d["intermediate"]), (unit * 2, unit))
+    return {
+        "name": name or Path(onnx_path).stem,
+        "model": {"layers": d["layers"], "hidden": d["hidden"], "heads": d["heads"],
+                  "intermediate": d["intermediate"], "seq_len": seq_len,
+                  "layernorm_eps": float(f"{d['layernorm_eps']:.6g}")},
+        "numerics": {"weight_bits": 8, "act_bits": 8},
+        "folding": {"pe": unit, "simd": unit, "tile_rows": tile},
+        "weights": {"source": "onnx", "onnx": str(onnx_path), "seed": 0},
+        "loop_body_hierarchy": [list(fe.groups[0].hierarchy)],
+    }

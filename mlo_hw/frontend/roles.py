@@ -1,0 +1,386 @@
+"""Weights of one layer by their role in the body, found from the graph's structure, never from names.
+
+Optimised dynamo exports fold each Linear's weight into a fresh initializer (``val_123``, stored
+[in, out]) and merge identical initializers across layers; the legacy exporter stores MatMul weights as
+``onnx::MatMul_123``. So roles come from the wiring:
+
+* a *linear* is a MatMul (or Gemm) with a constant 2-D weight, plus the Add of a constant bias that
+  follows it; its weight is returned in PyTorch's [out, in] layout;
+* an *attention* is found from each Softmax: the MatMul producing its scores has Q on input 0 and K on
+  input 1, the MatMul consuming its probabilities has V on input 1 (each traced back through reshapes,
+  transposes and scalings to its linear); the output projection O is the first linear after that;
+  it is *self* attention when Q, K and V read the same tensor, *cross* attention otherwise;
+* the linears of no attention are the feed-forward network, in graph order (``ffn_up``, ``ffn_down``);
+* LayerNormalization nodes in order give ``ln1``, ``ln2``, ...; any other weight-sized constant is
+  reported under the op that reads it (``mul1``: T5's RMSNorm weight, for instance).
+
+Role names for a BERT layer are the fields of :class:`mlo_hw.reference.FloatLayer` (``q_w``, ``q_b``,
+..., ``ln2_b``), so a BERT-family layer converts directly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import FrontendError, Graph
+from .loop import SMALL_CONST, Layer
+
+__all__ = ["Linear", "Attention", "LayerRoles", "layer_roles", "engine_refusal"]
+
+_PASS = {"Reshape", "Transpose", "Mul", "Div", "Cast", "Identity", "Squeeze", "Unsqueeze", "Dropout",
+         "Contiguous", "Expand", "Slice", "IsNaN", "Where", "Add"}
+
+
+@dataclass
+class Linear:
+    matmul: int                 # node index
+    bias_add: int | None
+    input: str
+    output: str                 # after the bias
+    w: np.ndarray               # [out, in]
+    b: np.ndarray | None
+
+
+@dataclass
+class Attention:
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear | None
+    scores: int                 # node index of Q @ K^T
+    softmax: int
+    context: int                # node index of P @ V
+    scale: float                # product of the constant scalings between the Q, K linears and Softmax
+
+    @property
+    def kind(self) -> str:
+        return "self" if self.q.input == self.k.input == self.v.input else "cross"
+
+
+@dataclass
+class LayerRoles:
+    """Everything found in one layer; :attr:`weights` maps role to float array ([out, in] for matrices)."""
+    layer: Layer
+    linears: list[Linear]
+    attentions: list[Attention]
+    ffn: list[Linear]
+    norms: list[int]                          # LayerNormalization node indices
+    activations: list[str]                    # op types between the FFN linears
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    heads: int | None = None
+
+
+class _Body:
+    def __init__(self, g: Graph, layer: Layer):
+        self.g, self.layer = g, layer
+        self.nodes = set(layer.nodes)
+
+    def producer(self, t: str) -> int | None:
+        p = self.g.producer.get(t)
+        return p if p in self.nodes else None
+
+    def consumers(self, t: str) -> list[int]:
+        return [c for c in self.g.consumers.get(t, []) if c in self.nodes]
+
+    def active_inputs(self, i: int) -> list[str]:
+        """Inputs of node ``i`` that are activations (not constants, not shape arithmetic)."""
+        g = self.g
+        return [t for t in g.nodes[i].input if t and not g.is_const(t) and t not in g.plumbing]
+
+
+def _scalar(g: Graph, node, slot_of_value: int):
+    """The scalar constant operand of a Mul/Div node, else None."""
+    for s, t in enumerate(node.input):
+        if s != slot_of_value and t and g.is_const(t) and g.const(t).size == 1:
+            return float(g.const(t).ravel()[0]), s
+    return None
+
+
+def _linears(b: _Body) -> list[Linear]:
+    g, out = b.g, []
+    for i in b.layer.nodes:
+        n = g.nodes[i]
+        if n.op_type not in ("MatMul", "Gemm") or len(n.input) < 2:
+            continue
+        a, w = n.input[0], n.input[1]
+        if g.is_const(a) or not g.is_const(w) or g.const(w).ndim != 2:
+            continue
+        wv = np.asarray(g.const(w), np.float64)
+        bias, add, y = None, None, n.output[0]
+        if n.op_type == "Gemm":
+            if g.attr(i, "transA", 0):
+                continue
+            wv = wv if g.attr(i, "transB", 0) else wv.T
+            if len(n.input) > 2 and n.input[2]:
+                bias = np.asarray(g.const(n.input[2]), np.float64) * g.attr(i, "beta", 1.0)
+            wv = wv * g.attr(i, "alpha", 1.0)
+        else:
+            wv = wv.T                                            # MatMul stores [in, out]
+        if bias is None:
+            cons = b.consumers(y)
+            if len(cons) == 1 and g.nodes[cons[0]].op_type == "Add":
+                other = [t for t in g.nodes[cons[0]].input if t != y]
+                if len(other) == 1 and g.is_const(other[0]):
+                    cv = np.asarray(g.const(other[0]), np.float64)
+                    if cv.size == wv.shape[0] and cv.shape[-1] == wv.shape[0]:
+                        bias, add, y = cv.reshape(-1), cons[0], g.nodes[cons[0]].output[0]
+        out.append(Linear(matmul=i, bias_add=add, input=a, output=y, w=wv, b=bias))
+    return out
+
+
+def _trace_back(b: _Body, t: str, by_output: dict[str, Linear], scale: list[float]) -> Linear | None:
+    """Follow ``t`` back through pass-through nodes to the linear producing it; record scalar scalings."""
+    g = b.g
+    for _ in range(64):
+        if t in by_output:
+            return by_output[t]
+        p = b.producer(t)
+        if p is None or g.nodes[p].op_type not in _PASS:
+            return None
+        node = g.nodes[p]
+        ins = b.active_inputs(p)
+        if node.op_type in ("Mul", "Div") and len(ins) == 1:
+            c = _scalar(g, node, list(node.input).index(ins[0]))
+            if c is not None:
+                scale[0] *= c[0] if node.op_type == "Mul" else 1.0 / c[0]
+        local = [x for x in ins if b.producer(x) is not None or x in by_output]
+        if not local:
+            return None
+        t = local[0]
+    return None
+
+
+def _first_matmul(b: _Body, start: str, forward: bool, scale: list[float] | None = None) -> int | None:
+    """The nearest activation-by-activation MatMul before (or after) tensor ``start`` in the body."""
+    g = b.g
+    t = start
+    for _ in range(64):
+        if forward:
+            cons = b.consumers(t)
+            if not cons:
+                return None
+            i = min(cons)
+        else:
+            i = b.producer(t)
+            if i is None:
+                return None
+        node = g.nodes[i]
+        if node.op_type == "MatMul" and len(b.active_inputs(i)) == 2:
+            return i
+        if node.op_type not in _PASS:
+            return None
+        if forward:
+            t = node.output[0]
+        else:
+            ins = b.active_inputs(i)
+            if scale is not None and node.op_type in ("Mul", "Div") and len(ins) == 1:
+                c = _scalar(g, node, list(node.input).index(ins[0]))
+                if c is not None:
+                    scale[0] *= c[0] if node.op_type == "Mul" else 1.0 / c[0]
+            local = [x for x in ins if b.producer(x) is not None]
+            if not local:
+                return None
+            t = local[0]
+    return None
+
+
+def _reachable(b: _Body, start: str) -> set[int]:
+    seen, todo = set(), [start]
+    while todo:
+        for c in b.consumers(todo.pop()):
+            if c not in seen:
+                seen.add(c)
+                todo.extend(o for o in b.g.nodes[c].output if o)
+    return seen
+
+
+def _ops_between(b: _Body, start: str, end: str) -> list[str]:
+    """Op types of the body nodes on the paths from tensor ``start`` to tensor ``end``."""
+    ops, todo, seen = set(), [end], set()
+    while todo:
+        t = todo.pop()
+        if t == start or t in seen:
+            continue
+        seen.add(t)
+        p = b.producer(t)
+        if p is None:
+            continue
+        ops.add(b.g.nodes[p].op_type)
+        todo.extend(b.active_inputs(p))
+    return sorted(ops)
+
+
+def _heads(b: _Body, lin: Linear, hidden: int) -> int | None:
+    """Head count from the Reshape that splits Q into [.., heads, head_dim]."""
+    g = b.g
+    t = lin.output
+    for _ in range(8):
+        cons = b.consumers(t)
+        if not cons:
+            return None
+        i = cons[0]
+        node = g.nodes[i]
+        if node.op_type == "Reshape":
+            target = node.input[1]
+            vals = None
+            if g.is_const(target):
+                vals = [int(v) for v in g.const(target).ravel()]
+            elif g.producer.get(target) is not None and g.nodes[g.producer[target]].op_type == "Concat":
+                vals = []
+                for x in g.nodes[g.producer[target]].input:
+                    vals += [int(v) for v in g.const(x).ravel()] if g.is_const(x) else [None]
+            if vals and len(vals) >= 2 and vals[-1] not in (None, -1, 0):
+                dh = vals[-1]
+                heads = vals[-2] if vals[-2] not in (None, -1, 0) else hidden // dh
+                return heads if heads * dh == hidden else None
+            return None
+        if node.op_type not in _PASS:
+            return None
+        t = node.output[0]
+    return None
+
+
+def layer_roles(g: Graph, layer: Layer) -> LayerRoles:
+    b = _Body(g, layer)
+    linears = _linears(b)
+    by_output = {}
+    for lin in linears:
+        by_output[lin.output] = lin
+        by_output[g.nodes[lin.matmul].output[0]] = lin
+    attentions = []
+    for i in layer.nodes:
+        if g.nodes[i].op_type != "Softmax":
+            continue
+        where = f"{g.describe(i)}"
+        scale = [1.0]
+        scores = _first_matmul(b, g.nodes[i].input[0], forward=False, scale=scale)
+        context = _first_matmul(b, g.nodes[i].output[0], forward=True)
+        if scores is None or context is None:
+            raise FrontendError(f"{where}: no score or context MatMul around this Softmax")
+        qa, ka = g.nodes[scores].input[:2]
+        q = _trace_back(b, qa, by_output, scale)
+        k = _trace_back(b, ka, by_output, scale)
+        v = _trace_back(b, g.nodes[context].input[1], by_output, [1.0])
+        if q is None or k is None or v is None:
+            raise FrontendError(f"{where}: cannot trace Q, K and V back to their linear layers")
+        after = _reachable(b, g.nodes[context].output[0])
+        o = next((lin for lin in linears if lin.matmul in after), None)
+        attentions.append(Attention(q=q, k=k, v=v, o=o, scores=scores, softmax=i, context=context,
+                                    scale=scale[0]))
+    used = {id(x) for a in attentions for x in (a.q, a.k, a.v, a.o) if x is not None}
+    ffn = [lin for lin in linears if id(lin) not in used]
+    norms = [i for i in layer.nodes if g.nodes[i].op_type == "LayerNormalization"]
+    activations = _ops_between(b, ffn[0].output, ffn[-1].input) if len(ffn) >= 2 else []
+    roles = LayerRoles(layer=layer, linears=linears, attentions=attentions, ffn=ffn, norms=norms,
+                       activations=activations)
+    _name_weights(g, b, roles)
+    if attentions:
+        hidden = attentions[0].q.w.shape[1]
+        roles.heads = _heads(b, attentions[0].q, hidden)
+    return roles
+
+
+def _name_weights(g: Graph, b: _Body, r: LayerRoles):
+    w = r.weights
+
+    def put(name: str, lin: Linear):
+        w[f"{name}_w"] = lin.w
+        if lin.b is not None:
+            w[f"{name}_b"] = lin.b
+
+    kinds = [a.kind for a in r.attentions]
+    for n, a in enumerate(r.attentions):
+        if len(r.attentions) == 1:
+            pre = ""
+        elif kinds.count(a.kind) == 1:
+            pre = f"{a.kind}_"
+        else:
+            pre = f"{a.kind}{n}_"
+        for part in ("q", "k", "v", "o"):
+            if getattr(a, part) is not None:
+                put(pre + part, getattr(a, part))
+    if len(r.ffn) == 2:
+        put("ffn_up", r.ffn[0])
+        put("ffn_down", r.ffn[1])
+    else:
+        for n, lin in enumerate(r.ffn):
+            put(f"ffn_{n}", lin)
+    used = {g.nodes[lin.matmul].input[1] for lin in r.linears}
+    used |= {t for lin in r.linears if lin.bias_add is not None for t in g.nodes[lin.bias_add].input}
+    for n, i in enumerate(r.norms, start=1):
+        ins = g.nodes[i].input
+        if len(ins) > 1 and ins[1] and g.is_const(ins[1]):
+            w[f"ln{n}_g"] = np.asarray(g.const(ins[1]), np.float64)
+        if len(ins) > 2 and ins[2] and g.is_const(ins[2]):
+            w[f"ln{n}_b"] = np.asarray(g.const(ins[2]), np.float64)
+        used.update(ins)
+    count: dict[str, int] = {}
+    for i in r.layer.nodes:
+        node = g.nodes[i]
+        if g.is_static(i):
+            continue
+        for t in node.input:
+            if t and t not in used and g.is_const(t) and g.const(t).size > SMALL_CONST:
+                op = node.op_type.lower()
+                count[op] = count.get(op, 0) + 1
+                w[f"{op}{count[op]}"] = np.asarray(g.const(t), np.float64)
+                used.add(t)
+
+
+def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
+    """Why the layer engine (a post-LN BERT layer) cannot run this layer, or None when it can."""
+    layer = r.layer
+    if len(r.attentions) != 1:
+        return (f"{len(r.attentions)} attention blocks per layer ({', '.join(a.kind for a in r.attentions)}); "
+                f"the engine runs exactly one self-attention")
+    if len(r.norms) != 2:
+        other = " (it normalises some other way, e.g. T5's RMSNorm)" if not r.norms else ""
+        return f"{len(r.norms)} LayerNormalization nodes per layer{other}; a post-LN BERT layer has two"
+    a = r.attentions[0]
+    if a.kind != "self" or a.q.input != layer.input:
+        return "the attention does not read the layer input as Q, K and V (not a self-attention)"
+    if a.o is None:
+        return "no output projection after the attention"
+    if len(r.ffn) != 2:
+        return f"{len(r.ffn)} feed-forward linear layers; the engine has two (up, down)"
+    hidden = a.q.w.shape[1]
+    up, down = r.ffn
+    for name, lin, shape in (("q", a.q, (hidden, hidden)), ("k", a.k, (hidden, hidden)),
+                             ("v", a.v, (hidden, hidden)), ("o", a.o, (hidden, hidden)),
+                             ("ffn_up", up, (up.w.shape[0], hidden)), ("ffn_down", down, (hidden, up.w.shape[0]))):
+        if lin.w.shape != shape:
+            return f"{name} weight has shape {list(lin.w.shape)}, expected {list(shape)}"
+    acts = set(r.activations)
+    if "Tanh" in acts:
+        return "tanh-approximated GELU; the engine's table implements the exact (erf) GELU"
+    if not ({"Gelu", "Erf"} & acts):
+        return f"activation {'/'.join(sorted(acts)) or 'none'} between the FFN linears; the engine implements GELU"
+    for i in r.layer.nodes:
+        if g.nodes[i].op_type == "Gelu" and g.attr(i, "approximate", b"none") not in (b"none", "none"):
+            return "tanh-approximated GELU; the engine's table implements the exact (erf) GELU"
+    ln1, ln2 = (g.nodes[i] for i in r.norms)
+    if not _is_residual(g, ln1.input[0], a.o.output, layer.input):
+        return "LayerNorm 1 does not normalise (layer input + attention output): not a post-LN layer"
+    if up.input != ln1.output[0]:
+        return "the FFN does not read LayerNorm 1's output"
+    if not _is_residual(g, ln2.input[0], down.output, ln1.output[0]):
+        return "LayerNorm 2 does not normalise (LayerNorm 1 output + FFN output): not a post-LN layer"
+    if layer.output != ln2.output[0]:
+        return "the layer output is not LayerNorm 2's output"
+    if r.heads is None:
+        return "cannot tell the head count from the reshape after Q"
+    want = 1.0 / math.sqrt(hidden // r.heads)
+    if not math.isclose(a.scale, want, rel_tol=1e-5):
+        return f"attention scores are scaled by {a.scale:.6g}; the engine scales by 1/sqrt(head size) = {want:.6g}"
+    for i in r.norms:
+        if g.attr(i, "axis", -1) != -1:
+            return "LayerNormalization over an axis other than the last"
+    return None
+
+
+def _is_residual(g: Graph, t: str, a: str, b: str) -> bool:
+    p = g.producer.get(t)
+    return p is not None and g.nodes[p].op_type == "Add" and set(g.nodes[p].input) == {a, b}

@@ -1,0 +1,318 @@
+"""ONNX front end: loop-body discovery, structure check, weights by role, host path, CLI, MiniLM.
+
+The fixtures in tests/fixtures/onnx/ are tiny Hugging Face models exported by tools/export_fixtures.py
+(needs torch; the tests do not). Float checks run the models with onnxruntime.
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+
+from mlo_hw.config import ConfigError, config_from_dict, load_config
+from mlo_hw.frontend import ENGINE_ROLES, Frontend, FrontendError, load
+from mlo_hw.frontend.__main__ import main as cli
+from mlo_hw.frontend.graph import Graph
+
+FIXTURES = Path(__file__).parent / "fixtures" / "onnx"
+RUNNABLE = ["bert", "bert_merged", "bert_sdpa", "roberta", "distilbert", "bert_legacy"]
+GROUPS = {
+    "bert": [("encoder.layer", 3)],
+    "bert_merged": [("encoder.layer", 2)],
+    "bert_sdpa": [("encoder.layer", 3)],
+    "roberta": [("encoder.layer", 2)],
+    "distilbert": [("transformer.layer", 2)],
+    "bert_legacy": [("model.encoder.layer", 2)],
+    "t5": [("encoder.block", 2), ("decoder.block", 2)],
+    "bart": [("encoder.layers", 2), ("decoder.layers", 2)],
+}
+
+
+def fixture(name: str) -> Path:
+    return FIXTURES / f"{name}.onnx"
+
+
+@pytest.fixture(scope="module")
+def frontends():
+    return {name: load(fixture(name)) for name in GROUPS}
+
+
+def test_fixtures_are_small():
+    for name in GROUPS:
+        assert fixture(name).stat().st_size < 512 * 1024, name
+
+
+# ---- loop body -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_discovers_layer_groups(frontends, name):
+    fe = frontends[name]
+    assert [(g.prefix, len(g.layers)) for g in fe.groups] == GROUPS[name]
+    assert fe.graph.legacy == (name == "bert_legacy")
+    for grp in fe.groups:
+        sizes = {len(layer.compute) for layer in grp.layers}
+        assert sizes == {grp.body_size} and grp.body_size > 20
+        assert grp.layers[0].input and grp.layers[-1].output
+        for a, b in zip(grp.layers, grp.layers[1:]):
+            assert b.input == a.output
+
+
+def test_finn_hierarchy_matches_discovery(frontends):
+    fe = load(fixture("bert"), [["encoder", "encoder.layer.0"]])
+    auto = frontends["bert"]
+    assert [l.nodes for l in fe.groups[0].layers] == [l.nodes for l in auto.groups[0].layers]
+    assert fe.groups[0].hierarchy == ("encoder", "encoder.layer.0")
+    # BART's encoder alone, by hierarchy; the legacy export's wrapper prefix ('model.') is found by suffix
+    assert [g.prefix for g in load(fixture("bart"), [["encoder", "encoder.layers.0"]]).groups] == ["encoder.layers"]
+    assert load(fixture("bert_legacy"), [["encoder", "encoder.layer.0"]]).groups[0].prefix == "model.encoder.layer"
+
+
+def test_bad_hierarchy_is_one_line():
+    with pytest.raises(FrontendError, match=r"scope 'encoder\.block\.0' not found.*encoder\.layer\.0") as e:
+        load(fixture("bert"), [["encoder", "encoder.block.0"]])
+    assert "\n" not in str(e.value)
+    with pytest.raises(FrontendError, match=r"ending in '\.0'"):
+        load(fixture("bert"), [["encoder", "encoder.layer.1"]])
+
+
+def test_mask_preparation_is_hoisted(frontends):
+    fe = frontends["bert_sdpa"]
+    g, grp = fe.graph, fe.groups[0]
+    assert len(grp.hoisted) == 1
+    node = grp.hoisted[0]
+    assert g.nodes[node].op_type == "Where" and "encoder.layer.0" in g.scopes(node)
+    readers = {c for o in g.nodes[node].output for c in g.consumers[o]}
+    assert all(any(c in layer.nodes for c in readers) for layer in grp.layers)   # every layer uses it
+
+
+def _mutated(name: str, layer_scope: str, op: str, change) -> Graph:
+    model = onnx.load(str(fixture(name)))
+    g = Graph(model)
+    hits = [i for i, n in enumerate(g.nodes) if n.op_type == op and layer_scope in g.scopes(i)]
+    change(model.graph.node[hits[-1]])
+    return Graph(model)
+
+
+def test_structure_mismatch_names_layer_and_node():
+    def eps(node):
+        for a in node.attribute:
+            if a.name == "epsilon":
+                a.f = 1e-5
+    g = _mutated("bert", "encoder.layer.2", "LayerNormalization", eps)
+    with pytest.raises(FrontendError) as e:
+        Frontend(g)
+    msg = str(e.value)
+    assert msg.startswith("encoder.layer.2: node 33 (LayerNormalization") and "attributes" in msg
+    assert "\n" not in msg
+
+    def swap(node):
+        node.input[0], node.input[1] = node.input[1], node.input[0]
+    g = _mutated("bert", "encoder.layer.1", "MatMul", swap)
+    with pytest.raises(FrontendError, match=r"^encoder\.layer\.1: node \d+ \(MatMul .*input 0"):
+        Frontend(g)
+
+
+def test_unreadable_models():
+    with pytest.raises(FrontendError, match="no such ONNX file"):
+        load(FIXTURES / "missing.onnx")
+    with pytest.raises(FrontendError, match="not a readable ONNX model"):
+        load(FIXTURES / "bert.json")
+
+
+# ---- weights by role -----------------------------------------------------------------------------
+
+NAMED = {"q_b": "attention.self.query.bias", "k_b": "attention.self.key.bias", "v_b": "attention.self.value.bias",
+         "o_b": "attention.output.dense.bias", "ln1_g": "attention.output.LayerNorm.weight",
+         "ln1_b": "attention.output.LayerNorm.bias", "ffn_up_b": "intermediate.dense.bias",
+         "ffn_down_b": "output.dense.bias", "ln2_g": "output.LayerNorm.weight", "ln2_b": "output.LayerNorm.bias"}
+
+
+@pytest.mark.parametrize("name,prefix", [("bert", "encoder.layer"), ("bert_legacy", "model.encoder.layer")])
+def test_roles_agree_with_surviving_names(frontends, name, prefix):
+    """Where the exporter kept PyTorch's names (biases, LayerNorm), the structural roles must agree."""
+    fe = frontends[name]
+    for r in fe.roles(0):
+        assert set(r.weights) == set(ENGINE_ROLES)
+        for role, param in NAMED.items():
+            want = fe.graph.const(f"{prefix}.{r.layer.index}.{param}")
+            np.testing.assert_array_equal(r.weights[role], want, err_msg=f"{name} layer {r.layer.index} {role}")
+
+
+def test_merged_initializers(frontends):
+    """bert_merged keeps HF's fresh init: the optimizer shares zero biases / unit gammas across layers."""
+    fe = frontends["bert_merged"]
+    g, (l0, l1) = fe.graph, fe.groups[0].layers
+    read = [{t for i in layer.nodes for t in g.nodes[i].input if t in g.initializers} for layer in (l0, l1)]
+    assert read[0] & read[1], "the fixture should share initializers between layers"
+    r0, r1 = fe.roles(0)
+    np.testing.assert_array_equal(r0.weights["ln2_g"], np.ones(32))
+    np.testing.assert_array_equal(r1.weights["q_b"], np.zeros(32))
+    assert not np.array_equal(r0.weights["q_w"], r1.weights["q_w"])
+
+
+def test_t5_and_bart_roles(frontends):
+    t5, bart = frontends["t5"], frontends["bart"]
+    assert {"q_w", "k_w", "v_w", "o_w", "ffn_up_w", "ffn_down_w"} <= set(t5.roles(0)[0].weights)
+    dec = bart.roles(1)[1].weights
+    assert {"self_q_w", "cross_k_w", "cross_o_b", "ln3_g"} <= set(dec)
+    assert dec["ffn_up_w"].shape == (64, 32) and dec["ffn_down_w"].shape == (32, 64)   # [out, in]
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_engine_refuses_encoder_decoder(frontends, name, capsys, tmp_path):
+    fe = frontends[name]
+    reason = fe.engine_refusal()
+    assert reason and "\n" not in reason and "decoder" in reason
+    with pytest.raises(FrontendError, match="not runnable on the engine"):
+        fe.float_layers()
+    assert cli([str(fixture(name)), "--engine", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --engine: not runnable on the engine") and "\n" not in err
+
+
+def test_t5_encoder_alone_is_refused_for_its_norm():
+    fe = load(fixture("t5"), [["encoder", "encoder.block.0"]])
+    assert "LayerNormalization" in fe.engine_refusal()
+
+
+# ---- host path: float reference against onnxruntime ----------------------------------------------
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_float_reference_matches_onnxruntime(frontends, name):
+    pytest.importorskip("onnxruntime")
+    from mlo_hw.frontend.host import Host, float_check, model_inputs
+    fe = frontends[name]
+    layers = fe.float_layers()
+    inputs = model_inputs(Host(fe), 8, np.random.default_rng(3), 3)
+    assert not inputs[1][1].all() or not inputs[2][1].all()     # some padded inputs
+    assert float_check(fe, layers, inputs) < 1e-5
+    # negative check: Q and V swapped is caught
+    layers[0].q_w, layers[0].v_w = layers[0].v_w, layers[0].q_w
+    assert float_check(fe, layers, inputs) > 1e-3
+
+
+def test_cli_text_json_and_export(tmp_path, capsys):
+    assert cli([str(fixture("bert"))]) == 0
+    text = capsys.readouterr().out
+    assert "group 0: encoder.layer" in text and "3 layers" in text and "engine: runnable" in text
+    assert "encoder.layer.2: q_w [32, 32], q_b [32]" in text
+    assert cli([str(fixture("bert_sdpa")), "--json", "--export-weights", str(tmp_path)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    grp = summary["groups"][0]
+    assert (grp["prefix"], grp["layers"], grp["hoisted_nodes"], grp["heads"]) == ("encoder.layer", 3, 1, 2)
+    assert grp["per_layer"][1]["weights"]["ffn_up_w"] == [64, 32]
+    fe = load(fixture("bert_sdpa"))
+    for i, r in enumerate(fe.roles(0)):
+        with np.load(tmp_path / f"layer_0_{i}.npz") as z:
+            assert set(z.files) == set(ENGINE_ROLES)
+            assert z["ffn_down_w"].dtype == np.float32 and z["ffn_down_w"].shape == (32, 64)
+            np.testing.assert_array_equal(z["q_w"], r.weights["q_w"].astype(np.float32))
+
+
+def test_cli_errors(capsys):
+    assert cli([str(fixture("bert")), "--hierarchy", "encoder.layer.0"]) == 2
+    assert "--hierarchy" in capsys.readouterr().err
+    assert cli([str(FIXTURES / "nope.onnx")]) == 2
+
+
+# ---- model -> engine -----------------------------------------------------------------------------
+
+def test_onnx_config_end_to_end(tmp_path, capsys):
+    """--engine writes a config; elaborate's image and golden vectors follow from it; int8 tracks float."""
+    pytest.importorskip("onnxruntime")
+    from mlo_hw.frontend.host import Host, model_inputs
+    from mlo_hw.quantize import build_model, run_int
+    from mlo_hw.weight_image import pack_image
+    assert cli([str(fixture("bert")), "--engine", str(tmp_path), "--seq-len", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "float reference vs onnxruntime" in out
+    cfg = load_config(tmp_path / "bert.yaml")
+    assert (cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.intermediate) == (3, 32, 2, 64)
+    assert cfg.weights.source == "onnx"
+    float_layers, model = build_model(cfg)
+    assert (tmp_path / "weights.bin").read_bytes() == pack_image(cfg, model.layers)
+    x_int = np.frombuffer((tmp_path / "golden_input.bin").read_bytes(), np.int8).reshape(8, 32)
+    y = run_int(model, x_int, np.ones(8, bool), cfg)
+    np.testing.assert_array_equal(np.frombuffer((tmp_path / "golden_output.bin").read_bytes(), np.int8),
+                                  y.astype(np.int8).ravel())
+    # the int8 golden model against onnxruntime's float output, on fresh inputs
+    fe = load(fixture("bert"))
+    host = Host(fe)
+    for x, mask, ids in model_inputs(host, 8, np.random.default_rng(7), 3):
+        _, want = host.run(ids, mask)
+        got = model.dequantize_output(run_int(model, model.quantize_input(x), mask, cfg))
+        cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+        assert cos[mask].min() > 0.95
+
+
+def test_onnx_config_must_match_model():
+    raw = yaml.safe_load(Path(FIXTURES / "bert.onnx").with_suffix(".json").read_text())
+    assert raw["model"] == "BertModel"
+    cfg = config_from_dict({"name": "x", "model": {"layers": 3, "hidden": 32, "heads": 4, "intermediate": 64,
+                                                   "seq_len": 8},
+                            "weights": {"source": "onnx", "onnx": str(fixture("bert"))}})
+    from mlo_hw.quantize import build_model
+    with pytest.raises(ConfigError, match=r"^model\.heads: config says 4, .* has 2$"):
+        build_model(cfg)
+    cfg = config_from_dict({"name": "x", "model": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64,
+                                                   "seq_len": 8},
+                            "weights": {"source": "onnx", "onnx": str(fixture("t5"))},
+                            "loop_body_hierarchy": [["encoder", "encoder.block.0"]]})
+    with pytest.raises(ConfigError, match="not runnable on the engine: encoder.block: 0 LayerNormalization"):
+        build_model(cfg)
+
+
+# ---- all-MiniLM-L6-v2 (needs the PyPI package; skipped without it) -------------------------------
+
+def _minilm():
+    from mlo_hw.minilm import MiniLMUnavailable, load_minilm
+    try:
+        return load_minilm()
+    except MiniLMUnavailable as e:
+        pytest.skip(str(e))
+
+
+def test_minilm_int8_tracks_float_on_real_sentences():
+    import dataclasses
+    from mlo_hw.minilm import CLIP
+    from mlo_hw.quantize import quantize, run_int
+    from mlo_hw.reference import float_stack
+    m = _minilm()
+    assert (len(m.layers), m.hidden, m.heads) == (6, 384, 12)
+    cfg = load_config("minilm_l6")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, seq_len=16))
+    sentences = ["A man is playing a guitar.", "Someone plays an acoustic guitar.",
+                 "The stock market fell sharply today.", "Share prices dropped after the news."]
+    calib = ["An orchestra rehearses in the concert hall.", "The farmer harvested wheat before the storm."]
+    cids, cmask = m.tokenize(calib, 16)
+    q = quantize(m.layers, [(m.embed(i), k) for i, k in zip(cids, cmask)], cfg, clip=CLIP)
+    ids, mask = m.tokenize(sentences, 16)
+    ref, got = [], []
+    for i, k in zip(ids, mask):
+        x = m.embed(i)
+        ref.append(m.pool(float_stack(x, m.layers, k, m.heads, m.eps), k))
+        got.append(m.pool(q.dequantize_output(run_int(q, q.quantize_input(x), k, cfg)), k))
+    ref, got = np.array(ref), np.array(got)
+    sim = ref @ ref.T
+    assert min(sim[0, 1], sim[2, 3]) > 0.5 > max(sim[0, 2], sim[1, 3])    # paraphrases are close
+    assert (ref * got).sum(1).min() > 0.9
+
+
+@pytest.mark.slow
+def test_minilm_reference_matches_transformers():
+    """The torch-free loader and float reference against Hugging Face's BertModel (needs torch)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from mlo_hw.minilm import model_dir
+    from mlo_hw.reference import float_stack
+    m = _minilm()
+    hf = transformers.BertModel.from_pretrained(str(model_dir()), attn_implementation="eager").eval()
+    ids, mask = m.tokenize(["The quick brown fox jumps over the lazy dog.", "Hello world"], 16)
+    with torch.no_grad():
+        want = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask.astype(np.int64))).last_hidden_state
+    for n in range(2):
+        got = float_stack(m.embed(ids[n]), m.layers, mask[n], m.heads, m.eps)
+        assert np.abs(got[mask[n]] - want[n].numpy()[mask[n]]).max() < 1e-3
