@@ -48,6 +48,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In
 from amaranth.vendor import XilinxPlatform
 from amaranth_boards.arty_a7 import ArtyA7_35Platform, ArtyA7_100Platform
+from amaranth_boards.resources import LEDResources, UARTResource
 
 from .config import ConfigError, _part_family, load_config
 
@@ -70,10 +71,8 @@ class NexysVideoPlatform(XilinxPlatform):
     resources = [
         Resource("clk100", 0, Pins("R4", dir="i"), Clock(100e6), Attrs(IOSTANDARD="LVCMOS33")),
         Resource("rst", 0, PinsN("G4", dir="i"), Attrs(IOSTANDARD="LVCMOS15")),
-        *[Resource("led", i, Pins(p, dir="o"), Attrs(IOSTANDARD="LVCMOS25"))
-          for i, p in enumerate("T14 T15 T16 U16 V15 W16 W15 Y13".split())],
-        Resource("uart", 0, Pins("V18", dir="i"), Attrs(IOSTANDARD="LVCMOS33")),
-        Resource("uart", 1, Pins("AA19", dir="o"), Attrs(IOSTANDARD="LVCMOS33")),
+        *LEDResources(pins="T14 T15 T16 U16 V15 W16 W15 Y13", attrs=Attrs(IOSTANDARD="LVCMOS25")),
+        UARTResource(0, rx="V18", tx="AA19", attrs=Attrs(IOSTANDARD="LVCMOS33")),
     ]
     connectors = []
 
