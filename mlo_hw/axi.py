@@ -1,4 +1,4 @@
-"""AXI4 (read channels) and AXI4-Lite port sets with flat, conventional names.
+"""AXI4 (read and write channels) and AXI4-Lite port sets with flat, conventional names.
 
 The members are plain signals named as in the AXI specification with a prefix (``m_axi_araddr``,
 ``s_axil_wdata`` ...), so that the Verilog of a top-level component carries exactly those port
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["RESP_OKAY", "RESP_EXOKAY", "RESP_SLVERR", "RESP_DECERR", "BURST_INCR", "PAGE_BYTES",
-           "AxiParams", "axi_read_master_members", "axil_slave_members"]
+           "AxiParams", "axi_read_master_members", "axi_write_master_members", "axil_slave_members",
+           "forward_ports"]
 
 RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0, 1, 2, 3
 BURST_INCR = 1
@@ -88,3 +89,38 @@ def axil_slave_members(addr_bits: int, prefix: str = "s_axil", data_bits: int = 
         f"{prefix}_rvalid":  Out(1),
         f"{prefix}_rready":  In(1),
     }
+
+
+def axi_write_master_members(p: AxiParams, prefix: str = "m_axi") -> dict:
+    """AW, W and B channels of an AXI4 write master."""
+    return {
+        f"{prefix}_awid":    Out(p.id_bits),
+        f"{prefix}_awaddr":  Out(p.addr_bits),
+        f"{prefix}_awlen":   Out(8),
+        f"{prefix}_awsize":  Out(3),
+        f"{prefix}_awburst": Out(2),
+        f"{prefix}_awlock":  Out(1),
+        f"{prefix}_awcache": Out(4),
+        f"{prefix}_awprot":  Out(3),
+        f"{prefix}_awvalid": Out(1),
+        f"{prefix}_awready": In(1),
+        f"{prefix}_wdata":   Out(p.data_bits),
+        f"{prefix}_wstrb":   Out(p.data_bytes),
+        f"{prefix}_wlast":   Out(1),
+        f"{prefix}_wvalid":  Out(1),
+        f"{prefix}_wready":  In(1),
+        f"{prefix}_bid":     In(p.id_bits),
+        f"{prefix}_bresp":   In(2),
+        f"{prefix}_bvalid":  In(1),
+        f"{prefix}_bready":  Out(1),
+    }
+
+
+def forward_ports(m, outer, inner, members: dict):
+    """Connect the flat ports ``members`` of a submodule ``inner`` to the same-named ports of ``outer``
+    (an ``Out`` member is driven by the submodule, an ``In`` member by the outside)."""
+    for name, member in members.items():
+        if member.flow == Out:
+            m.d.comb += getattr(outer, name).eq(getattr(inner, name))
+        else:
+            m.d.comb += getattr(inner, name).eq(getattr(outer, name))
