@@ -1,0 +1,838 @@
+"""The rolled layer engine: one BERT encoder layer in hardware, every layer of the model run through it.
+
+:class:`LayerEngine` composes the blocks: the memory system (:class:`~mlo_hw.loop_ctrl.WeightStreamer`,
+weight tiles double-buffered while the previous tile computes), one matrix-vector unit
+(:class:`~mlo_hw.mvau.MVAU`) for every product, :class:`~mlo_hw.softmax.Softmax`,
+:class:`~mlo_hw.layernorm.LayerNorm` (used for both LayerNorms, parameters reloaded per use),
+:class:`~mlo_hw.gelu.GeluTable`, the control registers (:class:`~mlo_hw.regs.ControlRegs`) and an input
+reader / output writer on the same AXI4 port. Activations stay on chip between layers.
+
+Interface (clock domain ``sync``; :class:`EngineTop` renames it to ``aclk``/``aresetn``):
+    ``m_axi_*``  AXI4 master: reads the weight image and the input activations, writes the output.
+    ``s_axil_*`` AXI4-Lite slave: the register map of :mod:`mlo_hw.regs`.
+    ``irq``      high while DONE or ERROR is set and CTRL.irq_enable.
+DRAM formats: input int8 [seq_len, hidden] row-major at INPUT_BASE, output likewise at OUTPUT_BASE
+(both multiples of the AXI beat). Attention mask: the first ``tokens`` keys are attended (input
+``tokens``; :class:`EngineTop` ties it to ``model.seq_len``), keys at ``tokens`` and beyond, and the
+padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
+
+Schedule of a layer (one phase after another; ``op`` names the phase)::
+
+    Q, K, V   tiles of tile_rows channels: per tile every token row of X streams through the MVAU;
+              Q row-major, K in PE banks by token (K rows are the MVAU's weight words for Q.K^T),
+              V transposed in PE banks by channel (V^T rows are the weight words for P.V)
+    per head  SCORES: Q_h . K_h^T raw -> serializer -> softmax (mask) -> P [S, S] uint8
+              PV: P . V_h requantized (ctx_mult, ctx_shift, zero bias) -> CTX
+    O         CTX -> ATT;  LN1: LayerNorm(res1_a * X + res1_b * ATT) -> Y
+    FFN_UP    Y -> GELU table -> F [S, I];  FFN_DOWN: F -> ATT;  LN2: (Y, ATT) -> X
+
+Buffers (words of ``simd`` bytes, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``):
+X, Q, CTX, ATT, Y [S, H]; F [S, I]; P [S, S]; K and V^T as ``pe`` banks. :func:`buffer_plan` lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amaranth import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, unsigned
+from amaranth.hdl import ResetInserter
+from amaranth.lib import enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .axi import BURST_INCR, PAGE_BYTES, AxiParams, axi_read_master_members, axi_write_master_members, \
+    axil_slave_members
+from .buffers import PARAM_SECTIONS, ParamGeometry
+from .config import ConfigError
+from .gelu import GeluTable
+from .layernorm import LayerNorm
+from .loop_ctrl import WeightStreamer
+from .mvau import MVAU, MVAUParams
+from .regs import AXIL_ADDR_BITS, ControlRegs
+from .softmax import Softmax
+from .weight_image import HEADER_FIELDS
+
+__all__ = ["Op", "EngineGeometry", "buffer_plan", "VectorReader", "Serializer", "InputReader", "OutputWriter",
+           "LayerEngine", "EngineTop"]
+
+
+class Op(enum.Enum, shape=4):
+    """The phase the engine is in: selects every multiplexer of the datapath."""
+    IDLE = 0
+    LOAD = 1
+    Q = 2
+    K = 3
+    V = 4
+    SCORES = 5
+    PV = 6
+    O = 7
+    LN1 = 8
+    FFN_UP = 9
+    FFN_DOWN = 10
+    LN2 = 11
+    STORE = 12
+
+
+MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN}
+
+
+@dataclass(frozen=True)
+class EngineGeometry:
+    """Sizes of the engine, from the config (checked: the layouts below need them)."""
+    seq: int           # seq_padded: rows of every activation buffer, keys of a score row
+    tokens: int        # model.seq_len: rows read from / written to DRAM
+    hidden: int
+    inter: int
+    heads: int
+    head_dim: int
+    pe: int
+    simd: int
+    tile_rows: int
+    beat_bytes: int
+
+    @classmethod
+    def from_config(cls, cfg) -> "EngineGeometry":
+        f, m = cfg.folding, cfg.model
+        if f.simd % f.pe:
+            raise ConfigError(f"folding.pe: the engine writes PE results into SIMD-byte words, so pe={f.pe} "
+                              f"must divide simd={f.simd}")
+        if f.tile_rows % f.simd:
+            raise ConfigError(f"folding.tile_rows: {f.tile_rows} must be a multiple of folding.simd={f.simd} "
+                              f"(a tile's channels start on a buffer word)")
+        b = cfg.axi_data_bytes
+        if b % f.simd and f.simd % b:
+            raise ConfigError(f"folding.simd: {f.simd} bytes must divide or be a multiple of the AXI beat "
+                              f"({b} bytes)")
+        if (m.seq_len * m.hidden) % b:
+            raise ConfigError(f"model.hidden: an activation tensor ({m.seq_len} x {m.hidden} bytes) is not a "
+                              f"whole number of {b}-byte AXI beats")
+        return cls(cfg.seq_padded, m.seq_len, m.hidden, m.intermediate, m.heads, cfg.head_dim, f.pe, f.simd,
+                   f.tile_rows, b)
+
+    def words(self, cols: int) -> int:
+        """Buffer words per row of ``cols`` elements."""
+        return cols // self.simd
+
+
+def buffer_plan(cfg) -> dict[str, int]:
+    """Bytes of every activation buffer the engine builds (weight tiles and parameters: see perf.onchip_plan)."""
+    g = EngineGeometry.from_config(cfg)
+    sh = g.seq * g.hidden
+    return {"x": sh, "q": sh, "k": sh, "v": sh, "ctx": sh, "att": sh, "y": sh, "f": g.seq * g.inter,
+            "p": g.seq * g.seq}
+
+
+class VectorReader(wiring.Component):
+    """Streams ``vectors`` x ``words`` words of a memory: word ``base + v * stride + w``.
+
+    ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1). The memory read
+    port is driven through ``addr``/``en`` and answers on ``data`` one cycle later (block RAM).
+    ``o``: one word per cycle while ``o.ready``; ``busy`` until the last word has left.
+    """
+
+    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int):
+        self.max_words, self.max_vectors = max_words, max_vectors
+        super().__init__({
+            "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
+            "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
+            "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
+            "o": Out(stream.Signature(word_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        active = Signal()
+        w = Signal(range(max(self.max_words, 2)))
+        v = Signal(range(max(self.max_vectors, 2)))
+        row = Signal.like(self.addr)
+        words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
+        advance = Signal()
+        take = Signal()
+        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active),
+                     self.addr.eq(row + w), self.en.eq(advance), self.o.payload.eq(self.data),
+                     self.busy.eq(active | self.o.valid)]
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(take)
+        with m.If(take):
+            m.d.sync += w.eq(w + 1)
+            with m.If(w == words - 1):
+                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride)]
+                with m.If(v == vectors - 1):
+                    m.d.sync += active.eq(0)
+        with m.If(self.start):
+            m.d.sync += [active.eq(1), w.eq(0), v.eq(0), row.eq(self.base), words.eq(self.words),
+                         vectors.eq(self.vectors), stride.eq(self.stride)]
+        return m
+
+
+class Serializer(wiring.Component):
+    """``lanes`` lanes of ``bits`` in, one lane per beat out (lane 0 first). One element per cycle."""
+
+    def __init__(self, lanes: int, bits: int):
+        self.lanes, self.bits = lanes, bits
+        super().__init__({"i": In(stream.Signature(lanes * bits)), "o": Out(stream.Signature(bits))})
+
+    def elaborate(self, platform):
+        m = Module()
+        word = Signal(self.lanes * self.bits)
+        idx = Signal(range(self.lanes))
+        full = Signal()
+        last = idx == self.lanes - 1
+        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word.word_select(idx, self.bits)),
+                     self.i.ready.eq(~full | (self.o.ready & last))]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += idx.eq(idx + 1)
+            with m.If(last):
+                m.d.sync += [full.eq(0), idx.eq(0)]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
+        return m
+
+
+def _burst_beats(m, addr, remaining, p: AxiParams, beats_bits: int):
+    """Beats of the next INCR burst: at most max_burst_beats, the remaining beats and the rest of the page."""
+    page = Signal(range(PAGE_BYTES // p.data_bytes + 1))
+    n = Signal(beats_bits)
+    m.d.comb += page.eq((PAGE_BYTES - addr[:12]) >> p.size_log2)
+    lim = Mux(remaining < p.max_burst_beats, remaining, p.max_burst_beats)
+    m.d.comb += n.eq(Mux(page < lim, page, lim))
+    return n
+
+
+class InputReader(wiring.Component):
+    """Reads ``bytes`` from DRAM at ``base`` (beat aligned) into a word buffer, ``chunk`` bytes a cycle.
+
+    ``start`` (pulse); ``busy``; writes ``w_addr`` (word) / ``w_en`` (byte lanes) / ``w_data``
+    (the chunk replicated over the word). One INCR burst at a time (page bounded). ``chunk`` is
+    min(beat bytes, word bytes).
+    """
+
+    def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
+        self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
+        self.chunk = min(p.data_bytes, word_bytes)
+        super().__init__({
+            "start": In(1), "base": In(p.addr_bits), "busy": Out(1),
+            "w_addr": Out(range(max(words, 2))), "w_en": Out(word_bytes), "w_data": Out(8 * word_bytes),
+            **axi_read_master_members(p),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p, c, wb = self.p, self.chunk, self.word_bytes
+        total_beats = self.total_bytes // p.data_bytes
+        chunks = p.data_bytes // c
+        addr = Signal(p.addr_bits)
+        remaining = Signal(range(total_beats + 1))
+        n = _burst_beats(m, addr, remaining, p, 9)
+        beat = Signal(8 * p.data_bytes)
+        have, last_beat = Signal(), Signal()
+        ci = Signal(range(max(chunks, 2)))
+        word, lane = Signal.like(self.w_addr), Signal(range(max(wb, 2)))
+        m.d.comb += [self.m_axi_araddr.eq(addr), self.m_axi_arlen.eq(n - 1), self.m_axi_arsize.eq(p.size_log2),
+                     self.m_axi_arburst.eq(BURST_INCR), self.m_axi_arid.eq(0),
+                     self.w_addr.eq(word), self.w_data.eq(beat.word_select(ci, 8 * c).replicate(wb // c))]
+        with m.FSM(name="input"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
+                                 have.eq(0), ci.eq(0)]
+                    m.next = "AR"
+            with m.State("AR"):
+                m.d.comb += [self.busy.eq(1), self.m_axi_arvalid.eq(1)]
+                with m.If(self.m_axi_arready):
+                    m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n)]
+                    m.next = "R"
+            with m.State("R"):
+                m.d.comb += [self.busy.eq(1), self.m_axi_rready.eq(~have)]
+                with m.If(self.m_axi_rvalid & ~have):
+                    m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast)]
+                with m.If(have):
+                    # one chunk of the beat a cycle into the buffer
+                    m.d.comb += self.w_en.eq(Const((1 << c) - 1, wb) << lane)
+                    m.d.sync += ci.eq(ci + 1)
+                    if c == wb:
+                        m.d.sync += word.eq(word + 1)
+                    else:
+                        m.d.sync += lane.eq(lane + c)
+                        with m.If(lane == wb - c):
+                            m.d.sync += [lane.eq(0), word.eq(word + 1)]
+                    with m.If(ci == chunks - 1):
+                        m.d.sync += [have.eq(0), ci.eq(0)]
+                        with m.If(last_beat):
+                            m.next = "AR"
+                            with m.If(remaining == 0):
+                                m.next = "IDLE"
+        return m
+
+
+class OutputWriter(wiring.Component):
+    """Writes ``bytes`` of a word buffer to DRAM at ``base`` (beat aligned), one INCR burst at a time.
+
+    ``start`` (pulse); ``busy``; reads ``r_addr`` -> ``r_data`` one cycle later. A beat is gathered
+    from ``beat / chunk`` reads, then sent; the burst's B response is awaited before the next AW.
+    """
+
+    def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
+        self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
+        self.chunk = min(p.data_bytes, word_bytes)
+        super().__init__({
+            "start": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
+            "r_addr": Out(range(max(words, 2))), "r_data": In(8 * word_bytes),
+            **axi_write_master_members(p),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p, c, wb = self.p, self.chunk, self.word_bytes
+        total_beats = self.total_bytes // p.data_bytes
+        chunks = p.data_bytes // c
+        addr = Signal(p.addr_bits)
+        remaining = Signal(range(total_beats + 1))
+        n = _burst_beats(m, addr, remaining, p, 9)
+        left = Signal(9)
+        beat = Signal(8 * p.data_bytes)
+        ci = Signal(range(chunks + 1))
+        word, lane, lane_q = Signal.like(self.r_addr), Signal(range(max(wb, 2))), Signal(range(max(wb, 2)))
+        m.d.comb += [self.m_axi_awaddr.eq(addr), self.m_axi_awlen.eq(n - 1), self.m_axi_awsize.eq(p.size_log2),
+                     self.m_axi_awburst.eq(BURST_INCR), self.m_axi_awid.eq(0), self.m_axi_wdata.eq(beat),
+                     self.m_axi_wstrb.eq((1 << p.data_bytes) - 1), self.m_axi_wlast.eq(left == 1),
+                     self.r_addr.eq(word)]
+        chunk_data = self.r_data.word_select(lane_q // c, 8 * c) if c < wb else self.r_data
+        with m.FSM(name="output"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
+                                 self.error.eq(0)]
+                    m.next = "AW"
+            with m.State("AW"):
+                m.d.comb += [self.busy.eq(1), self.m_axi_awvalid.eq(1)]
+                with m.If(self.m_axi_awready):
+                    m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n), left.eq(n),
+                                 ci.eq(0)]
+                    m.next = "FILL"
+            with m.State("FILL"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(ci != 0):
+                    m.d.sync += beat.word_select((ci - 1)[:len(ci)], 8 * c).eq(chunk_data)
+                with m.If(ci != chunks):
+                    m.d.sync += [ci.eq(ci + 1), lane_q.eq(lane)]
+                    if c == wb:
+                        m.d.sync += word.eq(word + 1)
+                    else:
+                        m.d.sync += lane.eq(lane + c)
+                        with m.If(lane == wb - c):
+                            m.d.sync += [lane.eq(0), word.eq(word + 1)]
+                with m.Else():
+                    m.next = "W"
+            with m.State("W"):
+                m.d.comb += [self.busy.eq(1), self.m_axi_wvalid.eq(1)]
+                with m.If(self.m_axi_wready):
+                    m.d.sync += [left.eq(left - 1), ci.eq(0)]
+                    with m.If(left == 1):
+                        m.next = "B"
+                    with m.Else():
+                        m.next = "FILL"
+            with m.State("B"):
+                m.d.comb += [self.busy.eq(1), self.m_axi_bready.eq(1)]
+                with m.If(self.m_axi_bvalid):
+                    with m.If(self.m_axi_bresp[1]):
+                        m.d.sync += self.error.eq(1)
+                    with m.If(remaining == 0):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "AW"
+        return m
+
+
+class _Buffer:
+    """A word memory (``simd`` bytes a word, byte write enables) with one read and one write port."""
+
+    def __init__(self, m, name: str, words: int, word_bytes: int):
+        self.mem = Memory(shape=unsigned(8 * word_bytes), depth=words, init=[])
+        m.submodules[name] = self.mem
+        self.w = self.mem.write_port(granularity=8)
+        self.r = self.mem.read_port()
+
+
+class LayerEngine(wiring.Component):
+    """The engine (see the module docstring). Ports: ``m_axi_*``, ``s_axil_*``, ``irq``, ``tokens`` and the
+    debug outputs ``op`` (an :class:`Op`) and ``layer`` for testbenches and profiling."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.g = g = EngineGeometry.from_config(cfg)
+        self.axi = AxiParams.from_config(cfg)
+        self.mvau_params = MVAUParams.from_config(cfg)
+        super().__init__({
+            **axi_read_master_members(self.axi), **axi_write_master_members(self.axi),
+            **axil_slave_members(AXIL_ADDR_BITS), "irq": Out(1),
+            "tokens": In(range(g.seq + 1)), "op": Out(Op), "layer": Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
+        S, H, I, pe, simd, tr = g.seq, g.hidden, g.inter, g.pe, g.simd, g.tile_rows
+        dh, ab = g.head_dim, cfg.numerics.act_bits
+        words = g.words
+        word_bits = 8 * simd
+
+        # ---- control registers, memory system, compute blocks ----------------------------------------
+        m.submodules.regs = regs = ControlRegs(cfg)
+        m.submodules.ws = ws = WeightStreamer(cfg)
+        flush = Signal()            # resets the compute blocks at start and soft reset
+        compute = {}
+        for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
+                            ("ln", LayerNorm.from_config(cfg)), ("gelu", GeluTable.from_config(cfg)),
+                            ("score_ser", Serializer(pe, mp.acc_bits)), ("pair_ser", Serializer(simd, 2 * ab)),
+                            ("xreader", VectorReader(16, word_bits, words(max(H, I, S)), S)),
+                            ("lnreader", VectorReader(16, 2 * word_bits, words(S * H), 1))):
+            m.submodules[name] = ResetInserter({"sync": flush})(block)
+            compute[name] = block
+        mvau, softmax, ln, gelu = compute["mvau"], compute["softmax"], compute["ln"], compute["gelu"]
+        score_ser, pair_ser, xreader, lnreader = (compute[n] for n in ("score_ser", "pair_ser", "xreader",
+                                                                       "lnreader"))
+        m.submodules.input = inp = InputReader(ap, simd, g.tokens * H, words(S * H))
+        m.submodules.output = outw = OutputWriter(ap, simd, g.tokens * H, words(S * H))
+
+        for name in axil_slave_members(AXIL_ADDR_BITS):
+            port, inner = getattr(self, name), getattr(regs, name)
+            flow = axil_slave_members(AXIL_ADDR_BITS)[name].flow
+            m.d.comb += (port.eq(inner) if flow == Out else inner.eq(port))
+        m.d.comb += self.irq.eq(regs.irq)
+
+        # AXI: the input reader owns AR/R while it loads, the weight streamer otherwise; W is the writer's.
+        loading = Signal()
+        for name, member in axi_read_master_members(ap).items():
+            port, a, b = getattr(self, name), getattr(inp, name), getattr(ws, name)
+            if member.flow == Out:
+                m.d.comb += port.eq(Mux(loading, a, b))
+            elif name in ("m_axi_arready", "m_axi_rvalid"):
+                m.d.comb += [a.eq(port & loading), b.eq(port & ~loading)]
+            else:
+                m.d.comb += [a.eq(port), b.eq(port)]
+        for name, member in axi_write_master_members(ap).items():
+            port, inner = getattr(self, name), getattr(outw, name)
+            m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
+
+        # ---- activation buffers --------------------------------------------------------------------
+        bufs = {name: _Buffer(m, f"buf_{name}", n, simd) for name, n in (
+            ("x", words(S * H)), ("q", words(S * H)), ("ctx", words(S * H)), ("att", words(S * H)),
+            ("y", words(S * H)), ("f", words(S * I)), ("p", words(S * S)))}
+        kbanks = [_Buffer(m, f"buf_k{b}", words(S * H) // pe, simd) for b in range(pe)]
+        vbanks = [_Buffer(m, f"buf_v{b}", words(S * H) // pe, simd) for b in range(pe)]
+        for b in list(bufs.values()) + kbanks + vbanks:
+            m.d.comb += b.w.en.eq(0)
+
+        op = Signal(Op)
+        m.d.comb += self.op.eq(op)
+        layer = Signal(16)
+        m.d.comb += self.layer.eq(layer)
+        slot = layer[0]
+
+        # ---- layer header --------------------------------------------------------------------------
+        hdr = {f: Signal(32, name=f"hdr_{f}") for f in HEADER_FIELDS}
+
+        # ---- MVAU operands --------------------------------------------------------------------------
+        m.d.comb += [ws.waddr.eq(mvau.weights.addr), ws.caddr.eq(mvau.params.addr)]
+        head_kword = Signal(range(words(H) + 1))                # h * dh / simd: the head's columns of Q and K
+        head_vrow = Signal(range(words(S * H) // pe + 1))      # (h * dh / pe) * S / simd: the head's V^T rows
+        # mirror of the MVAU's weight word counters (nf, sf) for the attention operands
+        att_sf = Signal(range(words(max(S, dh)) + 1))
+        att_nf = Signal(range(max(S, dh) // pe + 1))
+        att_row = Signal(range(words(S * H) // pe + 1))
+        att_cf = Signal.like(att_sf)
+        att_rf = Signal.like(att_nf)
+        att_stride = Signal.like(att_row)
+        with m.If(mvau.weights.en):
+            m.d.sync += att_sf.eq(att_sf + 1)
+            with m.If(att_sf == att_cf - 1):
+                m.d.sync += [att_sf.eq(0), att_nf.eq(att_nf + 1), att_row.eq(att_row + att_stride)]
+                with m.If(att_nf == att_rf - 1):
+                    m.d.sync += [att_nf.eq(0), att_row.eq(0)]
+        k_data = Cat(*(b.r.data for b in kbanks))
+        v_data = Cat(*(b.r.data for b in vbanks))
+        for b in kbanks:
+            m.d.comb += b.r.addr.eq(att_row + head_kword + att_sf)
+        for b in vbanks:
+            m.d.comb += b.r.addr.eq(att_row + head_vrow + att_sf)
+        with m.Switch(op):
+            with m.Case(Op.SCORES):
+                m.d.comb += mvau.weights.data.eq(k_data)
+            with m.Case(Op.PV):
+                m.d.comb += mvau.weights.data.eq(v_data)
+                for p in range(pe):
+                    m.d.comb += [mvau.params.data.bias[p].eq(0), mvau.params.data.mult[p].eq(hdr["ctx_mult"])]
+            with m.Default():
+                m.d.comb += [mvau.weights.data.eq(ws.wdata), mvau.params.data.bias.eq(ws.bias),
+                             mvau.params.data.mult.eq(ws.mult)]
+
+        # x stream: the vector reader on the op's source buffer
+        src = {Op.Q: "x", Op.K: "x", Op.V: "x", Op.SCORES: "q", Op.PV: "p", Op.O: "ctx", Op.FFN_UP: "y",
+               Op.FFN_DOWN: "f"}
+        with m.Switch(op):
+            for o, name in src.items():
+                with m.Case(o):
+                    m.d.comb += [bufs[name].r.addr.eq(xreader.addr), bufs[name].r.en.eq(xreader.en),
+                                 xreader.data.eq(bufs[name].r.data)]
+        m.d.comb += [mvau.x.valid.eq(xreader.o.valid), mvau.x.payload.eq(xreader.o.payload),
+                     xreader.o.ready.eq(mvau.x.ready)]
+
+        # ---- MVAU results -------------------------------------------------------------------------------
+        res_valid = Signal()
+        res_data = Signal(8 * pe)
+        mvau_bytes = Cat(*(mvau.o.payload[p][:8] for p in range(pe)))
+        with m.Switch(op):
+            with m.Case(Op.SCORES):
+                m.d.comb += [score_ser.i.valid.eq(mvau.o.valid), score_ser.i.payload.eq(mvau.o.payload),
+                             mvau.o.ready.eq(score_ser.i.ready)]
+            with m.Case(Op.FFN_UP):
+                m.d.comb += [gelu.i.valid.eq(mvau.o.valid), gelu.i.payload.eq(mvau_bytes),
+                             mvau.o.ready.eq(gelu.i.ready), gelu.o.ready.eq(1),
+                             res_valid.eq(gelu.o.valid), res_data.eq(gelu.o.payload)]
+            with m.Default():
+                m.d.comb += [mvau.o.ready.eq(1), res_valid.eq(mvau.o.valid), res_data.eq(mvau_bytes)]
+
+        # result writer: beat = PE channels (chan_word*simd + nf*pe ...) of token s
+        job_rf = Signal(range(max(S, dh, tr) // pe + 1))      # output beats per vector
+        res_count = Signal(range(S * max(S, I) // pe + 1))
+        res_nf = Signal.like(job_rf)
+        res_cw = Signal(range(words(max(S, I)) + 1))
+        res_cl = Signal(range(simd))
+        res_row = Signal(range(words(S * I) + 1))             # s * C/simd
+        res_row_step = Signal.like(res_row)
+        chan_word = Signal(range(words(max(H, I)) + 1))         # first column word of the tile / head
+        k_bank = Signal(range(pe))
+        k_row = Signal(range(words(S * H) // pe + 1))
+        vt_base = Signal(range(words(S * H) // pe + 1))       # V^T row of the tile's first channel group
+        vt_nf = Signal.like(vt_base)
+        res_sw = Signal(range(words(S) + 1))
+        res_sl = Signal(range(simd))
+        lanes = (Const((1 << pe) - 1, simd) << res_cl)[:simd]
+        rep = res_data.replicate(simd // pe)
+        row_major = {Op.Q: "q", Op.PV: "ctx", Op.O: "att", Op.FFN_UP: "f", Op.FFN_DOWN: "att"}
+        with m.If(res_valid):
+            with m.Switch(op):
+                for o, name in row_major.items():
+                    with m.Case(o):
+                        b = bufs[name]
+                        m.d.comb += [b.w.addr.eq(res_row + chan_word + res_cw), b.w.data.eq(rep), b.w.en.eq(lanes)]
+                with m.Case(Op.K):
+                    for i, b in enumerate(kbanks):
+                        m.d.comb += [b.w.addr.eq(k_row + chan_word + res_cw), b.w.data.eq(rep),
+                                     b.w.en.eq(Mux(k_bank == i, lanes, 0))]
+                with m.Case(Op.V):
+                    for i, b in enumerate(vbanks):
+                        m.d.comb += [b.w.addr.eq(vt_base + vt_nf + res_sw),
+                                     b.w.data.eq(res_data[8 * i: 8 * i + 8].replicate(simd)),
+                                     b.w.en.eq(1 << res_sl)]
+            m.d.sync += [res_count.eq(res_count + 1), res_nf.eq(res_nf + 1), res_cl.eq(res_cl + pe),
+                         vt_nf.eq(vt_nf + words(S))]
+            with m.If(res_cl == simd - pe):
+                m.d.sync += [res_cl.eq(0), res_cw.eq(res_cw + 1)]
+            with m.If(res_nf == job_rf - 1):
+                m.d.sync += [res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(res_row + res_row_step),
+                             vt_nf.eq(0), k_bank.eq(k_bank + 1), res_sl.eq(res_sl + 1)]
+                with m.If(k_bank == pe - 1):
+                    m.d.sync += [k_bank.eq(0), k_row.eq(k_row + words(H))]
+                with m.If(res_sl == simd - 1):
+                    m.d.sync += [res_sl.eq(0), res_sw.eq(res_sw + 1)]
+
+        # ---- scores -> softmax -> P ---------------------------------------------------------------------
+        key = Signal(range(S))
+        m.d.comb += [softmax.i.valid.eq(score_ser.o.valid), score_ser.o.ready.eq(softmax.i.ready),
+                     softmax.i.payload.score.eq(score_ser.o.payload), softmax.i.payload.mask.eq(key < self.tokens),
+                     softmax.mult.eq(hdr["softmax_mult"]), softmax.shift.eq(hdr["softmax_shift"])]
+        with m.If(softmax.i.valid & softmax.i.ready):
+            m.d.sync += key.eq(Mux(key == S - 1, 0, key + 1))
+        p_word = Signal(range(words(S * S) + 1))
+        p_lane = Signal(range(simd))
+        p_count = Signal(range(S * S + 1))
+        m.d.comb += softmax.o.ready.eq(1)
+        with m.If(softmax.o.valid):
+            b = bufs["p"]
+            m.d.comb += [b.w.addr.eq(p_word), b.w.data.eq(softmax.o.payload.replicate(simd)),
+                         b.w.en.eq(1 << p_lane)]
+            m.d.sync += [p_count.eq(p_count + 1), p_lane.eq(p_lane + 1)]
+            with m.If(p_lane == simd - 1):
+                m.d.sync += [p_lane.eq(0), p_word.eq(p_word + 1)]
+
+        # ---- LayerNorm: pairs (a, b) from two buffers, output to a third -------------------------------
+        ln_src = {Op.LN1: ("x", "att"), Op.LN2: ("y", "att")}
+        ln_dst = {Op.LN1: "y", Op.LN2: "x"}
+        with m.Switch(op):
+            for o, (a, b) in ln_src.items():
+                with m.Case(o):
+                    for name in (a, b):
+                        m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
+                    m.d.comb += lnreader.data.eq(Cat(*(Cat(bufs[a].r.data[8 * i: 8 * i + 8],
+                                                           bufs[b].r.data[8 * i: 8 * i + 8]) for i in range(simd))))
+        m.d.comb += [pair_ser.i.valid.eq(lnreader.o.valid), pair_ser.i.payload.eq(lnreader.o.payload),
+                     lnreader.o.ready.eq(pair_ser.i.ready),
+                     ln.i.valid.eq(pair_ser.o.valid), ln.i.payload.eq(pair_ser.o.payload),
+                     pair_ser.o.ready.eq(ln.i.ready), ln.o.ready.eq(1)]
+        is_ln2 = op == Op.LN2
+        m.d.comb += [ln.mult_a.eq(Mux(is_ln2, hdr["res2_a"], hdr["res1_a"])),
+                     ln.mult_b.eq(Mux(is_ln2, hdr["res2_b"], hdr["res1_b"])),
+                     ln.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"]))]
+        ln_word = Signal(range(words(S * H) + 1))
+        ln_lane = Signal(range(simd))
+        ln_count = Signal(range(S * H + 1))
+        with m.If(ln.o.valid):
+            with m.Switch(op):
+                for o, name in ln_dst.items():
+                    with m.Case(o):
+                        b = bufs[name]
+                        m.d.comb += [b.w.addr.eq(ln_word), b.w.data.eq(ln.o.payload.replicate(simd)),
+                                     b.w.en.eq(1 << ln_lane)]
+            m.d.sync += [ln_count.eq(ln_count + 1), ln_lane.eq(ln_lane + 1)]
+            with m.If(ln_lane == simd - 1):
+                m.d.sync += [ln_lane.eq(0), ln_word.eq(ln_word + 1)]
+
+        # ---- input and output ----------------------------------------------------------------------------
+        xb = bufs["x"]
+        with m.If(op == Op.LOAD):
+            m.d.comb += [xb.w.addr.eq(inp.w_addr), xb.w.data.eq(inp.w_data), xb.w.en.eq(inp.w_en)]
+        with m.If(op == Op.STORE):
+            m.d.comb += [xb.r.addr.eq(outw.r_addr)]
+        m.d.comb += [outw.r_data.eq(xb.r.data), inp.base.eq(regs.input_base), outw.base.eq(regs.output_base)]
+
+        # ---- parameter copies (ParamStore -> LayerNorm gains/biases, GELU table) --------------------------
+        pgeo = ParamGeometry.from_config(cfg)
+        copy_idx = Signal(range(max(2 * H, 1 << ab) + 2))
+        copy_prev = Signal.like(copy_idx)
+        copy_on = Signal()
+        m.d.sync += [copy_prev.eq(copy_idx), copy_on.eq(0)]
+        m.d.comb += ws.param_slot.eq(slot)
+
+        # ---- the sequencer -----------------------------------------------------------------------------
+        tile = Signal(range(max(I, H) // tr + 1))
+        tiles = Signal.like(tile)
+        head = Signal(range(g.heads + 1))
+        layers = Signal(16)
+        hdr_idx = Signal(range(len(HEADER_FIELDS) + 2))
+        busy = Signal()
+        done = Signal()
+        stall = Signal()
+        matrix_seq = [Op.Q, Op.K, Op.V]
+        m.d.comb += [regs.busy.eq(busy), regs.done.eq(done), regs.error.eq(ws.error | outw.error),
+                     regs.error_addr.eq(ws.error_addr), regs.error_code.eq(ws.error_code),
+                     regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
+                     regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
+                     ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset)]
+        mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
+        mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
+        mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",
+                     Op.FFN_UP: "ffn_up_shift", Op.FFN_DOWN: "ffn_down_shift"}
+        dst_cols = {Op.Q: H, Op.PV: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
+        expected = Signal.like(res_count)
+        cmd = mvau.cmd.payload
+
+        def start_matrix(o):
+            m.d.sync += [op.eq(o), tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0)]
+
+        def start_ln(o):
+            m.d.sync += [op.eq(o), copy_idx.eq(0)]
+
+        def abort():
+            # an AXI read error or a soft reset abandons the run (the blocks are reset at the next start)
+            with m.If(regs.soft_reset | ws.error):
+                m.d.sync += op.eq(Op.IDLE)
+                m.d.comb += flush.eq(1)
+                m.next = "IDLE"
+
+        with m.FSM(name="seq"):
+            with m.State("IDLE"):
+                m.d.comb += flush.eq(regs.start | regs.soft_reset)
+                with m.If(regs.start):
+                    m.d.sync += [op.eq(Op.LOAD), layer.eq(0), layers.eq(regs.layers)]
+                    m.d.comb += inp.start.eq(1)
+                    m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.comb += [busy.eq(1), loading.eq(1)]
+                with m.If(~inp.busy & ~inp.start):
+                    m.d.comb += ws.start.eq(1)
+                    m.next = "HEADER_WAIT"
+            with m.State("HEADER_WAIT"):
+                m.d.comb += [busy.eq(1), stall.eq(1), ws.param_addr.eq(0)]
+                m.d.sync += hdr_idx.eq(0)
+                with m.If(ws.param_loaded[slot][PARAM_SECTIONS.index("header")]):
+                    m.next = "HEADER_READ"
+                abort()
+            with m.State("HEADER_READ"):
+                m.d.comb += [busy.eq(1), ws.param_addr.eq(pgeo.word("header") + hdr_idx)]
+                m.d.sync += hdr_idx.eq(hdr_idx + 1)
+                with m.Switch(hdr_idx):
+                    for i, f in enumerate(HEADER_FIELDS):
+                        with m.Case(i + 1):
+                            m.d.sync += hdr[f].eq(ws.param_data)
+                with m.If(hdr_idx == len(HEADER_FIELDS)):
+                    start_matrix(Op.Q)
+                    m.next = "TILE_WAIT"
+                abort()
+            with m.State("TILE_WAIT"):
+                m.d.comb += [busy.eq(1), stall.eq(~ws.tile_ready)]
+                with m.If(ws.tile_ready):
+                    m.next = "JOB"
+                abort()
+            with m.State("JOB"):
+                # one MVAU job: a weight tile over all S vectors, or an attention product of one head
+                m.d.comb += [busy.eq(1), mvau.cmd.valid.eq(1)]
+                with m.Switch(op):
+                    for o in mat_cols:
+                        with m.Case(o):
+                            m.d.comb += [cmd.col_folds.eq(mat_cols[o] // simd), cmd.row_folds.eq(tr // pe),
+                                         cmd.vectors.eq(S), cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
+                                         cmd.act_unsigned.eq(0),
+                                         xreader.base.eq(0), xreader.stride.eq(words(mat_cols[o])),
+                                         xreader.words.eq(words(mat_cols[o]))]
+                    with m.Case(Op.SCORES):
+                        m.d.comb += [cmd.col_folds.eq(dh // simd), cmd.row_folds.eq(S // pe), cmd.vectors.eq(S),
+                                     cmd.raw.eq(1), xreader.base.eq(head_kword), xreader.stride.eq(words(H)),
+                                     xreader.words.eq(words(dh))]
+                    with m.Case(Op.PV):
+                        m.d.comb += [cmd.col_folds.eq(S // simd), cmd.row_folds.eq(dh // pe), cmd.vectors.eq(S),
+                                     cmd.shift.eq(hdr["ctx_shift"]), cmd.act_unsigned.eq(1),
+                                     xreader.base.eq(0), xreader.stride.eq(words(S)), xreader.words.eq(words(S))]
+                m.d.comb += xreader.vectors.eq(S)
+                with m.If(mvau.cmd.ready):
+                    m.d.comb += xreader.start.eq(1)
+                    m.d.sync += [res_count.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
+                                 k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0),
+                                 p_count.eq(0), p_word.eq(0), p_lane.eq(0),
+                                 att_sf.eq(0), att_nf.eq(0), att_row.eq(0)]
+                    with m.Switch(op):
+                        for o in mat_cols:
+                            with m.Case(o):
+                                m.d.sync += [job_rf.eq(tr // pe), expected.eq(S * tr // pe)]
+                                if o in dst_cols:
+                                    m.d.sync += res_row_step.eq(words(dst_cols[o]))
+                        with m.Case(Op.SCORES):
+                            m.d.sync += [att_cf.eq(words(dh)), att_rf.eq(S // pe), att_stride.eq(words(H)),
+                                         job_rf.eq(S // pe)]
+                        with m.Case(Op.PV):
+                            m.d.sync += [att_cf.eq(words(S)), att_rf.eq(dh // pe), att_stride.eq(words(S)),
+                                         job_rf.eq(dh // pe), expected.eq(S * dh // pe),
+                                         res_row_step.eq(words(H)), chan_word.eq(head_kword)]
+                    m.next = "JOB_WAIT"
+                abort()
+            with m.State("JOB_WAIT"):
+                m.d.comb += busy.eq(1)
+                with m.If(op == Op.SCORES):
+                    with m.If(p_count == S * S):
+                        m.d.sync += op.eq(Op.PV)
+                        m.next = "JOB"
+                with m.Elif(op == Op.PV):
+                    with m.If(res_count == expected):
+                        m.d.sync += [head.eq(head + 1), head_kword.eq(head_kword + words(dh)),
+                                     head_vrow.eq(head_vrow + (dh // pe) * words(S))]
+                        with m.If(head == g.heads - 1):
+                            start_matrix(Op.O)
+                            m.next = "TILE_WAIT"
+                        with m.Else():
+                            m.d.sync += op.eq(Op.SCORES)
+                            m.next = "JOB"
+                with m.Elif(res_count == expected):
+                    m.d.comb += ws.tile_release.eq(1)
+                    m.d.sync += [tile.eq(tile + 1), chan_word.eq(chan_word + words(tr)),
+                                 vt_base.eq(vt_base + (tr // pe) * words(S))]
+                    with m.If(tile != tiles):
+                        m.next = "TILE_WAIT"
+                    with m.Else():
+                        with m.Switch(op):
+                            with m.Case(Op.Q):
+                                start_matrix(Op.K)
+                                m.next = "TILE_WAIT"
+                            with m.Case(Op.K):
+                                start_matrix(Op.V)
+                                m.next = "TILE_WAIT"
+                            with m.Case(Op.V):
+                                m.d.sync += [op.eq(Op.SCORES), head.eq(0), head_kword.eq(0), head_vrow.eq(0)]
+                                m.next = "JOB"
+                            with m.Case(Op.O):
+                                start_ln(Op.LN1)
+                                m.next = "LN_PARAMS"
+                            with m.Case(Op.FFN_UP):
+                                start_matrix(Op.FFN_DOWN)
+                                m.next = "TILE_WAIT"
+                            with m.Case(Op.FFN_DOWN):
+                                start_ln(Op.LN2)
+                                m.next = "LN_PARAMS"
+                abort()
+            with m.State("LN_PARAMS"):
+                # copy gain[H], bias[H] of ln1/ln2 from the parameter store into the LayerNorm
+                m.d.comb += busy.eq(1)
+                section = Mux(is_ln2, PARAM_SECTIONS.index("ln2"), PARAM_SECTIONS.index("ln1"))
+                loaded = ws.param_loaded[slot].bit_select(section, 1)
+                m.d.comb += [stall.eq(~loaded),
+                             ws.param_addr.eq(Mux(is_ln2, pgeo.word("ln2"), pgeo.word("ln1")) + copy_idx),
+                             ln.param.addr.eq(copy_prev), ln.param.data.eq(ws.param_data), ln.param.en.eq(copy_on)]
+                with m.If(loaded):
+                    with m.If(copy_idx == 2 * H):
+                        m.d.comb += lnreader.start.eq(1)
+                        m.d.sync += [ln_count.eq(0), ln_word.eq(0), ln_lane.eq(0)]
+                        m.next = "LN_RUN"
+                    with m.Else():
+                        m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
+                m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
+                             lnreader.vectors.eq(1)]
+                abort()
+            with m.State("LN_RUN"):
+                m.d.comb += busy.eq(1)
+                with m.If(ln_count == S * H):
+                    with m.If(is_ln2):
+                        m.d.sync += layer.eq(layer + 1)
+                        with m.If(layer == layers - 1):
+                            m.d.sync += op.eq(Op.STORE)
+                            m.d.comb += outw.start.eq(1)
+                            m.next = "STORE"
+                        with m.Else():
+                            m.d.sync += op.eq(Op.IDLE)
+                            m.next = "HEADER_WAIT"
+                    with m.Else():
+                        m.d.sync += [op.eq(Op.FFN_UP), copy_idx.eq(0)]
+                        m.next = "GELU_PARAMS"
+                abort()
+            with m.State("GELU_PARAMS"):
+                m.d.comb += busy.eq(1)
+                loaded = ws.param_loaded[slot][PARAM_SECTIONS.index("gelu")]
+                m.d.comb += [stall.eq(~loaded), ws.param_addr.eq(pgeo.word("gelu") + (copy_idx >> 2)),
+                             gelu.table_w.addr.eq(copy_prev), gelu.table_w.en.eq(copy_on),
+                             gelu.table_w.data.eq(ws.param_data.word_select(copy_prev[:2], 8))]
+                with m.If(loaded):
+                    with m.If(copy_idx == 1 << ab):
+                        start_matrix(Op.FFN_UP)
+                        m.next = "TILE_WAIT"
+                    with m.Else():
+                        m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
+                abort()
+            with m.State("STORE"):
+                m.d.comb += busy.eq(1)
+                with m.If(~outw.busy & ~outw.start):
+                    m.d.comb += done.eq(1)
+                    m.d.sync += op.eq(Op.IDLE)
+                    m.next = "IDLE"
+        return m
+
+
+class EngineTop(wiring.Component):
+    """Plain top level: ``aclk``, ``aresetn`` (active low, synchronous), ``m_axi_*``, ``s_axil_*``, ``irq``."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.engine = LayerEngine(cfg)
+        members = {n: mb for n, mb in self.engine.signature.members.items() if n not in ("tokens", "op", "layer")}
+        super().__init__({"aclk": In(1), "aresetn": In(1), **members})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = cd = ClockDomain("sync")
+        m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
+        m.submodules.engine = eng = self.engine
+        for name, member in eng.signature.members.items():
+            if name in ("tokens", "op", "layer"):
+                continue
+            outer, inner = getattr(self, name), getattr(eng, name)
+            m.d.comb += (outer.eq(inner) if member.flow == Out else inner.eq(outer))
+        m.d.comb += eng.tokens.eq(self.cfg.model.seq_len)
+        return m
