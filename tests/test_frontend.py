@@ -18,11 +18,12 @@ from mlo_hw.frontend.__main__ import main as cli
 from mlo_hw.frontend.graph import Graph
 
 FIXTURES = Path(__file__).parent / "fixtures" / "onnx"
-RUNNABLE = ["bert", "bert_merged", "bert_sdpa", "roberta", "distilbert", "bert_legacy"]
+RUNNABLE = ["bert", "bert_merged", "bert_sdpa", "bert_pooler", "roberta", "distilbert", "bert_legacy"]
 GROUPS = {
     "bert": [("encoder.layer", 3)],
     "bert_merged": [("encoder.layer", 2)],
     "bert_sdpa": [("encoder.layer", 3)],
+    "bert_pooler": [("encoder.layer", 2)],
     "roberta": [("encoder.layer", 2)],
     "distilbert": [("transformer.layer", 2)],
     "bert_legacy": [("model.encoder.layer", 2)],
@@ -194,6 +195,28 @@ def test_float_reference_matches_onnxruntime(frontends, name):
     assert float_check(fe, layers, inputs) > 1e-3
 
 
+def test_tail_runs_on_the_engine_output():
+    """The host takes the engine's output back: BERT's pooler runs on it (remove_tail)."""
+    ort = pytest.importorskip("onnxruntime")
+    from mlo_hw.frontend.host import Host, model_inputs
+    from mlo_hw.quantize import quantize, run_int
+    fe = load(fixture("bert_pooler"))
+    host = Host(fe)
+    full = ort.InferenceSession(str(fixture("bert_pooler")), providers=["CPUExecutionProvider"])
+    cfg = config_from_dict({"name": "p", "model": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64,
+                                                   "seq_len": 8}})
+    inputs = model_inputs(host, 8, np.random.default_rng(5), 4)
+    q = quantize(fe.float_layers(), [(x, m) for x, m, _ in inputs[:2]], cfg)
+    for x, mask, ids in inputs[2:]:
+        want = full.run(["pooler_output"], {"input_ids": ids[None], "attention_mask": mask[None].astype(np.int64)})[0][0]
+        _, y = host.run(ids, mask)
+        np.testing.assert_allclose(host.tail(ids, mask, y)["pooler_output"], want, atol=1e-6)
+        y_engine = q.dequantize_output(run_int(q, q.quantize_input(x), mask, cfg))
+        got = host.tail(ids, mask, y_engine)["pooler_output"]
+        assert got @ want / np.linalg.norm(got) / np.linalg.norm(want) > 0.95
+        assert np.abs(host.tail(ids, mask, y + 0.5)["pooler_output"] - want).max() > 1e-2   # it does read y
+
+
 def test_cli_text_json_and_export(tmp_path, capsys):
     assert cli([str(fixture("bert"))]) == 0
     text = capsys.readouterr().out
@@ -316,3 +339,27 @@ def test_minilm_reference_matches_transformers():
     for n in range(2):
         got = float_stack(m.embed(ids[n]), m.layers, mask[n], m.heads, m.eps)
         assert np.abs(got[mask[n]] - want[n].numpy()[mask[n]]).max() < 1e-3
+
+
+@pytest.mark.slow
+def test_minilm_onnx_export_roles(tmp_path):
+    """A real dynamo export of all-MiniLM-L6-v2: roles found by structure equal the trained weights."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("onnxruntime")
+    from mlo_hw.frontend.host import Host, float_check, model_inputs
+    from mlo_hw.minilm import model_dir
+    m = _minilm()
+    hf = transformers.BertModel.from_pretrained(str(model_dir()), attn_implementation="eager",
+                                                add_pooling_layer=False).eval()
+    path = tmp_path / "minilm.onnx"
+    ids = torch.randint(1000, 2000, (1, 16))
+    torch.onnx.export(hf, (ids,), kwargs={"attention_mask": torch.ones_like(ids)}, dynamo=True,
+                      input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+                      opset_version=18, dynamic_axes={"input_ids": {1: "seq"}, "attention_mask": {1: "seq"}}).save(str(path))
+    fe = load(path)
+    assert fe.engine_refusal() is None and fe.dims["heads"] == 12 and len(fe.groups[0].layers) == 6
+    for got, want in zip(fe.float_layers(), m.layers):
+        for role in ENGINE_ROLES:
+            np.testing.assert_array_equal(getattr(got, role).astype(np.float32), getattr(want, role).astype(np.float32))
+    assert float_check(fe, fe.float_layers(), model_inputs(Host(fe), 16, np.random.default_rng(0), 2)) < 1e-4

@@ -35,10 +35,10 @@ def _randomize(model, seed: int):
             p.add_(torch.randn(p.shape, generator=gen) * 0.05)
 
 
-def _bert_like(cls, config_cls, layers, attn="eager", **extra):
+def _bert_like(cls, config_cls, layers, attn="eager", pooler=False, **extra):
     cfg = config_cls(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=layers, num_attention_heads=HEADS,
                      intermediate_size=INTER, max_position_embeddings=POS, attn_implementation=attn, **extra)
-    return cls(cfg, add_pooling_layer=False)
+    return cls(cfg, add_pooling_layer=pooler)
 
 
 def _distilbert(layers):
@@ -68,6 +68,8 @@ FIXTURES = {
     "bert_merged": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2), False, True, False, True),
     # static shapes + SDPA attention: the exporter puts the mask preparation into layer 0's scope
     "bert_sdpa":   (lambda: _bert_like(tf.BertModel, tf.BertConfig, 3, attn="sdpa"), True, True, False, False),
+    # a tail after the layer stack (BERT's pooler) for the host to run on the engine's output
+    "bert_pooler": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2, pooler=True), True, True, False, True),
     "roberta":     (lambda: _bert_like(tf.RobertaModel, tf.RobertaConfig, 2, pad_token_id=1), True, True, False,
                     True),
     "distilbert":  (lambda: _distilbert(2), True, True, False, True),
@@ -112,6 +114,7 @@ def export(name: str, out: Path):
     mask = torch.ones(1, SEQ, dtype=torch.long)
     args, kwargs = (ids,), {"attention_mask": mask}
     names = ["input_ids", "attention_mask"]
+    outputs = ["last_hidden_state", "pooler_output"] if name == "bert_pooler" else ["last_hidden_state"]
     if enc_dec:
         kwargs["decoder_input_ids"] = torch.randint(3, VOCAB, (1, SEQ // 2))
         names.append("decoder_input_ids")
@@ -121,7 +124,7 @@ def export(name: str, out: Path):
         warnings.simplefilter("ignore")
         if dynamo:
             prog = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, input_names=names,
-                                     output_names=["last_hidden_state"], opset_version=18, dynamic_axes=axes)
+                                     output_names=outputs, opset_version=18, dynamic_axes=axes)
             prog.save(str(path))
         else:
             torch.onnx.export(_Wrapped(model), (ids, mask), str(path), dynamo=False, input_names=names,

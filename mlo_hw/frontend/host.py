@@ -5,7 +5,8 @@ the host (Brainsmith's remove_head / remove_tail). Here the host part is the ONN
 onnxruntime with the layer stack's input and output tensors exposed as extra graph outputs:
 :meth:`Host.run` gives, for token ids and an attention mask, the float input of layer 0 (what the front
 end quantizes to the engine's int8 input) and the float output of the last layer (what the engine's
-dequantized output is compared with).
+dequantized output is compared with). :meth:`Host.tail` takes the engine's (dequantized) output back
+and runs the rest of the graph (e.g. BERT's pooler) to the model's outputs.
 
 :func:`build_model_onnx` is ``mlo_hw.quantize.build_model`` for ``weights: {source: onnx}`` configs:
 float layers by role, calibration on the model's own inputs (random token ids through the embeddings),
@@ -15,6 +16,7 @@ then the quantizer. :func:`config_dict` writes a config for a model.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +80,10 @@ class Host:
 
     def run(self, ids, mask) -> tuple[np.ndarray, np.ndarray]:
         """Token ids [S] and mask [S] -> (layer-0 input [S, H], last-layer output [S, H]), float64."""
+        x, y = self.session.run([self.stack_in, self.stack_out], self._feeds(ids, mask))
+        return np.asarray(x[0], np.float64), np.asarray(y[0], np.float64)
+
+    def _feeds(self, ids, mask) -> dict[str, np.ndarray]:
         ids = np.asarray(ids, np.int64)[None, :]
         mask = np.asarray(mask, np.int64)[None, :]
         feeds = {}
@@ -91,8 +97,29 @@ class Host:
                 feeds[name] = np.zeros_like(ids, dtype)
             else:
                 raise FrontendError(f"host: model input {name!r} is neither token ids, a mask nor token types")
-        x, y = self.session.run([self.stack_in, self.stack_out], feeds)
-        return np.asarray(x[0], np.float64), np.asarray(y[0], np.float64)
+        return feeds
+
+
+    @cached_property
+    def _tail(self):
+        """onnxruntime session of the graph after the layer stack: stack output (+ model inputs) -> outputs."""
+        import onnxruntime as ort
+        g = self.fe.graph
+        inputs = [self.stack_out] + [i.name for i in g.graph_inputs]
+        model = onnx.utils.Extractor(g.model).extract_model(inputs, list(g.graph_outputs))
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+    def tail(self, ids, mask, y) -> dict[str, np.ndarray]:
+        """The model's outputs from the layer stack's output ``y`` [S, H] (the engine's, dequantized):
+        the rest of the graph (pooler, head) runs on the host. Keys are the model's output names."""
+        session = self._tail
+        feeds = self._feeds(ids, mask)
+        feeds = {i.name: feeds[i.name] for i in session.get_inputs() if i.name in feeds}
+        feeds[self.stack_out] = np.asarray(y, np.float32)[None]
+        names = [o.name for o in session.get_outputs()]
+        return {n: np.asarray(v[0], np.float64) for n, v in zip(names, session.run(names, feeds))}
 
 
 def model_inputs(host: Host, seq_len: int, rng: np.random.Generator, count: int):
