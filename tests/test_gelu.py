@@ -15,7 +15,7 @@ def _verilog(cfg_name):
     return to_verilog(GeluTable.from_config(load_config(cfg_name)), top), top
 
 
-@pytest.mark.parametrize("cfg_name", ["small", "bert_tiny"])    # 4 and 8 lanes
+@pytest.mark.parametrize("cfg_name", ["small", pytest.param("bert_tiny", marks=pytest.mark.slow)])   # 4, 8 lanes
 def test_gelu_bit_exact_under_backpressure(cfg_name):
     v, top = _verilog(cfg_name)
     assert lint(v, top) == []
