@@ -208,7 +208,8 @@ def test_tail_runs_on_the_engine_output():
     inputs = model_inputs(host, 8, np.random.default_rng(5), 4)
     q = quantize(fe.float_layers(), [(x, m) for x, m, _ in inputs[:2]], cfg)
     for x, mask, ids in inputs[2:]:
-        want = full.run(["pooler_output"], {"input_ids": ids[None], "attention_mask": mask[None].astype(np.int64)})[0][0]
+        feeds = {"input_ids": ids[None], "attention_mask": mask[None].astype(np.int64)}
+        want = full.run(["pooler_output"], feeds)[0][0]
         _, y = host.run(ids, mask)
         np.testing.assert_allclose(host.tail(ids, mask, y)["pooler_output"], want, atol=1e-6)
         y_engine = q.dequantize_output(run_int(q, q.quantize_input(x), mask, cfg))
@@ -356,7 +357,8 @@ def test_minilm_onnx_export_roles(tmp_path):
     ids = torch.randint(1000, 2000, (1, 16))
     torch.onnx.export(hf, (ids,), kwargs={"attention_mask": torch.ones_like(ids)}, dynamo=True,
                       input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-                      opset_version=18, dynamic_axes={"input_ids": {1: "seq"}, "attention_mask": {1: "seq"}}).save(str(path))
+                      opset_version=18,
+                      dynamic_axes={"input_ids": {1: "seq"}, "attention_mask": {1: "seq"}}).save(str(path))
     fe = load(path)
     assert fe.engine_refusal() is None and fe.dims["heads"] == 12 and len(fe.groups[0].layers) == 6
     for got, want in zip(fe.float_layers(), m.layers):

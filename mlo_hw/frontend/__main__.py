@@ -87,7 +87,8 @@ def main(argv=None) -> int:
         print(json.dumps(summary, indent=1) if args.json else _text(summary))
         if args.export_weights:
             written = fe.export_weights(args.export_weights)
-            print(f"wrote {len(written)} files into {args.export_weights}", file=sys.stderr if args.json else sys.stdout)
+            print(f"wrote {len(written)} files into {args.export_weights}",
+                  file=sys.stderr if args.json else sys.stdout)
         if args.engine:
             reason = fe.engine_refusal()
             if reason:
