@@ -26,15 +26,21 @@ Schedule of a layer (one phase after another; ``op`` names the phase)::
     O         CTX -> ATT;  LN1: LayerNorm(res1_a * X + res1_b * ATT) -> Y
     FFN_UP    Y -> GELU table -> F [S, I];  FFN_DOWN: F -> ATT;  LN2: (Y, ATT) -> X
 
-Buffers (words of ``simd`` bytes, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``):
-X, Q, CTX, ATT, Y [S, H]; F [S, I]; P [S, S]; K and V^T as ``pe`` banks. :func:`buffer_plan` lists them.
+Buffers (words of ``simd`` bytes, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``),
+reused by phase so that only four exist (:func:`buffer_plan`):
+    X [S, H]     the layer input; FFN down's output; LN2 writes the next layer's input back in place
+    Y [S, H]     Q during attention, then LN1's output (FFN input, LN2's residual)
+    P [S, S]     one head's probabilities (uint8)
+    WORK         ``pe`` banks: K (bank = token % pe) and V^T (bank = channel % pe) side by side, so
+                 one word of every bank is one MVAU weight word; CTX and the O output row-major
+                 (word a in bank a % pe); then the FFN intermediate [S, I] over all of it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, unsigned
+from amaranth import Array, Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.hdl import ResetInserter
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -52,7 +58,7 @@ from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
 from .weight_image import HEADER_FIELDS
 
-__all__ = ["Op", "EngineGeometry", "buffer_plan", "VectorReader", "Serializer", "InputReader", "OutputWriter",
+__all__ = ["Op", "EngineGeometry", "with_seq_len", "buffer_plan", "VectorReader", "Serializer", "InputReader", "OutputWriter",
            "LayerEngine", "EngineTop"]
 
 
@@ -99,6 +105,8 @@ class EngineGeometry:
         if f.tile_rows % f.simd:
             raise ConfigError(f"folding.tile_rows: {f.tile_rows} must be a multiple of folding.simd={f.simd} "
                               f"(a tile's channels start on a buffer word)")
+        if f.pe & (f.pe - 1):
+            raise ConfigError(f"folding.pe: the engine's attention banks need a power of two, got {f.pe}")
         b = cfg.axi_data_bytes
         if b % f.simd and f.simd % b:
             raise ConfigError(f"folding.simd: {f.simd} bytes must divide or be a multiple of the AXI beat "
@@ -113,13 +121,32 @@ class EngineGeometry:
         """Buffer words per row of ``cols`` elements."""
         return cols // self.simd
 
+    @property
+    def work_words(self) -> int:
+        """WORK holds K, V^T and CTX (3 x [S, H]) during attention, then the FFN intermediate [S, I]."""
+        return self.words(max(3 * self.seq * self.hidden, self.seq * self.inter))
+
+    @property
+    def addr_bits(self) -> int:
+        """Width of a word address into any activation buffer."""
+        return max(self.work_words, self.words(self.seq * self.seq)).bit_length()
+
+
+def with_seq_len(cfg, seq_len: int):
+    """The config with another sequence length (e.g. bert_tiny at 32 tokens, or a decode step at 1)."""
+    import dataclasses
+    from .config import _validate
+    new = dataclasses.replace(cfg, name=f"{cfg.name}_s{seq_len}",
+                              model=dataclasses.replace(cfg.model, seq_len=seq_len))
+    _validate(new)
+    return new
+
 
 def buffer_plan(cfg) -> dict[str, int]:
     """Bytes of every activation buffer the engine builds (weight tiles and parameters: see perf.onchip_plan)."""
     g = EngineGeometry.from_config(cfg)
     sh = g.seq * g.hidden
-    return {"x": sh, "q": sh, "k": sh, "v": sh, "ctx": sh, "att": sh, "y": sh, "f": g.seq * g.inter,
-            "p": g.seq * g.seq}
+    return {"x": sh, "y": sh, "p": g.seq * g.seq, "work": g.work_words * g.simd}
 
 
 class VectorReader(wiring.Component):
@@ -354,6 +381,38 @@ class _Buffer:
         self.r = self.mem.read_port()
 
 
+class _Banks:
+    """``n`` (a power of two) banks of words. Row-major word ``a`` lives in bank ``a % n`` at ``a // n``;
+    the attention operands (K rows, V^T rows) use the banks side by side, one word each."""
+
+    def __init__(self, m, name: str, words_per_bank: int, word_bytes: int, n: int):
+        self.banks = [_Buffer(m, f"{name}{b}", words_per_bank, word_bytes) for b in range(n)]
+        self.lp = (n - 1).bit_length()
+        self.sel = Signal(range(max(n, 2)), name=f"{name}_sel")
+
+    def _split(self, addr):
+        return (addr[:self.lp], addr[self.lp:]) if self.lp else (Const(0, 1), addr)
+
+    def read(self, m, addr, en):
+        """Row-major read: the word arrives one cycle later on the returned value."""
+        bank, local = self._split(addr)
+        for b in self.banks:
+            m.d.comb += [b.r.addr.eq(local), b.r.en.eq(en)]
+        with m.If(en):
+            m.d.sync += self.sel.eq(bank)
+        return Array(b.r.data for b in self.banks)[self.sel]
+
+    def write(self, m, addr, data, lanes):
+        bank, local = self._split(addr)
+        for i, b in enumerate(self.banks):
+            m.d.comb += [b.w.addr.eq(local), b.w.data.eq(data), b.w.en.eq(Mux(bank == i, lanes, 0))]
+
+    def read_side_by_side(self, m, local):
+        for b in self.banks:
+            m.d.comb += b.r.addr.eq(local)
+        return Cat(*(b.r.data for b in self.banks))
+
+
 class LayerEngine(wiring.Component):
     """The engine (see the module docstring). Ports: ``m_axi_*``, ``s_axil_*``, ``irq``, ``tokens`` and the
     debug outputs ``op`` (an :class:`Op`) and ``layer`` for testbenches and profiling."""
@@ -385,8 +444,8 @@ class LayerEngine(wiring.Component):
         for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
                             ("ln", LayerNorm.from_config(cfg)), ("gelu", GeluTable.from_config(cfg)),
                             ("score_ser", Serializer(pe, mp.acc_bits)), ("pair_ser", Serializer(simd, 2 * ab)),
-                            ("xreader", VectorReader(16, word_bits, words(max(H, I, S)), S)),
-                            ("lnreader", VectorReader(16, 2 * word_bits, words(S * H), 1))):
+                            ("xreader", VectorReader(g.addr_bits, word_bits, words(max(H, I, S)), S)),
+                            ("lnreader", VectorReader(g.addr_bits, 2 * word_bits, words(S * H), 1))):
             m.submodules[name] = ResetInserter({"sync": flush})(block)
             compute[name] = block
         mvau, softmax, ln, gelu = compute["mvau"], compute["softmax"], compute["ln"], compute["gelu"]
@@ -416,12 +475,15 @@ class LayerEngine(wiring.Component):
             m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
 
         # ---- activation buffers --------------------------------------------------------------------
+        # X: layer input/output; Y: Q during attention, then LN1's output; P: one head's probabilities;
+        # WORK (pe banks): K, V^T, CTX and the O output during attention, then the FFN intermediate.
+        wsh = words(S * H)
+        K_LOCAL, V_LOCAL = 0, wsh // pe                 # bank-local word offsets of K and V^T
+        CTX_BASE, ATT_BASE, F_BASE = 2 * wsh, 0, 0      # row-major word offsets inside WORK
         bufs = {name: _Buffer(m, f"buf_{name}", n, simd) for name, n in (
-            ("x", words(S * H)), ("q", words(S * H)), ("ctx", words(S * H)), ("att", words(S * H)),
-            ("y", words(S * H)), ("f", words(S * I)), ("p", words(S * S)))}
-        kbanks = [_Buffer(m, f"buf_k{b}", words(S * H) // pe, simd) for b in range(pe)]
-        vbanks = [_Buffer(m, f"buf_v{b}", words(S * H) // pe, simd) for b in range(pe)]
-        for b in list(bufs.values()) + kbanks + vbanks:
+            ("x", wsh), ("y", wsh), ("p", words(S * S)))}
+        work = _Banks(m, "buf_work", g.work_words // pe, simd, pe)
+        for b in list(bufs.values()) + work.banks:
             m.d.comb += b.w.en.eq(0)
 
         op = Signal(Op)
@@ -450,17 +512,11 @@ class LayerEngine(wiring.Component):
                 m.d.sync += [att_sf.eq(0), att_nf.eq(att_nf + 1), att_row.eq(att_row + att_stride)]
                 with m.If(att_nf == att_rf - 1):
                     m.d.sync += [att_nf.eq(0), att_row.eq(0)]
-        k_data = Cat(*(b.r.data for b in kbanks))
-        v_data = Cat(*(b.r.data for b in vbanks))
-        for b in kbanks:
-            m.d.comb += b.r.addr.eq(att_row + head_kword + att_sf)
-        for b in vbanks:
-            m.d.comb += b.r.addr.eq(att_row + head_vrow + att_sf)
         with m.Switch(op):
             with m.Case(Op.SCORES):
-                m.d.comb += mvau.weights.data.eq(k_data)
+                m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, K_LOCAL + att_row + head_kword + att_sf))
             with m.Case(Op.PV):
-                m.d.comb += mvau.weights.data.eq(v_data)
+                m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, V_LOCAL + att_row + head_vrow + att_sf))
                 for p in range(pe):
                     m.d.comb += [mvau.params.data.bias[p].eq(0), mvau.params.data.mult[p].eq(hdr["ctx_mult"])]
             with m.Default():
@@ -468,13 +524,14 @@ class LayerEngine(wiring.Component):
                              mvau.params.data.mult.eq(ws.mult)]
 
         # x stream: the vector reader on the op's source buffer
-        src = {Op.Q: "x", Op.K: "x", Op.V: "x", Op.SCORES: "q", Op.PV: "p", Op.O: "ctx", Op.FFN_UP: "y",
-               Op.FFN_DOWN: "f"}
+        src = {Op.Q: "x", Op.K: "x", Op.V: "x", Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: "y"}
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
                     m.d.comb += [bufs[name].r.addr.eq(xreader.addr), bufs[name].r.en.eq(xreader.en),
                                  xreader.data.eq(bufs[name].r.data)]
+            with m.Case(Op.O, Op.FFN_DOWN):
+                m.d.comb += xreader.data.eq(work.read(m, xreader.addr, xreader.en))
         m.d.comb += [mvau.x.valid.eq(xreader.o.valid), mvau.x.payload.eq(xreader.o.payload),
                      xreader.o.ready.eq(mvau.x.ready)]
 
@@ -510,20 +567,23 @@ class LayerEngine(wiring.Component):
         res_sl = Signal(range(simd))
         lanes = (Const((1 << pe) - 1, simd) << res_cl)[:simd]
         rep = res_data.replicate(simd // pe)
-        row_major = {Op.Q: "q", Op.PV: "ctx", Op.O: "att", Op.FFN_UP: "f", Op.FFN_DOWN: "att"}
+        res_addr = res_row + chan_word + res_cw
         with m.If(res_valid):
             with m.Switch(op):
-                for o, name in row_major.items():
+                for o, name in {Op.Q: "y", Op.FFN_DOWN: "x"}.items():
                     with m.Case(o):
                         b = bufs[name]
-                        m.d.comb += [b.w.addr.eq(res_row + chan_word + res_cw), b.w.data.eq(rep), b.w.en.eq(lanes)]
+                        m.d.comb += [b.w.addr.eq(res_addr), b.w.data.eq(rep), b.w.en.eq(lanes)]
+                for o, base in {Op.PV: CTX_BASE, Op.O: ATT_BASE, Op.FFN_UP: F_BASE}.items():
+                    with m.Case(o):
+                        work.write(m, base + res_addr, rep, lanes)
                 with m.Case(Op.K):
-                    for i, b in enumerate(kbanks):
-                        m.d.comb += [b.w.addr.eq(k_row + chan_word + res_cw), b.w.data.eq(rep),
+                    for i, b in enumerate(work.banks):
+                        m.d.comb += [b.w.addr.eq(K_LOCAL + k_row + chan_word + res_cw), b.w.data.eq(rep),
                                      b.w.en.eq(Mux(k_bank == i, lanes, 0))]
                 with m.Case(Op.V):
-                    for i, b in enumerate(vbanks):
-                        m.d.comb += [b.w.addr.eq(vt_base + vt_nf + res_sw),
+                    for i, b in enumerate(work.banks):
+                        m.d.comb += [b.w.addr.eq(V_LOCAL + vt_base + vt_nf + res_sw),
                                      b.w.data.eq(res_data[8 * i: 8 * i + 8].replicate(simd)),
                                      b.w.en.eq(1 << res_sl)]
             m.d.sync += [res_count.eq(res_count + 1), res_nf.eq(res_nf + 1), res_cl.eq(res_cl + pe),
@@ -558,15 +618,22 @@ class LayerEngine(wiring.Component):
                 m.d.sync += [p_lane.eq(0), p_word.eq(p_word + 1)]
 
         # ---- LayerNorm: pairs (a, b) from two buffers, output to a third -------------------------------
-        ln_src = {Op.LN1: ("x", "att"), Op.LN2: ("y", "att")}
+        # LN1: a = X, b = the O output (WORK); LN2: a = Y, b = the FFN-down output (X), written back in place
+        # (a row is read whole before its output overwrites it)
         ln_dst = {Op.LN1: "y", Op.LN2: "x"}
+
+        def pairs(a_word, b_word):
+            return Cat(*(Cat(a_word[8 * i: 8 * i + 8], b_word[8 * i: 8 * i + 8]) for i in range(simd)))
+
         with m.Switch(op):
-            for o, (a, b) in ln_src.items():
-                with m.Case(o):
-                    for name in (a, b):
-                        m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
-                    m.d.comb += lnreader.data.eq(Cat(*(Cat(bufs[a].r.data[8 * i: 8 * i + 8],
-                                                           bufs[b].r.data[8 * i: 8 * i + 8]) for i in range(simd))))
+            with m.Case(Op.LN1):
+                m.d.comb += [bufs["x"].r.addr.eq(lnreader.addr), bufs["x"].r.en.eq(lnreader.en)]
+                m.d.comb += lnreader.data.eq(pairs(bufs["x"].r.data,
+                                                   work.read(m, ATT_BASE + lnreader.addr, lnreader.en)))
+            with m.Case(Op.LN2):
+                for name in ("x", "y"):
+                    m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
+                m.d.comb += lnreader.data.eq(pairs(bufs["y"].r.data, bufs["x"].r.data))
         m.d.comb += [pair_ser.i.valid.eq(lnreader.o.valid), pair_ser.i.payload.eq(lnreader.o.payload),
                      lnreader.o.ready.eq(pair_ser.i.ready),
                      ln.i.valid.eq(pair_ser.o.valid), ln.i.payload.eq(pair_ser.o.payload),
@@ -684,7 +751,8 @@ class LayerEngine(wiring.Component):
                             m.d.comb += [cmd.col_folds.eq(mat_cols[o] // simd), cmd.row_folds.eq(tr // pe),
                                          cmd.vectors.eq(S), cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
                                          cmd.act_unsigned.eq(0),
-                                         xreader.base.eq(0), xreader.stride.eq(words(mat_cols[o])),
+                                         xreader.base.eq(CTX_BASE if o == Op.O else 0),
+                                         xreader.stride.eq(words(mat_cols[o])),
                                          xreader.words.eq(words(mat_cols[o]))]
                     with m.Case(Op.SCORES):
                         m.d.comb += [cmd.col_folds.eq(dh // simd), cmd.row_folds.eq(S // pe), cmd.vectors.eq(S),

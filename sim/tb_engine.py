@@ -16,13 +16,15 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from mlo_hw.config import load_config
 from mlo_hw.golden import int_stack
-from mlo_hw.layer_engine import Op
+from mlo_hw.layer_engine import Op, with_seq_len
 from mlo_hw.quantize import build_model, random_inputs
 from mlo_hw.weight_image import pack_image
 from runner import tb_params
 
 P = tb_params()
 CFG = load_config(P["config"])
+if P.get("seq_len"):
+    CFG = with_seq_len(CFG, P["seq_len"])
 REGS = {r["name"]: r for r in P["registers"]}
 BIT = {(r["name"], f["name"]): 1 << f["lsb"] for r in P["registers"] for f in r["fields"]}
 WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x10000, 0x1000, 0x3000
@@ -191,7 +193,7 @@ def first_difference(traces, obs, tokens, seq_len):
     return None
 
 
-async def run_case(dut, axil, ram, rng, layers, tokens, pause):
+async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
     """One run: returns (output int8 [seq_len, H], golden output, traces, monitor, cycles)."""
     seq_len = CFG.model.seq_len
     x_float, _ = random_inputs(CFG, np.random.default_rng(rng.randrange(1 << 30)), 1, padded=False)[0]
@@ -204,6 +206,7 @@ async def run_case(dut, axil, ram, rng, layers, tokens, pause):
     set_pauses(ram, rng, pause)
     dut.tokens.value = tokens
     mon = Monitor(dut)
+    mon.running = monitor
     task = cocotb.start_soon(mon.run())
     await wr(axil, "WEIGHT_BASE_LO", WEIGHT_BASE)
     await wr(axil, "INPUT_BASE_LO", INPUT_BASE)
@@ -251,7 +254,7 @@ async def setup(dut):
     return ram, axil
 
 
-@cocotb.test()
+@cocotb.test(skip=bool(P.get("profile_out")))
 async def full_stack_bit_exact(dut):
     """Every layer, all tokens valid, then padded masks and a one-layer run, random AXI stalls."""
     ram, axil = await setup(dut)
@@ -273,3 +276,44 @@ async def full_stack_bit_exact(dut):
             pass
         else:
             raise AssertionError("the checker missed a corrupted output byte")
+
+
+class Profile:
+    """Per layer and phase: cycles, cycles the MVAU was busy, cycles compute waited for DRAM."""
+
+    def __init__(self, dut):
+        self.dut, self.running, self.rows = dut, True, {}
+
+    async def run(self):
+        dut = self.dut
+        busy, stall = dut.regs.compute_busy, dut.regs.dma_stall
+        while self.running:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            key = (int(dut.layer.value), Op(int(dut.op.value)).name)
+            row = self.rows.setdefault(key, [0, 0, 0])
+            row[0] += 1
+            row[1] += int(busy.value)
+            row[2] += int(stall.value)
+
+
+@cocotb.test(skip=not P.get("profile_out"))
+async def profile(dut):
+    """One run of every layer, all tokens valid, memory answering at full speed: the cycle profile
+    (``bench/cycles.py``); the output is still checked against the golden model."""
+    import json
+    ram, axil = await setup(dut)
+    prof = Profile(dut)
+    task = cocotb.start_soon(prof.run())
+    seq_len = CFG.model.seq_len
+    got, want, traces, mon, cycles = await run_case(dut, axil, ram, random.Random(1), CFG.model.layers, seq_len,
+                                                    0.0, monitor=False)
+    prof.running = False
+    await task
+    assert np.array_equal(got.astype(np.int64), want), "output differs from the golden model"
+    out = {"cycles": cycles, "compute_cycles": await rd(axil, "COMPUTE_CYCLES"),
+           "stall_cycles": await rd(axil, "STALL_CYCLES"),
+           "phases": [{"layer": k[0], "op": k[1], "cycles": v[0], "compute": v[1], "stall": v[2]}
+                      for k, v in prof.rows.items()]}
+    with open(P["profile_out"], "w") as f:
+        json.dump(out, f, indent=1)

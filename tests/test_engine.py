@@ -2,7 +2,7 @@
 import pytest
 
 from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
-from mlo_hw.layer_engine import EngineGeometry, EngineTop, LayerEngine
+from mlo_hw.layer_engine import EngineGeometry, EngineTop, LayerEngine, with_seq_len
 from mlo_hw.mvau import MVAUParams
 from mlo_hw.regs import register_map
 from sim.runner import lint, simulate, to_verilog
@@ -15,7 +15,7 @@ def registers(cfg):
 
 
 def engine_params(cfg, **extra):
-    return {"config": cfg.name, "registers": registers(cfg), "acc_bits": MVAUParams.from_config(cfg).acc_bits,
+    return {"config": cfg.name.split("_s")[0], "seq_len": cfg.model.seq_len, "registers": registers(cfg), "acc_bits": MVAUParams.from_config(cfg).acc_bits,
             **extra}
 
 
@@ -46,3 +46,11 @@ def _small_with(**folding):
 def test_unsupported_folding_rejected_with_a_clear_message():
     with pytest.raises(ConfigError, match="folding.pe"):
         EngineGeometry.from_config(_small_with(pe=8, simd=4, tile_rows=8))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq", [32, 128])
+def test_bert_tiny_bit_exact_end_to_end(seq):
+    cfg = with_seq_len(load_config("bert_tiny"), seq)
+    v = to_verilog(LayerEngine(cfg), f"engine_bt{seq}")
+    simulate(v, f"engine_bt{seq}", "tb_engine", engine_params(cfg, cases=1, seed=3, timeout_cycles=6_000_000))
