@@ -165,10 +165,11 @@ class LayerNorm(wiring.Component):
         mn_slot = Signal(slot_bits)
         m.submodules.mean_div = mean_div = SerialDivider(mean_q_bits + (2 * h).bit_length(),
                                                          (2 * h).bit_length(), mean_q_bits)
-        m.submodules.var_mul = var_mul = SerialMultiplier(sum_bits + 6 + idx_bits + D_BITS, D_BITS - 1)
+        centre_bits = max(sum_bits + 5, h.bit_length() + D_BITS) + 1      # 32*S - H*m, signed
+        m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, D_BITS - 1)
         s_cur = row_sum[mn_slot]
         mean = row_mean[mn_slot]
-        centre = Signal(signed(len(var_mul.a)))   # 32*S - H*m
+        centre = Signal(signed(centre_bits))
         with m.FSM(name="mean_fsm"):
             with m.State("IDLE"):
                 with m.If(phase[mn_slot] == 1):
