@@ -142,7 +142,7 @@ def near_page(rng, beats):
 
 def random_cmds(rng):
     cmds = []
-    for _ in range(rng.randint(1, 5)):
+    for _ in range(rng.randint(1, 3)):
         beats = rng.choice([rng.randint(1, MAX_BURST), rng.randint(1, 3 * MAX_BURST + 5), 4096 // BYTES + 1])
         cmds.append((near_page(rng, beats), beats, rng.randrange(1 << TAG_BITS)))
     return cmds

@@ -58,7 +58,10 @@ def test_port_names_follow_axi_conventions():
     assert "output [7:0] m_axi_wstrb;" in v and "input [1:0] m_axi_bresp;" in v and "output [31:0] m_axi_awaddr;" in v
 
 
-@pytest.mark.parametrize("cfg_name,seeds,trials", [("small", range(12), 10), ("bert_tiny", range(100, 104), 4)])
+@pytest.mark.parametrize("cfg_name,seeds,trials", [
+    ("bert_tiny", range(100, 110), 4),                                    # 64-bit, bursts up to 256 beats
+    pytest.param("small", range(12), 10, marks=pytest.mark.slow),          # bursts up to 16 beats
+])
 def test_write_dma_against_axi_ram(cfg_name, seeds, trials):
     p, dma = _write_dma(cfg_name)
     top = f"write_dma_{cfg_name}"
@@ -69,6 +72,7 @@ def test_write_dma_against_axi_ram(cfg_name, seeds, trials):
               "max_burst": p.max_burst_beats, "beats_bits": 16, "seeds": list(seeds), "error_trials": trials})
 
 
+@pytest.mark.slow
 def test_write_dma_synthesizes_without_latches():
     _, dma = _write_dma("bert_tiny")
     r = synth_verilog(to_verilog(dma, "write_dma_syn"), "write_dma_syn")
@@ -82,3 +86,24 @@ def test_bad_parameters_are_rejected():
         WriteDma(AxiParams(), outstanding=0)
     with pytest.raises(ValueError, match="max_bytes"):
         ActReader(AxiParams(), 0)
+
+
+@pytest.mark.parametrize("cfg_name", ["bert_tiny"])
+def test_activation_reader_and_writer_against_axi_ram(cfg_name):
+    cfg = load_config(cfg_name)
+    p = AxiParams.from_config(cfg)
+    top = f"act_io_{cfg_name}"
+    v = to_verilog(ActIO(p, activation_bytes(cfg)), top)
+    assert lint(v, top) == []
+    simulate(v, top, "tb_act_dma",
+             {"dut": "act_io", "addr_bits": p.addr_bits, "data_bits": p.data_bits, "max_burst": p.max_burst_beats,
+              "max_bytes": activation_bytes(cfg), "seeds": list(range(10)), "error_trials": 6})
+
+
+@pytest.mark.slow
+def test_reader_and_writer_synthesize_without_latches():
+    cfg = load_config("bert_tiny")
+    for cls in (ActReader, ActWriter):
+        r = synth_verilog(to_verilog(cls.from_config(cfg), "act_syn"), "act_syn")
+        print(f"{cls.__name__} bert_tiny:", r.used, "logic depth", r.logic_depth)
+        assert r.latches == 0 and r.used["DSP"] == 0, r.used
