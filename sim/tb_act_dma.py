@@ -161,15 +161,12 @@ async def wait_for(dut, cond, limit, what):
         if cond():
             await RisingEdge(dut.clk)
             return
-    names = [n for n in ("busy", "error", "m_axi_awvalid", "m_axi_awready", "m_axi_wvalid", "m_axi_wready",
-                         "m_axi_bvalid", "data__valid", "data__ready", "cmd__ready", "wr_busy", "rd_busy")
-             if hasattr(dut, n)]
-    if DUT == "write_dma":
-        names += ["drop", "active", "remaining", "w_beat"]
-        names = [f"{n}={int(getattr(dut, n).value)}" for n in names]
-        names += [f"wq={int(dut.w_bursts.level.value)} bq={int(dut.b_bursts.level.value)} whead={int(dut.w_bursts.r_data.value)}"]
-    raise AssertionError(f"{what} not reached after {limit} cycles; "
-                         + ", ".join(str(n) if "=" in str(n) else f"{n}={int(getattr(dut, n).value)}" for n in names))
+    ports = ("busy", "error", "m_axi_awvalid", "m_axi_awready", "m_axi_wvalid", "m_axi_wready", "m_axi_bvalid",
+             "data__valid", "data__ready", "cmd__ready", "wr_busy", "rd_busy", "drop", "active", "remaining", "w_beat")
+    state = [f"{n}={int(getattr(dut, n).value)}" for n in ports if hasattr(dut, n)]
+    if DUT == "write_dma":      # FIFO levels of the WriteDma
+        state += [f"w_bursts={int(dut.w_bursts.level.value)}", f"b_bursts={int(dut.b_bursts.level.value)}"]
+    raise AssertionError(f"{what} not reached after {limit} cycles; " + ", ".join(state))
 
 
 # ================================ WriteDma ==============================================================
