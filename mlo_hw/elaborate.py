@@ -1,7 +1,10 @@
-"""``python -m mlo_hw.elaborate --config CONFIG [-o DIR]``: weight image, manifest, report (and RTL).
+"""``python -m mlo_hw.elaborate --config CONFIG [-o DIR]``: RTL, weight image, manifest, register map, report.
 
-Writes into ``DIR`` (default ``build/<config name>/``): ``weights.bin`` and ``manifest.json`` (the
-DRAM weight image), ``golden_input.bin``/``golden_output.bin`` (a test vector), ``report.md``.
+Writes into ``DIR`` (default ``build/<config name>/``): ``mlo_engine.v`` (the layer engine's plain
+Verilog top level ``mlo_engine``: ``aclk``, ``aresetn``, ``m_axi_*``, ``s_axil_*``, ``irq``) and
+``files.f`` (its file list), ``weights.bin`` and ``manifest.json`` (the DRAM weight image),
+``regs.json`` and ``mlo_hw_regs.h`` (the register map), ``golden_input.bin``/``golden_output.bin``
+(a test vector), ``report.md``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import PARTS, ConfigError, load_config
-from .perf import layer_bound, matrix_costs, onchip_plan
+from .perf import check_fit, layer_bound, matrix_costs, onchip_bram36, onchip_plan
 from .quantize import build_model, random_inputs, run_int
 from .weight_image import layout, pack_image, write_manifest
 
@@ -37,12 +40,16 @@ def report(cfg, rtl_note: str) -> str:
              "| section | offset | bytes | tiles | tile bytes |", "|---|---:|---:|---:|---:|"]
     for s in lay.sections:
         lines.append(f"| {s.name} | {s.offset} | {s.bytes} | {s.tiles or ''} | {s.tile_bytes or ''} |")
-    plan = onchip_plan(cfg)
-    total = sum(plan.values())
-    avail = PARTS[cfg.part_family]["BRAM36"] * 4608
-    lines += ["", "## On-chip memory plan", "", "| buffer | bytes |", "|---|---:|"]
-    lines += [f"| {k} | {v} |" for k, v in plan.items()]
-    lines += [f"| **total** | **{total}** ({100 * total / avail:.0f}% of {cfg.part_family} block RAM, {avail} bytes) |"]
+    plan, brams = onchip_plan(cfg), onchip_bram36(cfg)
+    total, total_brams = sum(plan.values()), sum(brams.values())
+    avail = PARTS[cfg.part_family]["BRAM36"]
+    lines += ["", "## On-chip memory plan", "",
+              "Activations stay on chip between layers (see mlo_hw/layer_engine.py and docs/engine.md); "
+              "BRAM36 are counted by width and depth (a wide memory needs block RAMs side by side).", "",
+              "| buffer | bytes | BRAM36 |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v} | {brams[k]:g} |" for k, v in plan.items()]
+    lines += [f"| **total** | **{total}** | **{total_brams:g}** ({100 * total_brams / avail:.0f}% of "
+              f"{cfg.part_family}'s {avail}) |"]
     lines += ["", "## Analytical cycle bound per layer", "",
               "Per tile max(compute, DMA) cycles, summed over tiles; attention products are compute only.", "",
               "| matrix | tiles | compute/tile | DMA/tile | bound | bytes/cycle needed |", "|---|---:|---:|---:|---:|---:|"]
@@ -66,8 +73,15 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         cfg = load_config(args.config)
+        check_fit(cfg)
         out = Path(args.output or Path("build") / cfg.name)
         out.mkdir(parents=True, exist_ok=True)
+        from amaranth.back import verilog
+        from .layer_engine import engine_top
+        from .regs import write_register_map
+        (out / "mlo_engine.v").write_text(verilog.convert(engine_top(cfg), name="mlo_engine", emit_src=False))
+        (out / "files.f").write_text("mlo_engine.v\n")
+        write_register_map(out, cfg)
         _, model = build_model(cfg)
         (out / "weights.bin").write_bytes(pack_image(cfg, model.layers))
         write_manifest(out / "manifest.json", cfg)
@@ -80,7 +94,8 @@ def main(argv=None) -> int:
         y = run_int(model, x_int, mask, cfg)
         (out / "golden_input.bin").write_bytes(x_int.astype(np.int8).tobytes())
         (out / "golden_output.bin").write_bytes(y.astype(np.int8).tobytes())
-        rtl_note = "not generated yet: the layer engine (mlo_hw/layer_engine.py) does not exist in this version."
+        rtl_note = ("mlo_engine.v (top level `mlo_engine`: aclk, aresetn, m_axi_*, s_axil_*, irq), "
+                    "file list files.f, register map regs.json / mlo_hw_regs.h.")
         (out / "report.md").write_text(report(cfg, rtl_note))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -88,8 +103,8 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
         return 2
-    print(f"{cfg.name}: wrote {out}/weights.bin, manifest.json, report.md "
-          f"({time.perf_counter() - t0:.2f} s). {rtl_note}")
+    print(f"{cfg.name}: wrote {out}/mlo_engine.v, files.f, weights.bin, manifest.json, regs.json, "
+          f"mlo_hw_regs.h, report.md ({time.perf_counter() - t0:.2f} s).")
     return 0
 
 

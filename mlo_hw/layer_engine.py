@@ -54,12 +54,13 @@ from .gelu import GeluTable
 from .layernorm import LayerNorm
 from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
+from .perf import check_fit
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
 from .weight_image import HEADER_FIELDS
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "buffer_plan", "VectorReader", "Serializer", "InputReader", "OutputWriter",
-           "LayerEngine", "EngineTop"]
+           "LayerEngine", "EngineTop", "engine_top"]
 
 
 class Op(enum.Enum, shape=4):
@@ -420,6 +421,7 @@ class LayerEngine(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         self.g = g = EngineGeometry.from_config(cfg)
+        check_fit(cfg)
         self.axi = AxiParams.from_config(cfg)
         self.mvau_params = MVAUParams.from_config(cfg)
         super().__init__({
@@ -904,3 +906,8 @@ class EngineTop(wiring.Component):
             m.d.comb += (outer.eq(inner) if member.flow == Out else inner.eq(outer))
         m.d.comb += eng.tokens.eq(self.cfg.model.seq_len)
         return m
+
+
+def engine_top(cfg) -> EngineTop:
+    """The hook :mod:`mlo_hw.synth` and :mod:`mlo_hw.boards` build: the engine's plain top level."""
+    return EngineTop(cfg)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from .weight_image import layout
 
-__all__ = ["TileCost", "matrix_costs", "layer_bound", "onchip_plan"]
+__all__ = ["TileCost", "matrix_costs", "layer_bound", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36",
+           "check_fit", "BRAM36_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -48,21 +49,75 @@ def layer_bound(cfg, seq: int | None = None) -> int:
     return sum(c.bound for c in matrix_costs(cfg, seq))
 
 
-def onchip_plan(cfg) -> dict[str, int]:
-    """Bytes of each on-chip buffer of the rolled layer (activations stay on chip between layers).
+# Block RAM18 aspect ratios (7-series, true dual port): (width bits, depth). A BRAM36 is two.
+BRAM18_SHAPES = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 512))
+BRAM36_BYTES = 4608
 
-    x: the layer input and residual source; a: LN1 output (FFN input and residual source);
-    work: Q, K, V and context during attention, then the FFN intermediate (they never overlap in time).
-    """
-    s, h, i = cfg.seq_padded, cfg.model.hidden, cfg.model.intermediate
+
+def bram36(width_bits: int, depth: int) -> float:
+    """BRAM36 needed for a ``width_bits`` x ``depth`` memory: by width as well as by bytes (a 512-bit
+    read needs 15 BRAM18 side by side however shallow the memory is)."""
+    return min(-(-width_bits // w) * -(-depth // d) for w, d in BRAM18_SHAPES) / 2
+
+
+def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
+    """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry."""
+    from .layer_engine import EngineGeometry
+    from .mvau import MVAUParams
+    g = EngineGeometry.from_config(cfg)
+    s, h = g.seq, g.hidden
     lay = layout(cfg)
-    tile = max(sec.tile_bytes for sec in lay.sections if sec.tile_rows)
+    word = 8 * g.simd
+    beat = cfg.memory.axi_data_bits
+    tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
+    param_bytes = sum(lay[n].bytes for n in ("header", "ln1", "gelu", "ln2"))
     return {
-        "x": s * h,
-        "a": s * h,
-        "work": max(4 * s * h, s * i),
-        "weight_tiles": 2 * tile,
-        "scores_row": 2 * s * 4,
-        "ln_rows": 2 * h * 4,
-        "params": 2 * 8 * h + (1 << cfg.numerics.act_bits) + 256 * 2,
+        "x": (word, g.words(s * h)),
+        "y": (word, g.words(s * h)),
+        "p": (word, g.words(s * s)),
+        **{f"work{b}": (word, g.work_words // g.pe) for b in range(g.pe)},
+        "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
+        "params": (beat, 2 * param_bytes * 8 // beat),
+        "softmax_scores": (cfg.acc_bits(g.head_dim) + 1, 4 * s),
+        "softmax_exps": (16, 4 * s),
+        "layernorm_rows": (20, 4 * h),
+        "mvau_vectors": (8 * g.simd, MVAUParams.from_config(cfg).max_col_folds),
     }
+
+
+def onchip_plan(cfg) -> dict[str, int]:
+    """Bytes of each on-chip buffer of the rolled layer engine (activations stay on chip between layers).
+
+    x: the layer input and output; y: Q during attention, then LN1's output; p: one head's
+    probabilities; work: K, V^T, CTX and the O output during attention, then the FFN intermediate
+    (see :mod:`mlo_hw.layer_engine`); weight_tiles: the two tile banks; params: two layers' header,
+    LayerNorm and GELU sections; the softmax, LayerNorm and MVAU row memories.
+    """
+    mems = onchip_memories(cfg)
+    out = {}
+    for name, (w, d) in mems.items():
+        key = "work" if name.startswith("work") else name
+        out[key] = out.get(key, 0) + w * d // 8
+    return out
+
+
+def onchip_bram36(cfg) -> dict[str, float]:
+    """BRAM36 of each buffer of :func:`onchip_plan`, counted by width and depth (:func:`bram36`)."""
+    out = {}
+    for name, (w, d) in onchip_memories(cfg).items():
+        key = "work" if name.startswith("work") else name
+        out[key] = out.get(key, 0) + bram36(w, d)
+    return out
+
+
+def check_fit(cfg):
+    """Raise ConfigError naming the numbers when the engine's memories exceed the part's block RAM."""
+    from .config import PARTS, ConfigError
+    need = sum(onchip_bram36(cfg).values())
+    have = PARTS[cfg.part_family]["BRAM36"]
+    if need > have:
+        plan = onchip_bram36(cfg)
+        big = ", ".join(f"{k} {v:g}" for k, v in sorted(plan.items(), key=lambda kv: -kv[1])[:4])
+        raise ConfigError(f"target.part: the engine needs {need:g} BRAM36 ({big}, ...) at seq_len "
+                          f"{cfg.model.seq_len}, hidden {cfg.model.hidden}, intermediate {cfg.model.intermediate}; "
+                          f"{cfg.target.part} has {have}")

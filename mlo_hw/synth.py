@@ -409,7 +409,7 @@ def report_section(cfg, u: Utilization, command: str) -> str:
     lines.append("| % | " + " | ".join(f"{100 * used[k] / avail[k]:.1f}" for k in RESOURCE_KEYS) + " | |")
     if u.design.kind == "blocks":
         plan = onchip_plan(cfg)
-        act = {k: plan[k] for k in ("x", "a", "work")}
+        act = {k: v for k, v in plan.items() if k in ("x", "a", "y", "p", "work")}
         lines += ["", "Not counted until the engine exists: the activation buffers "
                   + ", ".join(f"{k} {v} B" for k, v in act.items())
                   + f" (`perf.onchip_plan`; about {sum(act.values()) / 4608:.1f} BRAM36 at 4608 bytes each) "

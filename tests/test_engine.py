@@ -54,3 +54,19 @@ def test_bert_tiny_bit_exact_end_to_end(seq):
     cfg = with_seq_len(load_config("bert_tiny"), seq)
     v = to_verilog(LayerEngine(cfg), f"engine_bt{seq}")
     simulate(v, f"engine_bt{seq}", "tb_engine", engine_params(cfg, cases=1, seed=3, timeout_cycles=6_000_000))
+
+
+def test_a_config_that_does_not_fit_the_part_is_rejected_with_the_numbers():
+    cfg = with_seq_len(load_config("bert_tiny"), 512)
+    with pytest.raises(ConfigError, match=r"target.part: the engine needs [\d.]+ BRAM36 .* xc7a35ticsg324-1L has 50"):
+        LayerEngine(cfg)
+
+
+def test_elaborate_writes_the_rtl_file_list_and_register_map(tmp_path):
+    from mlo_hw.elaborate import main
+    assert main(["--config", "small", "-o", str(tmp_path)]) == 0
+    v = (tmp_path / "mlo_engine.v").read_text()
+    assert "module mlo_engine(" in v and (tmp_path / "files.f").read_text().split() == ["mlo_engine.v"]
+    assert (tmp_path / "regs.json").exists() and (tmp_path / "mlo_hw_regs.h").exists()
+    report = (tmp_path / "report.md").read_text()
+    assert "BRAM36" in report and "not generated yet" not in report

@@ -104,6 +104,7 @@ def _fake_blocks(n_mults):
 
 
 def test_cli_reports_a_design_that_does_not_fit_and_keeps_the_elaborate_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(synth, "ENGINE_MODULE", "mlo_hw.no_such_engine")    # the blocks path
     monkeypatch.setattr(synth, "BLOCKS", _fake_blocks(91))
     (tmp_path / "report.md").write_text("# mlo_hw report: bert_tiny\n\n## Weight image\n\nkept\n")
     assert synth.main(["--config", "bert_tiny", "-o", str(tmp_path)]) == 1
@@ -132,7 +133,8 @@ def test_cli_rejects_an_unknown_part(tmp_path, capsys):
     assert "--part: unknown part 'xc7k325t'" in capsys.readouterr().err
 
 
-def test_a_block_that_does_not_build_is_an_error_naming_it():
+def test_a_block_that_does_not_build_is_an_error_naming_it(monkeypatch):
+    monkeypatch.setattr(synth, "ENGINE_MODULE", "mlo_hw.no_such_engine")    # the blocks path
     def broken(cfg):
         raise TypeError("bad parameter")
     with pytest.raises(synth.SynthError, match="block b1 .* does not build at config small: TypeError: bad"):
