@@ -80,6 +80,7 @@ class Op(enum.Enum, shape=4):
     STORE = 12
 
 
+LN_LANES = 2            # LayerNorm blocks working on alternate rows (each takes one element a cycle)
 MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN}
 
 
@@ -271,9 +272,9 @@ class InputReader(wiring.Component):
                     m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n)]
                     m.next = "R"
             with m.State("R"):
-                m.d.comb += [self.busy.eq(1), self.m_axi_rready.eq(~have)]
-                with m.If(self.m_axi_rvalid & ~have):
-                    m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast)]
+                # the next beat is taken in the cycle the last chunk of this one is written
+                take = ~have | ((ci == chunks - 1) & ~last_beat)
+                m.d.comb += [self.busy.eq(1), self.m_axi_rready.eq(take)]
                 with m.If(have):
                     # one chunk of the beat a cycle into the buffer
                     m.d.comb += self.w_en.eq(Const((1 << c) - 1, wb) << lane)
@@ -290,6 +291,8 @@ class InputReader(wiring.Component):
                             m.next = "AR"
                             with m.If(remaining == 0):
                                 m.next = "IDLE"
+                with m.If(self.m_axi_rvalid & take):
+                    m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast)]
         return m
 
 
@@ -444,15 +447,17 @@ class LayerEngine(wiring.Component):
         flush = Signal()            # resets the compute blocks at start and soft reset
         compute = {}
         for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
-                            ("ln", LayerNorm.from_config(cfg)), ("gelu", GeluTable.from_config(cfg)),
-                            ("score_ser", Serializer(pe, mp.acc_bits)), ("pair_ser", Serializer(simd, 2 * ab)),
+                            *((f"ln{i}", LayerNorm.from_config(cfg)) for i in range(LN_LANES)),
+                            *((f"pair_ser{i}", Serializer(simd, 2 * ab)) for i in range(LN_LANES)),
+                            ("gelu", GeluTable.from_config(cfg)), ("score_ser", Serializer(pe, mp.acc_bits)),
                             ("xreader", VectorReader(g.addr_bits, word_bits, words(max(H, I, S)), S)),
                             ("lnreader", VectorReader(g.addr_bits, 2 * word_bits, words(S * H), 1))):
             m.submodules[name] = ResetInserter({"sync": flush})(block)
             compute[name] = block
-        mvau, softmax, ln, gelu = compute["mvau"], compute["softmax"], compute["ln"], compute["gelu"]
-        score_ser, pair_ser, xreader, lnreader = (compute[n] for n in ("score_ser", "pair_ser", "xreader",
-                                                                       "lnreader"))
+        mvau, softmax, gelu = compute["mvau"], compute["softmax"], compute["gelu"]
+        score_ser, xreader, lnreader = (compute[n] for n in ("score_ser", "xreader", "lnreader"))
+        lns = [compute[f"ln{i}"] for i in range(LN_LANES)]
+        pair_sers = [compute[f"pair_ser{i}"] for i in range(LN_LANES)]
         m.submodules.input = inp = InputReader(ap, simd, g.tokens * H, words(S * H))
         m.submodules.output = outw = OutputWriter(ap, simd, g.tokens * H, words(S * H))
 
@@ -636,27 +641,53 @@ class LayerEngine(wiring.Component):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
                 m.d.comb += lnreader.data.eq(pairs(bufs["y"].r.data, bufs["x"].r.data))
-        m.d.comb += [pair_ser.i.valid.eq(lnreader.o.valid), pair_ser.i.payload.eq(lnreader.o.payload),
-                     lnreader.o.ready.eq(pair_ser.i.ready),
-                     ln.i.valid.eq(pair_ser.o.valid), ln.i.payload.eq(pair_ser.o.payload),
-                     pair_ser.o.ready.eq(ln.i.ready), ln.o.ready.eq(1)]
+        # rows go to the LayerNorm lanes in turn (row r to lane r % LN_LANES)
+        rd_w = Signal(range(max(words(H), 2)))
+        rd_lane = Signal(range(max(LN_LANES, 2)))
         is_ln2 = op == Op.LN2
-        m.d.comb += [ln.mult_a.eq(Mux(is_ln2, hdr["res2_a"], hdr["res1_a"])),
-                     ln.mult_b.eq(Mux(is_ln2, hdr["res2_b"], hdr["res1_b"])),
-                     ln.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"]))]
-        ln_word = Signal(range(words(S * H) + 1))
-        ln_lane = Signal(range(simd))
-        ln_count = Signal(range(S * H + 1))
-        with m.If(ln.o.valid):
-            with m.Switch(op):
-                for o, name in ln_dst.items():
-                    with m.Case(o):
-                        b = bufs[name]
-                        m.d.comb += [b.w.addr.eq(ln_word), b.w.data.eq(ln.o.payload.replicate(simd)),
-                                     b.w.en.eq(1 << ln_lane)]
-            m.d.sync += [ln_count.eq(ln_count + 1), ln_lane.eq(ln_lane + 1)]
-            with m.If(ln_lane == simd - 1):
-                m.d.sync += [ln_lane.eq(0), ln_word.eq(ln_word + 1)]
+        for i, (ps, ln) in enumerate(zip(pair_sers, lns)):
+            m.d.comb += [ps.i.valid.eq(lnreader.o.valid & (rd_lane == i)), ps.i.payload.eq(lnreader.o.payload),
+                         ln.i.valid.eq(ps.o.valid), ln.i.payload.eq(ps.o.payload), ps.o.ready.eq(ln.i.ready),
+                         ln.mult_a.eq(Mux(is_ln2, hdr["res2_a"], hdr["res1_a"])),
+                         ln.mult_b.eq(Mux(is_ln2, hdr["res2_b"], hdr["res1_b"])),
+                         ln.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"]))]
+        m.d.comb += lnreader.o.ready.eq(Array(ps.i.ready for ps in pair_sers)[rd_lane])
+        with m.If(lnreader.o.valid & lnreader.o.ready):
+            m.d.sync += rd_w.eq(rd_w + 1)
+            with m.If(rd_w == words(H) - 1):
+                m.d.sync += [rd_w.eq(0), rd_lane.eq(Mux(rd_lane == LN_LANES - 1, 0, rd_lane + 1))]
+        # each lane's outputs are gathered into whole words; one buffer write a cycle, lane 0 first
+        ln_words = Signal(range(words(S * H) + 1))             # words written in this LayerNorm phase
+        ln_start = Signal()
+        granted = Const(0)
+        for i, ln in enumerate(lns):
+            word = Signal(8 * simd, name=f"ln{i}_word")
+            idx = Signal(range(max(simd, 2)), name=f"ln{i}_idx")
+            full = Signal(name=f"ln{i}_full")
+            addr = Signal(range(words(S * H) + 1), name=f"ln{i}_addr")
+            col = Signal(range(max(words(H), 2)), name=f"ln{i}_col")
+            grant = full & ~granted
+            granted = granted | full
+            m.d.comb += ln.o.ready.eq(~full | grant)
+            with m.If(grant):
+                with m.Switch(op):
+                    for o, name in ln_dst.items():
+                        with m.Case(o):
+                            b = bufs[name]
+                            m.d.comb += [b.w.addr.eq(addr), b.w.data.eq(word), b.w.en.eq((1 << simd) - 1)]
+                m.d.sync += [full.eq(0), col.eq(col + 1), addr.eq(addr + 1)]
+                with m.If(col == words(H) - 1):
+                    m.d.sync += [col.eq(0), addr.eq(addr + 1 + (LN_LANES - 1) * words(H))]
+            with m.If(ln.o.valid & ln.o.ready):
+                m.d.sync += [word.word_select(idx, 8).eq(ln.o.payload), idx.eq(idx + 1)]
+                with m.If(idx == simd - 1):
+                    m.d.sync += [idx.eq(0), full.eq(1)]
+            with m.If(ln_start):
+                m.d.sync += [full.eq(0), idx.eq(0), col.eq(0), addr.eq(i * words(H))]
+        with m.If(granted):                                    # one word written this cycle
+            m.d.sync += ln_words.eq(ln_words + 1)
+        with m.If(ln_start):
+            m.d.sync += [ln_words.eq(0), rd_w.eq(0), rd_lane.eq(0)]
 
         # ---- input and output ----------------------------------------------------------------------------
         xb = bufs["x"]
@@ -667,12 +698,39 @@ class LayerEngine(wiring.Component):
         m.d.comb += [outw.r_data.eq(xb.r.data), inp.base.eq(regs.input_base), outw.base.eq(regs.output_base)]
 
         # ---- parameter copies (ParamStore -> LayerNorm gains/biases, GELU table) --------------------------
+        # A copy is requested while the destination idles (LN1's during O, GELU's during LN1, LN2's during
+        # FFN down) and runs as soon as its section has arrived; the phase that needs it waits for copy_done.
         pgeo = ParamGeometry.from_config(cfg)
+        COPY_LN1, COPY_GELU, COPY_LN2 = 0, 1, 2
         copy_idx = Signal(range(max(2 * H, 1 << ab) + 2))
         copy_prev = Signal.like(copy_idx)
-        copy_on = Signal()
+        copy_on, copy_busy, copy_done = Signal(), Signal(), Signal()
+        copy_kind = Signal(2)
         m.d.sync += [copy_prev.eq(copy_idx), copy_on.eq(0)]
         m.d.comb += ws.param_slot.eq(slot)
+        copy_loaded = Signal()
+        copy_last = Signal()
+        with m.Switch(copy_kind):
+            for kind, section, n in ((COPY_LN1, "ln1", 2 * H), (COPY_GELU, "gelu", 1 << ab), (COPY_LN2, "ln2", 2 * H)):
+                with m.Case(kind):
+                    m.d.comb += [copy_loaded.eq(ws.param_loaded[slot][PARAM_SECTIONS.index(section)]),
+                                 copy_last.eq(copy_idx == n)]
+                    with m.If(copy_busy):
+                        m.d.comb += ws.param_addr.eq(pgeo.word(section) + (copy_idx >> 2 if section == "gelu"
+                                                                            else copy_idx))
+        for ln in lns:
+            m.d.comb += [ln.param.addr.eq(copy_prev), ln.param.data.eq(ws.param_data),
+                         ln.param.en.eq(copy_on & (copy_kind != COPY_GELU))]
+        m.d.comb += [gelu.table_w.addr.eq(copy_prev), gelu.table_w.en.eq(copy_on & (copy_kind == COPY_GELU)),
+                     gelu.table_w.data.eq(ws.param_data.word_select(copy_prev[:2], 8))]
+        with m.If(copy_busy & copy_loaded):
+            with m.If(copy_last):
+                m.d.sync += [copy_busy.eq(0), copy_done.eq(1)]
+            with m.Else():
+                m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
+
+        def request_copy(kind):
+            m.d.sync += [copy_busy.eq(1), copy_done.eq(0), copy_idx.eq(0), copy_kind.eq(kind)]
 
         # ---- the sequencer -----------------------------------------------------------------------------
         tile = Signal(range(max(I, H) // tr + 1))
@@ -701,7 +759,7 @@ class LayerEngine(wiring.Component):
             m.d.sync += [op.eq(o), tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0)]
 
         def start_ln(o):
-            m.d.sync += [op.eq(o), copy_idx.eq(0)]
+            m.d.sync += op.eq(o)
 
         def abort():
             # an AXI read error or a soft reset abandons the run (the blocks are reset at the next start)
@@ -798,6 +856,7 @@ class LayerEngine(wiring.Component):
                                      head_vrow.eq(head_vrow + (dh // pe) * words(S))]
                         with m.If(head == g.heads - 1):
                             start_matrix(Op.O)
+                            request_copy(COPY_LN1)
                             m.next = "TILE_WAIT"
                         with m.Else():
                             m.d.sync += op.eq(Op.SCORES)
@@ -824,32 +883,26 @@ class LayerEngine(wiring.Component):
                                 m.next = "LN_PARAMS"
                             with m.Case(Op.FFN_UP):
                                 start_matrix(Op.FFN_DOWN)
+                                request_copy(COPY_LN2)
                                 m.next = "TILE_WAIT"
                             with m.Case(Op.FFN_DOWN):
                                 start_ln(Op.LN2)
                                 m.next = "LN_PARAMS"
                 abort()
             with m.State("LN_PARAMS"):
-                # copy gain[H], bias[H] of ln1/ln2 from the parameter store into the LayerNorm
-                m.d.comb += busy.eq(1)
-                section = Mux(is_ln2, PARAM_SECTIONS.index("ln2"), PARAM_SECTIONS.index("ln1"))
-                loaded = ws.param_loaded[slot].bit_select(section, 1)
-                m.d.comb += [stall.eq(~loaded),
-                             ws.param_addr.eq(Mux(is_ln2, pgeo.word("ln2"), pgeo.word("ln1")) + copy_idx),
-                             ln.param.addr.eq(copy_prev), ln.param.data.eq(ws.param_data), ln.param.en.eq(copy_on)]
-                with m.If(loaded):
-                    with m.If(copy_idx == 2 * H):
-                        m.d.comb += lnreader.start.eq(1)
-                        m.d.sync += [ln_count.eq(0), ln_word.eq(0), ln_lane.eq(0)]
-                        m.next = "LN_RUN"
-                    with m.Else():
-                        m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
+                # wait for the LayerNorm's gains and biases (copied during the previous phase)
+                m.d.comb += [busy.eq(1), stall.eq(~copy_done)]
                 m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
                              lnreader.vectors.eq(1)]
+                with m.If(copy_done):
+                    m.d.comb += [lnreader.start.eq(1), ln_start.eq(1)]
+                    with m.If(~is_ln2):
+                        request_copy(COPY_GELU)
+                    m.next = "LN_RUN"
                 abort()
             with m.State("LN_RUN"):
                 m.d.comb += busy.eq(1)
-                with m.If(ln_count == S * H):
+                with m.If(ln_words == words(S * H)):
                     with m.If(is_ln2):
                         m.d.sync += layer.eq(layer + 1)
                         with m.If(layer == layers - 1):
@@ -860,21 +913,14 @@ class LayerEngine(wiring.Component):
                             m.d.sync += op.eq(Op.IDLE)
                             m.next = "HEADER_WAIT"
                     with m.Else():
-                        m.d.sync += [op.eq(Op.FFN_UP), copy_idx.eq(0)]
+                        m.d.sync += op.eq(Op.FFN_UP)
                         m.next = "GELU_PARAMS"
                 abort()
             with m.State("GELU_PARAMS"):
-                m.d.comb += busy.eq(1)
-                loaded = ws.param_loaded[slot][PARAM_SECTIONS.index("gelu")]
-                m.d.comb += [stall.eq(~loaded), ws.param_addr.eq(pgeo.word("gelu") + (copy_idx >> 2)),
-                             gelu.table_w.addr.eq(copy_prev), gelu.table_w.en.eq(copy_on),
-                             gelu.table_w.data.eq(ws.param_data.word_select(copy_prev[:2], 8))]
-                with m.If(loaded):
-                    with m.If(copy_idx == 1 << ab):
-                        start_matrix(Op.FFN_UP)
-                        m.next = "TILE_WAIT"
-                    with m.Else():
-                        m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
+                m.d.comb += [busy.eq(1), stall.eq(~copy_done)]
+                with m.If(copy_done):
+                    start_matrix(Op.FFN_UP)
+                    m.next = "TILE_WAIT"
                 abort()
             with m.State("STORE"):
                 m.d.comb += busy.eq(1)
@@ -882,6 +928,8 @@ class LayerEngine(wiring.Component):
                     m.d.comb += done.eq(1)
                     m.d.sync += op.eq(Op.IDLE)
                     m.next = "IDLE"
+        with m.If(flush):
+            m.d.sync += [copy_busy.eq(0), copy_done.eq(0)]
         return m
 
 

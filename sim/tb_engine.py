@@ -16,7 +16,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from mlo_hw.config import load_config
 from mlo_hw.golden import int_stack
-from mlo_hw.layer_engine import Op, with_seq_len
+from mlo_hw.layer_engine import LN_LANES, Op, with_seq_len
 from mlo_hw.quantize import build_model, random_inputs
 from mlo_hw.weight_image import pack_image
 from runner import tb_params
@@ -27,7 +27,7 @@ if P.get("seq_len"):
     CFG = with_seq_len(CFG, P["seq_len"])
 REGS = {r["name"]: r for r in P["registers"]}
 BIT = {(r["name"], f["name"]): 1 << f["lsb"] for r in P["registers"] for f in r["fields"]}
-WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x10000, 0x1000, 0x3000
+WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x40000, 0x1000, 0x20000    # room for seq 512 x hidden 128
 RAM_BYTES = 1 << 22
 S_PAD, H, HEADS = CFG.seq_padded, CFG.model.hidden, CFG.model.heads
 PE, TR = CFG.folding.pe, CFG.folding.tile_rows
@@ -72,7 +72,8 @@ class Monitor:
         dut = self.dut
         mv_v, mv_r, mv_p = dut.mvau.o__valid, dut.mvau.o__ready, dut.mvau.o__payload
         sm_v, sm_r, sm_p = dut.softmax.o__valid, dut.softmax.o__ready, dut.softmax.o__payload
-        ln_v, ln_r, ln_p = dut.ln.o__valid, dut.ln.o__ready, dut.ln.o__payload
+        lns = [(getattr(dut, f"ln{i}").o__valid, getattr(dut, f"ln{i}").o__ready, getattr(dut, f"ln{i}").o__payload)
+               for i in range(LN_LANES)]
         while self.running:
             await RisingEdge(dut.clk)
             await ReadOnly()
@@ -82,8 +83,9 @@ class Monitor:
                 self.mvau.append((layer, op, [signed(word >> (ACC_BITS * p), ACC_BITS) for p in range(PE)]))
             if sm_v.value and sm_r.value:
                 self.probs.append((layer, int(sm_p.value)))
-            if ln_v.value and ln_r.value:
-                self.ln.append((layer, op, signed(int(ln_p.value), 8)))
+            for lane, (ln_v, ln_r, ln_p) in enumerate(lns):
+                if ln_v.value and ln_r.value:
+                    self.ln.append((layer, op, lane, signed(int(ln_p.value), 8)))
 
 
 def runs(records, key):
@@ -166,9 +168,14 @@ def observed_streams(mon, layers):
         for h in range(HEADS):
             if layer < layers:
                 obs[layer][f"probs.h{h}"] = probs[h * S_PAD * S_PAD:(h + 1) * S_PAD * S_PAD]
-    for (layer, op), vals in runs(mon.ln, key=lambda r: (r[0], r[1])):
+    for (layer, op), recs in runs([(r[0], r[1], r[2:]) for r in mon.ln], key=lambda r: (r[0], r[1])):
         if layer < layers:
-            obs[layer]["ln1" if Op(op) == Op.LN1 else "out"] = vals
+            # row r comes from LayerNorm lane r % LN_LANES, in row order within a lane
+            per_lane = [[v for lane, v in recs if lane == i] for i in range(LN_LANES)]
+            rows = []
+            for r in range(S_PAD):
+                rows += per_lane[r % LN_LANES][(r // LN_LANES) * H:(r // LN_LANES + 1) * H]
+            obs[layer]["ln1" if Op(op) == Op.LN1 else "out"] = rows
     return obs
 
 
