@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from amaranth import Array, Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, unsigned
 from amaranth.hdl import ResetInserter
 from amaranth.lib import enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -645,13 +646,20 @@ class LayerEngine(wiring.Component):
         rd_w = Signal(range(max(words(H), 2)))
         rd_lane = Signal(range(max(LN_LANES, 2)))
         is_ln2 = op == Op.LN2
-        for i, (ps, ln) in enumerate(zip(pair_sers, lns)):
-            m.d.comb += [ps.i.valid.eq(lnreader.o.valid & (rd_lane == i)), ps.i.payload.eq(lnreader.o.payload),
+        # a row's words wait in its lane's FIFO (one row deep), so the lanes work at the same time
+        lane_fifos = []
+        for i in range(LN_LANES):
+            f = SyncFIFOBuffered(width=2 * word_bits, depth=max(words(H), 2))
+            m.submodules[f"ln_fifo{i}"] = ResetInserter({"sync": flush})(f)
+            lane_fifos.append(f)
+        for i, (ps, ln, f) in enumerate(zip(pair_sers, lns, lane_fifos)):
+            m.d.comb += [f.w_en.eq(lnreader.o.valid & (rd_lane == i)), f.w_data.eq(lnreader.o.payload),
+                         ps.i.valid.eq(f.r_rdy), ps.i.payload.eq(f.r_data), f.r_en.eq(ps.i.ready),
                          ln.i.valid.eq(ps.o.valid), ln.i.payload.eq(ps.o.payload), ps.o.ready.eq(ln.i.ready),
                          ln.mult_a.eq(Mux(is_ln2, hdr["res2_a"], hdr["res1_a"])),
                          ln.mult_b.eq(Mux(is_ln2, hdr["res2_b"], hdr["res1_b"])),
                          ln.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"]))]
-        m.d.comb += lnreader.o.ready.eq(Array(ps.i.ready for ps in pair_sers)[rd_lane])
+        m.d.comb += lnreader.o.ready.eq(Array(f.w_rdy for f in lane_fifos)[rd_lane])
         with m.If(lnreader.o.valid & lnreader.o.ready):
             m.d.sync += rd_w.eq(rd_w + 1)
             with m.If(rd_w == words(H) - 1):
