@@ -504,6 +504,30 @@ class LayerEngine(wiring.Component):
         hdr = {f: Signal(32, name=f"hdr_{f}") for f in HEADER_FIELDS}
 
         # ---- MVAU operands --------------------------------------------------------------------------
+        # A tile's bias/mult are latched (two sets) when its job starts, so the tile's bank is released as
+        # soon as the MVAU has read its last weight word and the next tile's job follows without a gap.
+        nfg = tr // pe
+        is_matrix_op = Signal()
+        m.d.comb += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
+        plat = [[Signal(mp.param_layout().size, name=f"tile_params{i}_{j}") for j in range(nfg)] for i in range(2)]
+        latch_set, read_set = Signal(), Signal()
+        latch_idx = Signal(range(nfg + 2))
+        p_reads = Signal(range(S * nfg + 1))
+        p_addr = Signal(range(max(nfg, 2)))
+        jobs_pending = Signal(range(3))         # matrix jobs whose parameter reads are not all done
+        job_accept, job_reads_done = Signal(), Signal()
+        p_set = Signal()                        # the set of the read in flight (read_set may move on)
+        with m.If(mvau.params.en):
+            m.d.sync += [p_addr.eq(mvau.params.addr), p_set.eq(read_set)]
+        with m.If(mvau.params.en & is_matrix_op):
+            m.d.sync += p_reads.eq(p_reads + 1)
+            with m.If(p_reads == S * nfg - 1):
+                m.d.sync += [p_reads.eq(0), read_set.eq(~read_set)]
+                m.d.comb += job_reads_done.eq(1)
+        m.d.sync += jobs_pending.eq(jobs_pending + job_accept - job_reads_done)
+        issued = Signal(range(S * nfg * words(max(H, I)) + 1))   # weight words read by the current job
+        with m.If(mvau.weights.en):
+            m.d.sync += issued.eq(issued + 1)
         m.d.comb += [ws.waddr.eq(mvau.weights.addr), ws.caddr.eq(mvau.params.addr)]
         head_kword = Signal(range(words(H) + 1))                # h * dh / simd: the head's columns of Q and K
         head_vrow = Signal(range(words(S * H) // pe + 1))      # (h * dh / pe) * S / simd: the head's V^T rows
@@ -528,8 +552,8 @@ class LayerEngine(wiring.Component):
                 for p in range(pe):
                     m.d.comb += [mvau.params.data.bias[p].eq(0), mvau.params.data.mult[p].eq(hdr["ctx_mult"])]
             with m.Default():
-                m.d.comb += [mvau.weights.data.eq(ws.wdata), mvau.params.data.bias.eq(ws.bias),
-                             mvau.params.data.mult.eq(ws.mult)]
+                m.d.comb += [mvau.weights.data.eq(ws.wdata),
+                             mvau.params.data.eq(Array(Array(row) for row in plat)[p_set][p_addr])]
 
         # x stream: the vector reader on the op's source buffer
         src = {Op.Q: "x", Op.K: "x", Op.V: "x", Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: "y"}
@@ -561,6 +585,7 @@ class LayerEngine(wiring.Component):
         # result writer: beat = PE channels (chan_word*simd + nf*pe ...) of token s
         job_rf = Signal(range(max(S, dh, tr) // pe + 1))      # output beats per vector
         res_count = Signal(range(S * max(S, I) // pe + 1))
+        res_tile = Signal(range(S * (tr // pe) + 1))
         res_nf = Signal.like(job_rf)
         res_cw = Signal(range(words(max(S, I)) + 1))
         res_cl = Signal(range(simd))
@@ -605,6 +630,13 @@ class LayerEngine(wiring.Component):
                     m.d.sync += [k_bank.eq(0), k_row.eq(k_row + words(H))]
                 with m.If(res_sl == simd - 1):
                     m.d.sync += [res_sl.eq(0), res_sw.eq(res_sw + 1)]
+            # matrices: the writer moves on to the next tile's channels by itself (jobs overlap)
+            with m.If(is_matrix_op):
+                m.d.sync += res_tile.eq(res_tile + 1)
+                with m.If(res_tile == S * nfg - 1):
+                    m.d.sync += [res_tile.eq(0), res_row.eq(0), k_bank.eq(0), k_row.eq(0), res_sw.eq(0),
+                                 res_sl.eq(0), chan_word.eq(chan_word + words(tr)),
+                                 vt_base.eq(vt_base + nfg * words(S))]
 
         # ---- scores -> softmax -> P ---------------------------------------------------------------------
         key = Signal(range(S))
@@ -764,7 +796,13 @@ class LayerEngine(wiring.Component):
         cmd = mvau.cmd.payload
 
         def start_matrix(o):
-            m.d.sync += [op.eq(o), tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0)]
+            m.d.sync += [op.eq(o), tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0),
+                         res_count.eq(0), res_tile.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
+                         k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0), job_rf.eq(nfg),
+                         expected.eq(S * mat_rows[o] // pe), p_reads.eq(0), read_set.eq(0), latch_set.eq(0),
+                         jobs_pending.eq(0)]
+            if o in dst_cols:
+                m.d.sync += res_row_step.eq(words(dst_cols[o]))
 
         def start_ln(o):
             m.d.sync += op.eq(o)
@@ -807,8 +845,21 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State("TILE_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(~ws.tile_ready)]
+                m.d.sync += latch_idx.eq(0)
                 with m.If(ws.tile_ready):
-                    m.next = "JOB"
+                    m.next = "LATCH"
+                abort()
+            with m.State("LATCH"):
+                # the tile's bias/mult into the free parameter set (the previous job may still read the other)
+                m.d.comb += [busy.eq(1), ws.caddr.eq(latch_idx)]
+                with m.If(jobs_pending < 2):
+                    m.d.sync += latch_idx.eq(latch_idx + 1)
+                    for i in range(2):
+                        for j in range(nfg):
+                            with m.If((latch_set == i) & (latch_idx == j + 1)):
+                                m.d.sync += plat[i][j].eq(Cat(ws.bias.as_value(), ws.mult.as_value()))
+                    with m.If(latch_idx == nfg):
+                        m.next = "JOB"
                 abort()
             with m.State("JOB"):
                 # one MVAU job: a weight tile over all S vectors, or an attention product of one head
@@ -833,16 +884,16 @@ class LayerEngine(wiring.Component):
                 m.d.comb += xreader.vectors.eq(S)
                 with m.If(mvau.cmd.ready):
                     m.d.comb += xreader.start.eq(1)
-                    m.d.sync += [res_count.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
-                                 k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0),
-                                 p_count.eq(0), p_word.eq(0), p_lane.eq(0),
-                                 att_sf.eq(0), att_nf.eq(0), att_row.eq(0)]
+                    m.d.sync += issued.eq(0)
+                    with m.If(~is_matrix_op):
+                        m.d.sync += [res_count.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
+                                     k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0),
+                                     p_count.eq(0), p_word.eq(0), p_lane.eq(0),
+                                     att_sf.eq(0), att_nf.eq(0), att_row.eq(0)]
+                    with m.Else():
+                        m.d.comb += job_accept.eq(1)
+                        m.d.sync += latch_set.eq(~latch_set)
                     with m.Switch(op):
-                        for o in mat_cols:
-                            with m.Case(o):
-                                m.d.sync += [job_rf.eq(tr // pe), expected.eq(S * tr // pe)]
-                                if o in dst_cols:
-                                    m.d.sync += res_row_step.eq(words(dst_cols[o]))
                         with m.Case(Op.SCORES):
                             m.d.sync += [att_cf.eq(words(dh)), att_rf.eq(S // pe), att_stride.eq(words(H)),
                                          job_rf.eq(S // pe)]
@@ -869,13 +920,21 @@ class LayerEngine(wiring.Component):
                         with m.Else():
                             m.d.sync += op.eq(Op.SCORES)
                             m.next = "JOB"
+                with m.Elif(tile != tiles):
+                    # not the last tile: release the bank once the MVAU has read its last weight word
+                    steps = Signal.like(issued)
+                    with m.Switch(op):
+                        for o in mat_cols:
+                            with m.Case(o):
+                                m.d.comb += steps.eq(S * nfg * words(mat_cols[o]))
+                    with m.If(issued == steps):
+                        m.d.comb += ws.tile_release.eq(1)
+                        m.d.sync += tile.eq(tile + 1)
+                        m.next = "TILE_WAIT"
                 with m.Elif(res_count == expected):
                     m.d.comb += ws.tile_release.eq(1)
-                    m.d.sync += [tile.eq(tile + 1), chan_word.eq(chan_word + words(tr)),
-                                 vt_base.eq(vt_base + (tr // pe) * words(S))]
-                    with m.If(tile != tiles):
-                        m.next = "TILE_WAIT"
-                    with m.Else():
+                    m.d.sync += tile.eq(tile + 1)
+                    with m.If(1):
                         with m.Switch(op):
                             with m.Case(Op.Q):
                                 start_matrix(Op.K)
