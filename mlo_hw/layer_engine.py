@@ -27,7 +27,7 @@ Schedule of a layer (one phase after another; ``op`` names the phase)::
     FFN_UP    Y -> GELU table -> F [S, I];  FFN_DOWN: F -> ATT;  LN2: (Y, ATT) -> X
 
 Buffers (words of ``simd`` bytes, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``),
-reused by phase so that only four exist (:func:`buffer_plan`):
+reused by phase so that only four exist (sizes: :func:`mlo_hw.perf.onchip_plan`):
     X [S, H]     the layer input; FFN down's output; LN2 writes the next layer's input back in place
     Y [S, H]     Q during attention, then LN1's output (FFN input, LN2's residual)
     P [S, S]     one head's probabilities (uint8)
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Array, Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, unsigned
+from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, unsigned
 from amaranth.hdl import ResetInserter
 from amaranth.lib import enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -60,8 +60,8 @@ from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
 from .weight_image import HEADER_FIELDS
 
-__all__ = ["Op", "EngineGeometry", "with_seq_len", "buffer_plan", "VectorReader", "Serializer", "InputReader", "OutputWriter",
-           "LayerEngine", "EngineTop", "engine_top"]
+__all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "InputReader",
+           "OutputWriter", "LayerEngine", "EngineTop", "engine_top"]
 
 
 class Op(enum.Enum, shape=4):
@@ -143,13 +143,6 @@ def with_seq_len(cfg, seq_len: int):
                               model=dataclasses.replace(cfg.model, seq_len=seq_len))
     _validate(new)
     return new
-
-
-def buffer_plan(cfg) -> dict[str, int]:
-    """Bytes of every activation buffer the engine builds (weight tiles and parameters: see perf.onchip_plan)."""
-    g = EngineGeometry.from_config(cfg)
-    sh = g.seq * g.hidden
-    return {"x": sh, "y": sh, "p": g.seq * g.seq, "work": g.work_words * g.simd}
 
 
 class VectorReader(wiring.Component):
@@ -769,6 +762,18 @@ class LayerEngine(wiring.Component):
             with m.Else():
                 m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
 
+        # A parameter slot's ``loaded`` bits still show the layer (or run) that used it last until the next
+        # header's first beat clears them: a slot is stale from its last use until that clear is seen.
+        stale = Signal(2)
+        header_bit = PARAM_SECTIONS.index("header")
+        for i in range(2):
+            with m.If(~ws.param_loaded[i][header_bit]):
+                m.d.sync += stale[i].eq(0)
+        with m.If(copy_busy & copy_loaded & copy_last & (copy_kind == COPY_LN2)):
+            m.d.sync += stale.bit_select(slot, 1).eq(1)
+        with m.If(regs.start):
+            m.d.sync += stale.eq(0b11)
+
         def request_copy(kind):
             m.d.sync += [copy_busy.eq(1), copy_done.eq(0), copy_idx.eq(0), copy_kind.eq(kind)]
 
@@ -829,7 +834,7 @@ class LayerEngine(wiring.Component):
             with m.State("HEADER_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(1), ws.param_addr.eq(0)]
                 m.d.sync += hdr_idx.eq(0)
-                with m.If(ws.param_loaded[slot][PARAM_SECTIONS.index("header")]):
+                with m.If(ws.param_loaded[slot][PARAM_SECTIONS.index("header")] & ~stale.bit_select(slot, 1)):
                     m.next = "HEADER_READ"
                 abort()
             with m.State("HEADER_READ"):

@@ -14,9 +14,10 @@ def registers(cfg):
             for r in register_map(cfg)]
 
 
-def engine_params(cfg, **extra):
-    return {"config": cfg.name.split("_s")[0], "seq_len": cfg.model.seq_len, "registers": registers(cfg), "acc_bits": MVAUParams.from_config(cfg).acc_bits,
-            **extra}
+def engine_params(cfg, base: str, **extra):
+    """Testbench parameters: the shipped config ``base``, at ``cfg``'s sequence length."""
+    return {"config": base, "seq_len": cfg.model.seq_len, "registers": registers(cfg),
+            "acc_bits": MVAUParams.from_config(cfg).acc_bits, **extra}
 
 
 def test_top_level_lints_clean_with_plain_ports():
@@ -33,7 +34,7 @@ def test_top_level_lints_clean_with_plain_ports():
 def test_small_config_bit_exact_end_to_end():
     cfg = load_config("small")
     v = to_verilog(LayerEngine(cfg), "engine")
-    simulate(v, "engine", "tb_engine", engine_params(cfg, cases=3, seed=7))
+    simulate(v, "engine", "tb_engine", engine_params(cfg, "small", cases=3, seed=7))
 
 
 def _small_with(**folding):
@@ -53,7 +54,8 @@ def test_unsupported_folding_rejected_with_a_clear_message():
 def test_bert_tiny_bit_exact_end_to_end(seq):
     cfg = with_seq_len(load_config("bert_tiny"), seq)
     v = to_verilog(LayerEngine(cfg), f"engine_bt{seq}")
-    simulate(v, f"engine_bt{seq}", "tb_engine", engine_params(cfg, cases=1, seed=3, timeout_cycles=6_000_000))
+    simulate(v, f"engine_bt{seq}", "tb_engine", engine_params(cfg, "bert_tiny", cases=1, seed=3,
+                                                                  timeout_cycles=6_000_000))
 
 
 def test_a_config_that_does_not_fit_the_part_is_rejected_with_the_numbers():
@@ -70,3 +72,11 @@ def test_elaborate_writes_the_rtl_file_list_and_register_map(tmp_path):
     assert (tmp_path / "regs.json").exists() and (tmp_path / "mlo_hw_regs.h").exists()
     report = (tmp_path / "report.md").read_text()
     assert "BRAM36" in report and "not generated yet" not in report
+
+
+@pytest.mark.slow
+def test_decode_step_seq_len_1_bit_exact():
+    """seq_len = 1 (a decode step: padded to lcm(pe, simd) rows, all but one masked; memory-bound)."""
+    cfg = with_seq_len(load_config("small"), 1)
+    v = to_verilog(LayerEngine(cfg), "engine_s1")
+    simulate(v, "engine_s1", "tb_engine", engine_params(cfg, "small", cases=2, seed=5))
