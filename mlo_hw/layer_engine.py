@@ -227,14 +227,15 @@ class InputReader(wiring.Component):
 
     ``start`` (pulse); ``busy``; writes ``w_addr`` (word) / ``w_en`` (byte lanes) / ``w_data``
     (the chunk replicated over the word). One INCR burst at a time (page bounded). ``chunk`` is
-    min(beat bytes, word bytes).
+    min(beat bytes, word bytes). ``error`` (sticky until the next start): ``base`` is not beat
+    aligned (nothing is read), or a beat came back with SLVERR/DECERR (the rest is still read).
     """
 
     def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
         self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
         self.chunk = min(p.data_bytes, word_bytes)
         super().__init__({
-            "start": In(1), "base": In(p.addr_bits), "busy": Out(1),
+            "start": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
             "w_addr": Out(range(max(words, 2))), "w_en": Out(word_bytes), "w_data": Out(8 * word_bytes),
             **axi_read_master_members(p),
         })
@@ -258,8 +259,11 @@ class InputReader(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 have.eq(0), ci.eq(0)]
-                    m.next = "AR"
+                                 have.eq(0), ci.eq(0), self.error.eq(0)]
+                    with m.If(self.base[:p.size_log2] != 0):
+                        m.d.sync += self.error.eq(1)
+                    with m.Else():
+                        m.next = "AR"
             with m.State("AR"):
                 m.d.comb += [self.busy.eq(1), self.m_axi_arvalid.eq(1)]
                 with m.If(self.m_axi_arready):
@@ -287,6 +291,8 @@ class InputReader(wiring.Component):
                                 m.next = "IDLE"
                 with m.If(self.m_axi_rvalid & take):
                     m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast)]
+                    with m.If(self.m_axi_rresp[1]):
+                        m.d.sync += self.error.eq(1)
         return m
 
 
@@ -295,6 +301,8 @@ class OutputWriter(wiring.Component):
 
     ``start`` (pulse); ``busy``; reads ``r_addr`` -> ``r_data`` one cycle later. A beat is gathered
     from ``beat / chunk`` reads, then sent; the burst's B response is awaited before the next AW.
+    ``error`` (sticky until the next start): ``base`` is not beat aligned (nothing is written), or a
+    B response was SLVERR/DECERR.
     """
 
     def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
@@ -328,7 +336,10 @@ class OutputWriter(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
                                  self.error.eq(0)]
-                    m.next = "AW"
+                    with m.If(self.base[:p.size_log2] != 0):
+                        m.d.sync += self.error.eq(1)
+                    with m.Else():
+                        m.next = "AW"
             with m.State("AW"):
                 m.d.comb += [self.busy.eq(1), self.m_axi_awvalid.eq(1)]
                 with m.If(self.m_axi_awready):
@@ -787,7 +798,7 @@ class LayerEngine(wiring.Component):
         done = Signal()
         stall = Signal()
         matrix_seq = [Op.Q, Op.K, Op.V]
-        m.d.comb += [regs.busy.eq(busy), regs.done.eq(done), regs.error.eq(ws.error | outw.error),
+        m.d.comb += [regs.busy.eq(busy), regs.done.eq(done), regs.error.eq(ws.error | outw.error | inp.error),
                      regs.error_addr.eq(ws.error_addr), regs.error_code.eq(ws.error_code),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
@@ -829,8 +840,12 @@ class LayerEngine(wiring.Component):
             with m.State("LOAD"):
                 m.d.comb += [busy.eq(1), loading.eq(1)]
                 with m.If(~inp.busy & ~inp.start):
-                    m.d.comb += ws.start.eq(1)
-                    m.next = "HEADER_WAIT"
+                    with m.If(inp.error):               # a misaligned INPUT_BASE or a read error: no run
+                        m.d.sync += op.eq(Op.IDLE)
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.comb += ws.start.eq(1)
+                        m.next = "HEADER_WAIT"
             with m.State("HEADER_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(1), ws.param_addr.eq(0)]
                 m.d.sync += hdr_idx.eq(0)

@@ -324,3 +324,23 @@ async def profile(dut):
                       for k, v in prof.rows.items()]}
     with open(P["profile_out"], "w") as f:
         json.dump(out, f, indent=1)
+
+
+@cocotb.test(skip=bool(P.get("profile_out")))
+async def misaligned_input_base_is_an_error(dut):
+    """An INPUT_BASE that is not a multiple of the AXI beat sets STATUS.error without a run (no DONE);
+    the next run with a good base works."""
+    ram, axil = await setup(dut)
+    beat = CFG.axi_data_bytes
+    await wr(axil, "WEIGHT_BASE_LO", WEIGHT_BASE)
+    await wr(axil, "INPUT_BASE_LO", INPUT_BASE + beat // 2)
+    await wr(axil, "OUTPUT_BASE_LO", OUTPUT_BASE)
+    await wr(axil, "LAYERS", 1)
+    await wr(axil, "CTRL", BIT["CTRL", "irq_enable"] | BIT["CTRL", "start"])
+    await ClockCycles(dut.clk, 50)
+    status = await rd(axil, "STATUS")
+    assert status & BIT["STATUS", "error"] and not status & BIT["STATUS", "done"], f"STATUS {status:#x}"
+    assert not status & BIT["STATUS", "busy"], f"STATUS {status:#x}"
+    assert dut.irq.value, "the interrupt follows ERROR"
+    got, want, traces, mon, _ = await run_case(dut, axil, ram, random.Random(11), 1, CFG.model.seq_len, 0.0)
+    check(got, want, traces, mon, CFG.model.seq_len, 1)
