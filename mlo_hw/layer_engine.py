@@ -102,6 +102,10 @@ class EngineGeometry:
     @classmethod
     def from_config(cls, cfg) -> "EngineGeometry":
         f, m = cfg.folding, cfg.model
+        for name in ("weight_bits", "act_bits"):
+            if getattr(cfg.numerics, name) != 8:
+                raise ConfigError(f"numerics.{name}: the engine's buffers hold bytes; expected 8, got "
+                                  f"{getattr(cfg.numerics, name)}")
         if f.simd % f.pe:
             raise ConfigError(f"folding.pe: the engine writes PE results into SIMD-byte words, so pe={f.pe} "
                               f"must divide simd={f.simd}")

@@ -47,6 +47,10 @@ def _small_with(**folding):
 def test_unsupported_folding_rejected_with_a_clear_message():
     with pytest.raises(ConfigError, match="folding.pe"):
         EngineGeometry.from_config(_small_with(pe=8, simd=4, tile_rows=8))
+    import dataclasses
+    cfg = load_config("small")
+    with pytest.raises(ConfigError, match="numerics.act_bits: .* expected 8, got 6"):
+        EngineGeometry.from_config(dataclasses.replace(cfg, numerics=dataclasses.replace(cfg.numerics, act_bits=6)))
 
 
 @pytest.mark.slow
