@@ -36,7 +36,7 @@ from amaranth import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, PAGE_BYTES, AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
+from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members, axi_write_master_members, forward_ports
 from .weight_dma import ERR_BAD_COMMAND, ReadDma
 
 __all__ = ["write_command_layout", "write_beat_layout", "lanes_layout", "WriteDma", "ActReader", "ActWriter",
@@ -123,13 +123,7 @@ class WriteDma(wiring.Component):
         m.d.comb += self.busy.eq(~idle)
 
         # ---- AW side: split the command into page-bounded bursts --------------------------------
-        page_beats = PAGE_BYTES >> sz
-        to_page = Signal(range(page_beats + 1))
-        m.d.comb += to_page.eq(page_beats - cur_addr[sz:PAGE_BYTES.bit_length() - 1])
-        bound = Signal(range(max(page_beats, p.max_burst_beats) + 1))
-        m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
-        length = Signal.like(bound)
-        m.d.comb += length.eq(Mux(remaining < bound, remaining, bound))
+        length = burst_beats(m, p, cur_addr, remaining)
 
         issue = (active & ~drop & ~self.cancel & (~awvalid | self.m_axi_awready)
                  & w_bursts.w_rdy & b_bursts.w_rdy)

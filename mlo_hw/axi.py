@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from amaranth import Mux, Signal
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["RESP_OKAY", "RESP_EXOKAY", "RESP_SLVERR", "RESP_DECERR", "BURST_INCR", "PAGE_BYTES",
            "AxiParams", "axi_read_master_members", "axi_write_master_members", "axil_slave_members",
-           "forward_ports"]
+           "forward_ports", "burst_beats"]
 
 RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0, 1, 2, 3
 BURST_INCR = 1
@@ -124,3 +125,17 @@ def forward_ports(m, outer, inner, members: dict):
             m.d.comb += getattr(outer, name).eq(getattr(inner, name))
         else:
             m.d.comb += getattr(inner, name).eq(getattr(outer, name))
+
+
+def burst_beats(m, p: AxiParams, addr, remaining):
+    """The beats of the next INCR burst from ``addr`` (combinational): the ``remaining`` beats, at
+    most ``p.max_burst_beats``, and never across a 4 KiB page (AXI forbids it)."""
+    sz = p.size_log2
+    page_beats = PAGE_BYTES >> sz
+    to_page = Signal(range(page_beats + 1))
+    m.d.comb += to_page.eq(page_beats - addr[sz:PAGE_BYTES.bit_length() - 1])
+    bound = Signal(range(max(page_beats, p.max_burst_beats) + 1))
+    m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
+    length = Signal.like(bound)
+    m.d.comb += length.eq(Mux(remaining < bound, remaining, bound))
+    return length

@@ -47,7 +47,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, PAGE_BYTES, AxiParams, axi_read_master_members, axi_write_master_members, \
+from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members, axi_write_master_members, \
     axil_slave_members
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from .config import ConfigError
@@ -216,16 +216,6 @@ class Serializer(wiring.Component):
         return m
 
 
-def _burst_beats(m, addr, remaining, p: AxiParams, beats_bits: int):
-    """Beats of the next INCR burst: at most max_burst_beats, the remaining beats and the rest of the page."""
-    page = Signal(range(PAGE_BYTES // p.data_bytes + 1))
-    n = Signal(beats_bits)
-    m.d.comb += page.eq((PAGE_BYTES - addr[:12]) >> p.size_log2)
-    lim = Mux(remaining < p.max_burst_beats, remaining, p.max_burst_beats)
-    m.d.comb += n.eq(Mux(page < lim, page, lim))
-    return n
-
-
 class InputReader(wiring.Component):
     """Reads ``bytes`` from DRAM at ``base`` (beat aligned) into a word buffer, ``chunk`` bytes a cycle.
 
@@ -251,7 +241,7 @@ class InputReader(wiring.Component):
         chunks = p.data_bytes // c
         addr = Signal(p.addr_bits)
         remaining = Signal(range(total_beats + 1))
-        n = _burst_beats(m, addr, remaining, p, 9)
+        n = burst_beats(m, p, addr, remaining)
         beat = Signal(8 * p.data_bytes)
         have, last_beat = Signal(), Signal()
         ci = Signal(range(max(chunks, 2)))
@@ -325,7 +315,7 @@ class OutputWriter(wiring.Component):
         chunks = p.data_bytes // c
         addr = Signal(p.addr_bits)
         remaining = Signal(range(total_beats + 1))
-        n = _burst_beats(m, addr, remaining, p, 9)
+        n = burst_beats(m, p, addr, remaining)
         left = Signal(9)
         beat = Signal(8 * p.data_bytes)
         ci = Signal(range(chunks + 1))

@@ -29,7 +29,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, PAGE_BYTES, AxiParams, axi_read_master_members
+from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members
 
 __all__ = ["ERR_BAD_COMMAND", "command_layout", "beat_layout", "ReadDma"]
 
@@ -94,13 +94,7 @@ class ReadDma(wiring.Component):
         m.d.comb += self.busy.eq(~idle)
 
         # ---- AR side: split the command into page-bounded bursts --------------------------------
-        page_beats = PAGE_BYTES >> sz
-        to_page = Signal(range(page_beats + 1))
-        m.d.comb += to_page.eq(page_beats - cur_addr[sz:PAGE_BYTES.bit_length() - 1])
-        bound = Signal(range(max(page_beats, p.max_burst_beats) + 1))    # beats allowed in this burst
-        m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
-        length = Signal.like(bound)
-        m.d.comb += length.eq(Mux(remaining < bound, remaining, bound))
+        length = burst_beats(m, p, cur_addr, remaining)
 
         issue = active & ~drop & ~self.cancel & (~arvalid | self.m_axi_arready) & bursts.w_rdy
         m.d.comb += [
