@@ -1,7 +1,7 @@
 """cocotbext-axi DRAM model with injectable error responses, and random pause generators."""
 from cocotbext.axi import AxiRamRead
 
-__all__ = ["FaultyRam", "pauses", "set_pauses"]
+__all__ = ["FaultyRam", "pauses", "set_pauses", "check_burst"]
 
 
 class FaultyRam(AxiRamRead):
@@ -35,3 +35,12 @@ def set_pauses(ram, rng, p_ar, p_r):
         ch.set_pause_generator(pauses(rng, p) if p else None)
         if not p:
             ch.pause = False        # clearing a generator leaves the last pause value in place
+
+
+def check_burst(ch: str, addr: int, beats: int, size: int, burst: int, beat_bytes: int, max_burst: int):
+    """Assert that an address-channel handshake (``ch`` is "AR" or "AW") is a legal INCR burst of
+    full beats: at most ``max_burst`` beats, never across a 4 KiB page."""
+    assert beats <= max_burst, f"{ch} burst of {beats} beats > max {max_burst}"
+    assert addr // 4096 == (addr + beats * beat_bytes - 1) // 4096, f"{ch} {addr:#x}+{beats} crosses 4 KiB"
+    assert size == (beat_bytes - 1).bit_length(), f"{ch} size {size} is not the full beat"
+    assert burst == 1, f"{ch} burst type {burst} is not INCR"

@@ -17,7 +17,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamWrite, AxiReadBus, AxiWriteBus
 from cocotbext.axi.constants import AxiResp
 
-from axi_faults import FaultyRam, pauses
+from axi_faults import FaultyRam, check_burst, pauses
 from runner import tb_params
 
 P = tb_params()
@@ -102,10 +102,7 @@ class Dram:
             in_reset = int(self.rst.value)
             if not in_reset and int(dut.m_axi_awvalid.value) and int(dut.m_axi_awready.value):
                 addr, ln = int(dut.m_axi_awaddr.value), int(dut.m_axi_awlen.value) + 1
-                assert ln <= MAX_BURST, f"burst of {ln} beats > max {MAX_BURST}"
-                assert addr // 4096 == (addr + ln * BYTES - 1) // 4096, f"AW {addr:#x}+{ln} crosses 4 KiB"
-                assert int(dut.m_axi_awsize.value) == (BYTES - 1).bit_length()
-                assert int(dut.m_axi_awburst.value) == 1
+                check_burst("AW", addr, ln, int(dut.m_axi_awsize.value), int(dut.m_axi_awburst.value), BYTES, MAX_BURST)
                 self.aws.append((addr, ln))
                 self.w_lens.append(ln)
             if not in_reset and int(dut.m_axi_wvalid.value) and int(dut.m_axi_wready.value):
@@ -122,7 +119,7 @@ class Dram:
                 self.w_lens.clear()
             if not in_reset and self.rd and int(dut.m_axi_arvalid.value) and int(dut.m_axi_arready.value):
                 addr, ln = int(dut.m_axi_araddr.value), int(dut.m_axi_arlen.value) + 1
-                assert ln <= MAX_BURST and addr // 4096 == (addr + ln * BYTES - 1) // 4096
+                check_burst("AR", addr, ln, int(dut.m_axi_arsize.value), int(dut.m_axi_arburst.value), BYTES, MAX_BURST)
             await RisingEdge(self.clk)
 
     def check(self, what=""):

@@ -13,7 +13,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotbext.axi import AxiReadBus
 from cocotbext.axi.constants import AxiResp
 
-from axi_faults import FaultyRam, pauses
+from axi_faults import FaultyRam, check_burst, pauses
 from runner import tb_params
 
 P = tb_params()
@@ -65,10 +65,7 @@ class Bench:
             await ReadOnly()
             if int(dut.m_axi_arvalid.value) and int(dut.m_axi_arready.value) and not int(dut.rst.value):
                 addr, ln = int(dut.m_axi_araddr.value), int(dut.m_axi_arlen.value) + 1
-                assert ln <= MAX_BURST, f"burst of {ln} beats > max {MAX_BURST}"
-                assert addr // 4096 == (addr + ln * BYTES - 1) // 4096, f"burst {addr:#x}+{ln} crosses 4 KiB"
-                assert int(dut.m_axi_arsize.value) == (BYTES - 1).bit_length()
-                assert int(dut.m_axi_arburst.value) == 1
+                check_burst("AR", addr, ln, int(dut.m_axi_arsize.value), int(dut.m_axi_arburst.value), BYTES, MAX_BURST)
                 self.ars.append((addr, ln))
             await RisingEdge(dut.clk)
 
