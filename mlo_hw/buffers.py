@@ -23,7 +23,7 @@ from .weight_image import layout
 __all__ = ["PARAM_SECTIONS", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
            "tile_write_layout"]
 
-PARAM_SECTIONS = ("header", "ln1", "gelu", "ln2")
+PARAM_SECTIONS = ("header", "narrow", "ln1", "gelu", "ln2")
 
 
 def index_range(n: int) -> range:

@@ -196,8 +196,9 @@ def _validate(cfg: Config):
     _require(m.hidden % m.heads == 0,
              f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads}")
     _require(m.layernorm_eps > 0, f"model.layernorm_eps: expected > 0, got {m.layernorm_eps}")
-    for name in ("weight_bits", "act_bits"):
-        _require(2 <= getattr(n, name) <= 8, f"numerics.{name}: expected 2..8, got {getattr(n, name)}")
+    _require(2 <= n.weight_bits <= 8, f"numerics.weight_bits: expected 2..8, got {n.weight_bits}")
+    _require(n.act_bits == 8, f"numerics.act_bits: expected 8 (int8 matrix inputs, int16 residual stream), "
+                              f"got {n.act_bits}")
     for name in ("pe", "simd", "tile_rows"):
         _require(getattr(f, name) > 0, f"folding.{name}: expected a positive integer, got {getattr(f, name)}")
     for what, k in (("model.hidden", m.hidden), ("model.intermediate", m.intermediate),

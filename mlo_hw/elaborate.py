@@ -18,7 +18,7 @@ import numpy as np
 
 from .config import PARTS, ConfigError, load_config
 from .perf import check_fit, layer_bound, matrix_costs, onchip_bram36, onchip_plan
-from .quantize import build_model, random_inputs, run_int
+from .quantize import build_model, dram_bytes, random_inputs, run_int
 from .weight_image import layout, pack_image, write_manifest
 
 __all__ = ["main", "report"]
@@ -92,8 +92,8 @@ def main(argv=None) -> int:
             x, mask = random_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
         x_int = model.quantize_input(x)
         y = run_int(model, x_int, mask, cfg)
-        (out / "golden_input.bin").write_bytes(x_int.astype(np.int8).tobytes())
-        (out / "golden_output.bin").write_bytes(y.astype(np.int8).tobytes())
+        (out / "golden_input.bin").write_bytes(dram_bytes(x_int))
+        (out / "golden_output.bin").write_bytes(dram_bytes(y))
         rtl_note = ("mlo_engine.v (top level `mlo_engine`: aclk, aresetn, m_axi_*, s_axil_*, irq), "
                     "file list files.f, register map regs.json / mlo_hw_regs.h.")
         (out / "report.md").write_text(report(cfg, rtl_note))

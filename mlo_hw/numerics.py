@@ -16,14 +16,15 @@ import math
 import numpy as np
 
 __all__ = [
-    "MULT_BITS", "RES_MULT_BITS", "EXP_FRAC_BITS", "EXP_ONE_BITS", "EXP_TABLE_SIZE", "SOFTMAX_RECIP_BITS",
+    "MULT_BITS", "RES_BITS", "NARROW_SHIFT_MAX", "EXP_FRAC_BITS", "EXP_ONE_BITS", "EXP_TABLE_SIZE", "SOFTMAX_RECIP_BITS",
     "PROB_BITS", "LN_MEAN_FRAC_BITS", "LN_SQRT_NORM_BITS", "LN_NORM_BITS", "LN_GAIN_BITS", "LN_INPUT_BITS",
-    "saturate", "rshift_round", "requant", "residual_add", "layernorm", "exp2_table", "softmax",
+    "saturate", "rshift_round", "requant", "narrow", "layernorm", "exp2_table", "softmax",
     "table_lookup", "gelu_table", "quantize_multiplier", "isqrt", "bit_length",
 ]
 
 MULT_BITS = 16          # requantization multiplier: unsigned, 1 .. 2**16-1
-RES_MULT_BITS = 10      # residual branch multipliers: unsigned, the larger of the two is 2**10-1
+RES_BITS = 16           # the residual stream (layer input/output, LN outputs, O and FFN-down outputs): int16
+NARROW_SHIFT_MAX = 15   # per-channel shift from the int16 residual stream to an int8 matrix input: 0..15
 EXP_FRAC_BITS = 8       # softmax exponent argument: fixed point with 8 fractional bits of log2
 EXP_TABLE_SIZE = 1 << EXP_FRAC_BITS
 EXP_ONE_BITS = 15       # exp2 table values are in units of 2**-15 (table[0] == 2**15 exactly)
@@ -65,13 +66,14 @@ def requant(acc, mult, shift: int, bits: int = 8) -> np.ndarray:
     return saturate(rshift_round(_i64(acc) * _i64(mult), shift), bits)
 
 
-def residual_add(a, b, mult_a: int, mult_b: int) -> np.ndarray:
-    """Residual sum in a common scale: ``a * mult_a + b * mult_b`` (exact, no rounding).
+def narrow(x, shift) -> np.ndarray:
+    """int16 residual values to int8 matrix inputs: ``sat_8(rshift_round(x, shift[c]))`` per channel.
 
-    The sum feeds LayerNorm, which is invariant to a positive scale, so only the ratio of the two
-    branch scales is needed: ``mult_a / mult_b = scale_a / scale_b``.
+    ``shift`` (one per channel, last axis, 0..15) makes channel c's int8 scale ``2**shift[c]`` times the
+    residual stream's scale: a channel with a small range keeps its resolution, a channel with
+    outliers its range.
     """
-    return _i64(a) * int(mult_a) + _i64(b) * int(mult_b)
+    return saturate(rshift_round(x, np.broadcast_to(_i64(shift), np.shape(x))), 8)
 
 
 def bit_length(v) -> np.ndarray:
@@ -164,15 +166,17 @@ def table_lookup(x, table, bits: int = 8) -> np.ndarray:
     return _i64(table)[_i64(x) + (1 << (bits - 1))]
 
 
-def gelu_table(scale_in: float, scale_out: float, bits: int = 8) -> np.ndarray:
+def gelu_table(scale_in: float, scale_out: float, zero_point: int, bits: int = 8) -> np.ndarray:
     """GELU (exact erf form) as a table over every signed ``bits``-bit input, made at build time.
 
-    ``table[i] = sat(round_half_up(gelu((i - 2**(bits-1)) * scale_in) / scale_out))``.
+    The output is unsigned ``bits``-bit with a zero point (GELU's range is [-0.17, inf): a symmetric
+    code would waste half of it): ``table[i] = clip(round_half_up(gelu((i - 2**(bits-1)) * scale_in)
+    / scale_out) + zero_point, 0, 2**bits - 1)``. The consumer (FFN down) folds ``zero_point`` into its bias.
     """
     x = (np.arange(1 << bits, dtype=np.float64) - (1 << (bits - 1))) * scale_in
     erf = np.vectorize(math.erf)
     y = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
-    return saturate(np.floor(y / scale_out + 0.5).astype(np.int64), bits)
+    return saturate(np.floor(y / scale_out + 0.5).astype(np.int64) + int(zero_point), bits, signed=False)
 
 
 def quantize_multiplier(real, mult_bits: int = MULT_BITS, max_shift: int = 62) -> tuple[np.ndarray, int]:

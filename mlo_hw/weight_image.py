@@ -4,12 +4,13 @@ Layout (see ``docs/architecture.md``, "Memory layout")::
 
     layer l block    at  base + l * stride          stride = layer bytes rounded up to 4096
     sections         in consumption order, each starting at a multiple of ALIGN (64) bytes:
-      header         16 little-endian uint32 words (HEADER_FIELDS)
+      header         12 little-endian uint32 words (HEADER_FIELDS)
+      narrow         uint8 [2H]: the per-channel shifts narrow_in[H], then narrow_ln1[H]
       q, k, v, o     matrix sections: rows/tile_rows tiles, each tile padded to ALIGN:
                        weights int8 [tile_rows * cols] in (nf, sf, pe, simd) order,
                        bias    int32 [tile_rows], mult uint32 [tile_rows]
       ln1            gain int32 [H], bias int32 [H]
-      gelu           int8 [256]: table[x + 128]
+      gelu           uint8 [256]: table[x + 128]
       ffn_up         matrix section
       ffn_down       matrix section
       ln2            gain int32 [H], bias int32 [H]
@@ -36,9 +37,9 @@ ALIGN = 64            # every section and tile starts at a multiple of this (cov
 LAYER_ALIGN = 4096    # layer stride: whole AXI 4 KiB pages
 HEADER_FIELDS = ("q_shift", "k_shift", "v_shift", "o_shift", "ffn_up_shift", "ffn_down_shift",
                  "softmax_mult", "softmax_shift", "ctx_mult", "ctx_shift",
-                 "res1_a", "res1_b", "res2_a", "res2_b", "ln1_shift", "ln2_shift")
+                 "ln1_shift", "ln2_shift")
 # GELU's table precedes ffn_up: it is applied to FFN-up's outputs while FFN-up's tiles still stream.
-SECTION_ORDER = ("header", "q", "k", "v", "o", "ln1", "gelu", "ffn_up", "ffn_down", "ln2")
+SECTION_ORDER = ("header", "narrow", "q", "k", "v", "o", "ln1", "gelu", "ffn_up", "ffn_down", "ln2")
 
 
 def _align(n: int, a: int = ALIGN) -> int:
@@ -89,7 +90,7 @@ def layout(cfg) -> Layout:
     h = cfg.model.hidden
     tr = cfg.folding.tile_rows
     mats = {m.name: m for m in cfg.matrices}
-    sizes = {"header": 4 * len(HEADER_FIELDS), "ln1": 8 * h, "ln2": 8 * h, "gelu": 1 << cfg.numerics.act_bits}
+    sizes = {"header": 4 * len(HEADER_FIELDS), "narrow": 2 * h, "ln1": 8 * h, "ln2": 8 * h, "gelu": 1 << cfg.numerics.act_bits}
     sections, off = [], 0
     for name in SECTION_ORDER:
         if name in mats:
@@ -120,8 +121,7 @@ def _le(values, dtype) -> bytes:
 def _header(p: IntLayer) -> list[int]:
     vals = {f"{m}_shift": getattr(p, m).shift for m in IntLayer.MATRICES}
     vals.update(softmax_mult=p.softmax_mult, softmax_shift=p.softmax_shift, ctx_mult=p.ctx_mult,
-                ctx_shift=p.ctx_shift, res1_a=p.res1_a, res1_b=p.res1_b, res2_a=p.res2_a,
-                res2_b=p.res2_b, ln1_shift=p.ln1_shift, ln2_shift=p.ln2_shift)
+                ctx_shift=p.ctx_shift, ln1_shift=p.ln1_shift, ln2_shift=p.ln2_shift)
     return [int(vals[f]) for f in HEADER_FIELDS]
 
 
@@ -160,7 +160,10 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
                     put(off + len(wbytes) + 4 * tr, _le(m.mult[rows], np.uint32))
         for ln in ("ln1", "ln2"):
             put(lay[ln].offset, _le(getattr(p, f"{ln}_gain"), np.int32) + _le(getattr(p, f"{ln}_bias"), np.int32))
-        put(lay["gelu"].offset, _le(p.gelu, np.int8))
+        _check_range(f"layer {l} gelu", p.gelu, 0, 255)
+        _check_range(f"layer {l} narrow", np.concatenate([p.narrow_in, p.narrow_ln1]), 0, nx.NARROW_SHIFT_MAX)
+        put(lay["gelu"].offset, _le(p.gelu, np.uint8))
+        put(lay["narrow"].offset, _le(np.concatenate([p.narrow_in, p.narrow_ln1]), np.uint8))
     return bytes(img)
 
 
@@ -191,7 +194,9 @@ def unpack_image(cfg, img: bytes) -> list[dict]:
         for ln in ("ln1", "ln2"):
             d[f"{ln}.gain"] = get(base + lay[ln].offset, h, np.int32)
             d[f"{ln}.bias"] = get(base + lay[ln].offset + 4 * h, h, np.int32)
-        d["gelu"] = get(base + lay["gelu"].offset, 1 << cfg.numerics.act_bits, np.int8)
+        d["gelu"] = get(base + lay["gelu"].offset, 1 << cfg.numerics.act_bits, np.uint8)
+        d["narrow_in"] = get(base + lay["narrow"].offset, h, np.uint8)
+        d["narrow_ln1"] = get(base + lay["narrow"].offset + h, h, np.uint8)
         out.append(d)
     return out
 
@@ -223,9 +228,12 @@ def manifest(cfg, base: int = 0) -> dict:
                 tensors += [{"name": f"{sec.name}.gain", "shape": [h], "dtype": "int32", "offset": off, "bytes": 4 * h},
                             {"name": f"{sec.name}.bias", "shape": [h], "dtype": "int32", "offset": off + 4 * h,
                              "bytes": 4 * h}]
+            elif sec.name == "narrow":
+                tensors += [{"name": f"narrow.{part}", "shape": [h], "dtype": "uint8",
+                             "offset": lbase + sec.offset + j * h, "bytes": h} for j, part in enumerate(("in", "ln1"))]
             elif sec.name == "gelu":
                 n = 1 << cfg.numerics.act_bits
-                tensors.append({"name": "gelu.table", "shape": [n], "dtype": "int8",
+                tensors.append({"name": "gelu.table", "shape": [n], "dtype": "uint8",
                                 "offset": lbase + sec.offset, "bytes": n})
         layers.append({"index": l, "offset": lbase, "tensors": tensors})
     return {"config": cfg.name, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,

@@ -30,7 +30,8 @@ def test_int_model_is_close_to_float_and_fast(tiny):
     traces = []
     y = run_int(model, model.quantize_input(x), mask, cfg, traces)
     assert time.perf_counter() - t0 < 1.0
-    assert y.dtype == np.int64 and y.min() >= -128 and y.max() <= 127
+    assert y.dtype == np.int64 and y.min() >= -2**15 and y.max() < 2**15     # the int16 residual stream
+    assert np.abs(y).max() > 2**11                                          # and it uses its range
     assert [tuple(t) for t in traces] == [TRACE_ORDER] * cfg.model.layers
     f = float_stack(x, layers, mask, cfg.model.heads)
     deq = model.dequantize_output(y)[mask]
@@ -50,7 +51,8 @@ def test_int_model_is_deterministic_and_integer_only(tiny):
         mat = getattr(p, m)
         assert mat.w.dtype == np.int64 and np.abs(mat.w).max() <= 127
         assert mat.mult.max() < 2**nx.MULT_BITS and mat.mult.min() >= 1 and 1 <= mat.shift < 63
-    assert np.abs(p.ln1_gain).max() < 2**17 and p.gelu.shape == (256,)
+    assert np.abs(p.ln1_gain).max() < 2**17 and p.gelu.shape == (256,) and p.gelu.min() >= 0
+    assert (p.narrow_in >= 0).all() and (p.narrow_in <= nx.NARROW_SHIFT_MAX).all() and p.narrow_ln1.shape == (cfg.model.hidden,)
 
 
 @pytest.mark.parametrize("name", ["bert_tiny", "small"])
@@ -68,7 +70,8 @@ def test_weight_image_round_trip(name):
             assert (d[f"{m}.mult"] == mat.mult).all() and d[f"{m}_shift"] == mat.shift
         assert (d["ln1.gain"] == p.ln1_gain).all() and (d["ln2.bias"] == p.ln2_bias).all()
         assert (d["gelu"] == p.gelu).all() and d["softmax_mult"] == p.softmax_mult
-        assert (d["res1_a"], d["res2_b"], d["ln2_shift"]) == (p.res1_a, p.res2_b, p.ln2_shift)
+        assert (d["narrow_in"] == p.narrow_in).all() and (d["narrow_ln1"] == p.narrow_ln1).all()
+        assert (d["ln1_shift"], d["ln2_shift"]) == (p.ln1_shift, p.ln2_shift)
 
 
 def test_tile_weights_are_pe_simd_interleaved():
@@ -91,7 +94,7 @@ def test_manifest_lists_every_tensor_without_overlap():
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
     assert spans[0][0] == 0x1000_0000 and spans[-1][1] <= 0x1000_0000 + man["total_bytes"]
     names = {t["name"] for t in man["layers"][1]["tensors"]}
-    assert {"header", "q.tile0.weight", "ffn_down.tile1.mult", "ln2.gain", "gelu.table"} <= names
+    assert {"header", "q.tile0.weight", "ffn_down.tile1.mult", "ln2.gain", "gelu.table", "narrow.in", "narrow.ln1"} <= names
     json.dumps(man)
 
 
@@ -103,5 +106,5 @@ def test_elaborate_writes_image_manifest_report(tmp_path):
     assert man["layer_stride"] == layout(cfg).stride
     rep = (tmp_path / "report.md").read_text()
     assert "Analytical cycle bound" in rep and "On-chip memory plan" in rep
-    x = np.frombuffer((tmp_path / "golden_input.bin").read_bytes(), np.int8)
+    x = np.frombuffer((tmp_path / "golden_input.bin").read_bytes(), "<i2")
     assert x.size == cfg.model.seq_len * cfg.model.hidden
