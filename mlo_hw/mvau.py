@@ -17,7 +17,8 @@ Interface (clock domain ``sync``):
     One beat starts a job: ``col_folds = cols / simd``, ``row_folds = rows / pe``, ``vectors``,
     ``shift`` (requant shift, one per matrix), ``raw`` (1: emit the accumulator, no bias, no
     requantization), ``act_unsigned`` (1: activation bytes are uint8, e.g. softmax probabilities;
-    0: int8). Every count is at least 1. :meth:`MVAUParams.command` builds and checks the word.
+    0: int8), ``wide`` (1: saturate the requantized result to ``numerics.RES_BITS`` (int16, the
+    residual stream) instead of ``act_bits``). Every count is at least 1. :meth:`MVAUParams.command` builds and checks the word.
     The next command is taken in the cycle the current job issues its last step, so jobs run
     back to back without a bubble.
 ``x`` (in, stream, payload ``simd`` lanes of ``act_bits``, lane 0 in the LSBs)
@@ -32,7 +33,7 @@ Interface (clock domain ``sync``):
     (``pe`` x uint16) of channels ``nf*pe + p``. Read once per output beat (``en`` high one cycle,
     after the fold's last step has been summed). Ignored in raw mode.
 ``o`` (out, stream, payload ``pe`` lanes of signed ``acc_bits``, lane p = channel ``nf*pe + p``)
-    Requant mode: ``numerics.requant(acc + bias, mult, shift, act_bits)`` sign-extended. Raw mode:
+    Requant mode: ``numerics.requant(acc + bias, mult, shift, act_bits)`` (``RES_BITS`` when ``wide``) sign-extended. Raw mode:
     the dot product ``acc`` itself. Beats leave in (vector, nf) order.
 ``busy`` (out)
     High from a command's acceptance until its last result has left ``o``.
@@ -171,6 +172,7 @@ class MVAUParams:
             "shift": unsigned(SHIFT_BITS),
             "raw": unsigned(1),
             "act_unsigned": unsigned(1),
+            "wide": unsigned(1),
         })
 
     def param_layout(self) -> data.StructLayout:
@@ -180,7 +182,7 @@ class MVAUParams:
         })
 
     def command(self, *, cols: int, rows: int, vectors: int, shift: int = 0, raw: bool = False,
-                act_unsigned: bool = False) -> int:
+                act_unsigned: bool = False, wide: bool = False) -> int:
         """The ``cmd`` payload of a job, as an integer; bad values raise a one-line ValueError."""
         checks = (("cols", cols, self.simd, self.max_cols), ("rows", rows, self.pe, self.max_rows),
                   ("vectors", vectors, 1, self.max_vectors))
@@ -190,7 +192,7 @@ class MVAUParams:
         if not 0 <= shift < (1 << SHIFT_BITS):
             raise ValueError(f"MVAU command shift: expected 0..{(1 << SHIFT_BITS) - 1}, got {shift}")
         fields = {"col_folds": cols // self.simd, "row_folds": rows // self.pe, "vectors": vectors,
-                  "shift": shift, "raw": int(raw), "act_unsigned": int(act_unsigned)}
+                  "shift": shift, "raw": int(raw), "act_unsigned": int(act_unsigned), "wide": int(wide)}
         word, lay = 0, self.cmd_layout()
         for name, value in fields.items():
             word |= value << lay[name].offset
@@ -266,12 +268,12 @@ class MVAU(wiring.Component):
 
         # Per-step tag that travels down the pipeline with its data.
         tag_layout = data.StructLayout({
-            "valid": 1, "first": 1, "last": 1, "from_stream": 1, "act_unsigned": 1, "raw": 1,
+            "valid": 1, "first": 1, "last": 1, "from_stream": 1, "act_unsigned": 1, "raw": 1, "wide": 1,
             "nf": unsigned(len(nf)), "shift": unsigned(SHIFT_BITS)})
         tag0 = Signal(tag_layout)
         m.d.comb += [tag0.valid.eq(issue), tag0.first.eq(sf == 0), tag0.last.eq(sf_last),
                      tag0.from_stream.eq(from_stream), tag0.act_unsigned.eq(job.act_unsigned),
-                     tag0.raw.eq(job.raw), tag0.nf.eq(nf), tag0.shift.eq(job.shift)]
+                     tag0.raw.eq(job.raw), tag0.wide.eq(job.wide), tag0.nf.eq(nf), tag0.shift.eq(job.shift)]
 
         def stage(tag):
             nonlocal stages
@@ -387,7 +389,8 @@ class MVAU(wiring.Component):
         for c in range(p.pe):
             m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
         tag = stage(tag)
-        lo_out, hi_out = -(1 << (p.act_bits - 1)), (1 << (p.act_bits - 1)) - 1
+        lo_out = Mux(tag.wide, -(1 << (nx.RES_BITS - 1)), -(1 << (p.act_bits - 1)))
+        hi_out = Mux(tag.wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
         result = Signal(self.o.payload.shape())
         for c in range(p.pe):
             sat = Mux(rounded[c] < lo_out, lo_out, Mux(rounded[c] > hi_out, hi_out, rounded[c]))

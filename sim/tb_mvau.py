@@ -26,14 +26,14 @@ def _params():
 class Job:
     """One MVAU job: operands, command word, weight words, parameter words and expected beats."""
 
-    def __init__(self, mp: MVAUParams, w, x, bias, mult, shift, raw, act_unsigned):
+    def __init__(self, mp: MVAUParams, w, x, bias, mult, shift, raw, act_unsigned, wide=False):
         self.mp, self.w, self.x = mp, np.asarray(w, np.int64), np.asarray(x, np.int64)
         rows, cols = self.w.shape
         self.rows, self.cols, self.vectors = rows, cols, self.x.shape[0]
         self.bias, self.mult, self.shift = np.asarray(bias, np.int64), np.asarray(mult, np.int64), shift
-        self.raw, self.act_unsigned = raw, act_unsigned
+        self.raw, self.act_unsigned, self.wide = raw, act_unsigned, wide
         self.cmd = mp.command(cols=cols, rows=rows, vectors=self.vectors, shift=shift, raw=raw,
-                              act_unsigned=act_unsigned)
+                              act_unsigned=act_unsigned, wide=wide)
         pe, simd, sf = mp.pe, mp.simd, cols // mp.simd
         self.steps = self.vectors * (rows // pe) * sf
         # weight word nf*SF + sf: lane p*simd + s = W[nf*pe + p, sf*simd + s]
@@ -48,7 +48,8 @@ class Job:
     def expected(self):
         """Output beats in (vector, nf) order, from the golden functions."""
         acc = int_matmul(self.x, self.w.T)
-        out = acc if self.raw else nx.requant(acc + self.bias, self.mult, self.shift, self.mp.act_bits)
+        bits = nx.RES_BITS if self.wide else self.mp.act_bits
+        out = acc if self.raw else nx.requant(acc + self.bias, self.mult, self.shift, bits)
         pe = self.mp.pe
         return [list(out[v, nf * pe:(nf + 1) * pe]) for v in range(self.vectors) for nf in range(self.rows // pe)]
 
@@ -118,8 +119,9 @@ async def run_jobs(dut, mp, jobs, rng, p_valid=1.0, p_ready=1.0, cmd_valid=1.0):
 
 
 def random_job(mp, rng: random.Random, nrng: np.random.Generator, raw=None, act_unsigned=None,
-               cols=None, rows=None, vectors=None):
+               cols=None, rows=None, vectors=None, wide=None):
     raw = rng.random() < 0.4 if raw is None else raw
+    wide = rng.random() < 0.4 if wide is None else wide
     act_unsigned = rng.random() < 0.4 if act_unsigned is None else act_unsigned
     cols = cols or mp.simd * rng.randint(1, min(mp.max_col_folds, 12))
     rows = rows or mp.pe * rng.randint(1, min(mp.max_row_folds, 4))
@@ -132,9 +134,10 @@ def random_job(mp, rng: random.Random, nrng: np.random.Generator, raw=None, act_
     mult = nrng.integers(1, 1 << mp.mult_bits, rows)
     # a shift that puts typical results inside the output range, sometimes 0 or far off
     typical = int(np.abs(int_matmul(x, w.T) + bias).mean() * mult.mean()) + 1
-    shift = max(0, min(63, typical.bit_length() - mp.act_bits + rng.randint(-3, 2)))
+    out_bits = nx.RES_BITS if wide else mp.act_bits
+    shift = max(0, min(63, typical.bit_length() - out_bits + rng.randint(-3, 2)))
     shift = rng.choice([shift, shift, shift, 0, 63]) if not raw else rng.randint(0, 63)
-    return Job(mp, w, x, bias, mult, shift, raw, act_unsigned)
+    return Job(mp, w, x, bias, mult, shift, raw, act_unsigned, wide)
 
 
 @cocotb.test()
@@ -146,6 +149,7 @@ async def random_jobs_under_backpressure(dut):
     jobs = [random_job(mp, rng, nrng) for _ in range(p.get("jobs", 6))]
     jobs.insert(1, random_job(mp, rng, nrng, raw=False, act_unsigned=False))
     jobs.insert(2, random_job(mp, rng, nrng, raw=True, act_unsigned=True))
+    jobs.insert(3, random_job(mp, rng, nrng, raw=False, act_unsigned=True, wide=True))   # FFN down: uint8 in, int16 out
     got, mon = await run_jobs(dut, mp, jobs, rng, p_valid=0.7, p_ready=0.6, cmd_valid=0.5)
     want = [b for j in jobs for b in j.expected()]
     bad = mismatches(got, want)
@@ -161,7 +165,8 @@ async def random_jobs_under_backpressure(dut):
 
 
 def realistic_jobs(mp):
-    """The small config's layer 0 as the engine would run it: FFN-down, Q.K^T (raw) and P.V (uint8).
+    """The small config's layer 0 as the engine would run it: FFN-down (uint8 GELU codes in, int16 out),
+    Q.K^T (raw) and P.V (uint8).
 
     Besides ``Job.expected`` (golden functions), each job is checked against the golden model's
     own trace of that tensor here.
@@ -181,7 +186,7 @@ def realistic_jobs(mp):
     m = lay.ffn_down
     rows = min(m.w.shape[0], mp.max_rows) // mp.pe * mp.pe
     if m.w.shape[1] <= mp.max_cols and m.w.shape[1] % mp.simd == 0 and rows:
-        jobs.append((Job(mp, m.w[:rows], t["gelu"][:vecs], m.bias[:rows], m.mult[:rows], m.shift, False, False),
+        jobs.append((Job(mp, m.w[:rows], t["gelu"][:vecs], m.bias[:rows], m.mult[:rows], m.shift, False, True, True),
                      t["ffn_down"][:vecs, :rows]))
     qh, kh, vh = split(t["q"]), split(t["k"]), split(t["v"])
     if s_len % mp.pe == 0 and dh % mp.simd == 0 and s_len <= mp.max_rows:
