@@ -1,20 +1,24 @@
-"""Residual add + integer LayerNorm, streaming, bit-exact with ``numerics.residual_add`` and
-``numerics.layernorm``.
+"""Residual add + integer LayerNorm, streaming, bit-exact with
+``numerics.layernorm(a + b, gain, bias, shift, bits=RES_BITS)``.
+
+Both inputs of the residual add are on the same per-tensor scale, so the add is a plain ``a + b``
+(int16 + int16, no multipliers) and the output is int16, the residual stream's width.
 
 A row passes four units in order, each working on a different row at the same time. A row lives in
 one of ``SLOTS`` row slots (the residual sums r and per-slot statistics) from its first input to
 its last output; a slot's phase says which unit owns it::
 
-    phase 0 ingest:  r = a*mult_a + b*mult_b per beat; store r; S = sum(r), Q = sum(r*r)
+    phase 0 ingest:  r = a + b per beat; store r; S = sum(r), Q = sum(r*r)
     phase 1 mean:    m = floor((32*S + H) / (2*H))          (serial division)
                      D = sum((16r - m)**2) = 256*Q - m*(32*S - H*m)   (serial multiplication)
     phase 2 scale:   k = max(0, (48 - bitlen(D)) // 2), s = isqrt(D << 2k) (serial square root),
                      e = bitlen(s), inv = floor(2**(e+15) / s) (serial division; 0 when s == 0)
     phase 3 output:  d = 16r - m, t = ((d << k) * inv) >> e,
-                     out = sat(rshift_round(t * gain[c] + bias[c], shift)), then the slot is free
+                     out = sat16(rshift_round(t * gain[c] + bias[c], shift)), then the slot is free
 
 The variance identity is exact in integers, so one pass over the row gives S and Q and the
-statistics never re-read the row.
+statistics never re-read the row. Every width below derives from ``residual_bits`` (r = a + b has
+``residual_bits + 1`` bits, |r| <= 2**residual_bits), which must leave r inside ``LN_INPUT_BITS``.
 """
 
 from __future__ import annotations
@@ -31,13 +35,12 @@ __all__ = ["LayerNorm", "ParamWriteSignature", "pair_layout"]
 
 SLOTS = 4                       # rows in flight (a power of two: the slot pointers wrap)
 SHIFT_BITS = 6                  # runtime output shift 0..63
-D_BITS = nx.LN_INPUT_BITS + nx.LN_MEAN_FRAC_BITS + 1   # |d| = |16r - m| < 2**24: 25-bit signed
-MEAN_OFFSET = 1 << (nx.LN_INPUT_BITS - 1 + nx.LN_MEAN_FRAC_BITS)  # keeps the mean division unsigned
 
 
-def pair_layout(act_bits: int = 8) -> data.StructLayout:
-    """One input beat: the residual source ``a`` (LSBs) and the branch output ``b``."""
-    return data.StructLayout({"a": signed(act_bits), "b": signed(act_bits)})
+def pair_layout(residual_bits: int = nx.RES_BITS) -> data.StructLayout:
+    """One input beat: the residual source ``a`` (LSBs) and the branch output ``b``, both signed
+    ``residual_bits`` on the same scale."""
+    return data.StructLayout({"a": signed(residual_bits), "b": signed(residual_bits)})
 
 
 class ParamWriteSignature(wiring.Signature):
@@ -54,69 +57,73 @@ class LayerNorm(wiring.Component):
     Interface:
         ``i``: stream of :func:`pair_layout` beats (a, b), channel 0 first; ``hidden`` beats make a
         row (rows are counted, no framing signal).
-        ``o``: stream of signed(act_bits), the normalised row in channel order.
-        ``mult_a``, ``mult_b`` (unsigned 10): residual multipliers; ``shift`` (0..63): output shift;
-        hold them stable while rows are in flight.
+        ``a`` and ``b`` are signed ``residual_bits`` (16) on one shared scale; the block adds them.
+        ``o``: stream of signed(residual_bits), the normalised row in channel order, saturated.
+        ``shift`` (0..63): output shift; hold it stable while rows are in flight.
         ``param``: :class:`ParamWriteSignature` write port for the per-channel gain and bias; the
         output pass reads them per element, so load them before the phase's first row (a write
         while rows are in flight changes the outputs not yet produced).
-    Throughput: one element per cycle in and out in steady state when ``hidden >= 56`` (the mean
-    unit takes ~55 cycles per row, the scale unit ~52, each overlapped with other rows); shorter
-    rows run at one row per ~55 cycles (measured: 8 rows of 32 in 417 cycles, 0.61 elements per
-    cycle). Latency: from a row's last input to its first output ~112 cycles (measured at H = 32:
-    first output 144 cycles after the first input). The matrix-vector unit produces the branch
+    Throughput: one element per cycle in and out in steady state when ``hidden >= 52`` (the mean
+    unit takes 49 cycles per row, the scale unit 45..47, each overlapped with other rows; for H = 49..51
+    the four row slots are the bound); shorter rows run at one row per 49 cycles (measured: 8 rows of
+    32 in 375 cycles, 0.68 elements per cycle; 8 rows of 52 in 416 cycles, gapless). Latency: from a
+    row's last input to its first output ~103 cycles (measured: first output 135 cycles after the
+    first input at H = 32, 232 at H = 128). The matrix-vector unit produces the branch
     output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
     less for FFN down), so the block never holds it back.
-    Storage: r ``SLOTS * hidden * 20`` bits, gain ``hidden * 18``, bias ``hidden * 32`` bits.
-    DSP: a*mult_a, b*mult_b, r*r, (d << k) * inv, t * gain.
+    Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias
+    ``hidden * 32`` bits. DSP: r*r, (d << k) * inv, t * gain (the residual add is an adder).
     """
 
-    def __init__(self, hidden: int, act_bits: int = 8):
+    def __init__(self, hidden: int, residual_bits: int = nx.RES_BITS):
         if hidden < 1:
             raise ValueError(f"LayerNorm: hidden must be >= 1, got {hidden}")
-        if not 2 <= act_bits <= 8:
-            raise ValueError(f"LayerNorm: act_bits must be 2..8, got {act_bits}")
-        self.hidden, self.act_bits = hidden, act_bits
+        if not 2 <= residual_bits <= nx.LN_INPUT_BITS - 2:       # |a + b| <= 2**residual_bits < 2**19
+            raise ValueError(f"LayerNorm: residual_bits must be 2..{nx.LN_INPUT_BITS - 2}, got {residual_bits}")
+        self.hidden, self.residual_bits = hidden, residual_bits
         super().__init__({
-            "i": In(stream.Signature(pair_layout(act_bits))),
-            "o": Out(stream.Signature(signed(act_bits))),
-            "mult_a": In(nx.RES_MULT_BITS),
-            "mult_b": In(nx.RES_MULT_BITS),
+            "i": In(stream.Signature(pair_layout(residual_bits))),
+            "o": Out(stream.Signature(signed(residual_bits))),
             "shift": In(SHIFT_BITS),
             "param": In(ParamWriteSignature(hidden)),
         })
 
     @classmethod
     def from_config(cls, cfg) -> "LayerNorm":
-        return cls(hidden=cfg.model.hidden, act_bits=cfg.numerics.act_bits)
+        """H = ``cfg.model.hidden``; the residual width is ``cfg.numerics.residual_bits`` when the config
+        has that field, else ``numerics.RES_BITS``."""
+        return cls(hidden=cfg.model.hidden, residual_bits=getattr(cfg.numerics, "residual_bits", nx.RES_BITS))
 
     def elaborate(self, platform):
         m = Module()
-        h, ab = self.hidden, self.act_bits
+        h, rb = self.hidden, self.residual_bits
         idx_bits = max(1, (h - 1).bit_length())
         slot_bits = (SLOTS - 1).bit_length()
-        r_max = (1 << (nx.LN_INPUT_BITS - 1)) - 1
-        d_max = (1 << (D_BITS - 1)) - 1
-        sum_bits = (h * r_max).bit_length() + 1                  # S, signed
-        sq_bits = (h * r_max * r_max).bit_length()               # Q, unsigned
+        r_bits = rb + 1                                          # r = a + b, signed
+        r_abs = 1 << rb                                          # |r| <= 2**rb (a = b = -2**(rb-1))
+        d_bits = r_bits + nx.LN_MEAN_FRAC_BITS + 1               # |d| = |16r - m| < 2**(rb+5)
+        mean_offset = 1 << (rb + nx.LN_MEAN_FRAC_BITS)          # > |m|: keeps the mean division unsigned
+        d_max = (1 << (d_bits - 1)) - 1
+        sum_bits = (h * r_abs).bit_length() + 1                  # S, signed
+        sq_bits = (h * r_abs * r_abs).bit_length()               # Q, unsigned
         var_bits = (h * d_max * d_max).bit_length()              # D, unsigned
         rad_bits = max(var_bits, nx.LN_SQRT_NORM_BITS)           # D << 2k
         rad_bits += rad_bits % 2
         root_bits = rad_bits // 2                                # s, and |d << k| <= s
         inv_bits = nx.LN_NORM_BITS + 2                           # inv <= 2**16
-        mean_q_bits = (2 * MEAN_OFFSET).bit_length() + 1
+        mean_q_bits = (2 * mean_offset).bit_length() + 1
         t_bits = nx.LN_NORM_BITS + 2                             # |t| <= 2**15
 
         phase = Signal(data.ArrayLayout(2, SLOTS))
         row_sum = Signal(data.ArrayLayout(signed(sum_bits), SLOTS))
         row_sq = Signal(data.ArrayLayout(unsigned(sq_bits), SLOTS))
-        row_mean = Signal(data.ArrayLayout(signed(D_BITS), SLOTS))
+        row_mean = Signal(data.ArrayLayout(signed(d_bits), SLOTS))
         row_var = Signal(data.ArrayLayout(unsigned(var_bits), SLOTS))
         row_k = Signal(data.ArrayLayout(range(nx.LN_SQRT_NORM_BITS // 2 + 1), SLOTS))
         row_e = Signal(data.ArrayLayout(range(root_bits + 1), SLOTS))
         row_inv = Signal(data.ArrayLayout(unsigned(inv_bits), SLOTS))
 
-        m.submodules.rows = rows = Memory(shape=signed(nx.LN_INPUT_BITS), depth=SLOTS << idx_bits, init=[])
+        m.submodules.rows = rows = Memory(shape=signed(r_bits), depth=SLOTS << idx_bits, init=[])
         m.submodules.gain = gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=h, init=[])
         m.submodules.bias = bias = Memory(shape=signed(32), depth=h, init=[])
 
@@ -134,7 +141,7 @@ class LayerNorm(wiring.Component):
         m.d.comb += self.i.ready.eq(phase[in_slot] == 0)
         meta = data.StructLayout({"valid": 1, "first": 1, "last": 1, "addr": idx_bits + slot_bits})
         a1 = Signal(meta)
-        pair = Signal(pair_layout(ab))
+        pair = Signal(pair_layout(rb))
         with m.If(self.i.valid & self.i.ready):
             with m.If(in_idx == h - 1):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1)]
@@ -143,13 +150,13 @@ class LayerNorm(wiring.Component):
         m.d.sync += [a1.valid.eq(self.i.valid & self.i.ready), a1.first.eq(in_idx == 0),
                      a1.last.eq(in_idx == h - 1), a1.addr.eq(Cat(in_idx, in_slot)), pair.eq(self.i.payload)]
         # stage 1: the residual sum, stored
-        r = Signal(signed(nx.LN_INPUT_BITS))
-        m.d.comb += r.eq(pair.a * self.mult_a + pair.b * self.mult_b)
+        r = Signal(signed(r_bits))
+        m.d.comb += r.eq(pair.a + pair.b)
         rows_w = rows.write_port()
         m.d.comb += [rows_w.addr.eq(a1.addr), rows_w.data.eq(r), rows_w.en.eq(a1.valid)]
         a2, a3 = Signal(meta), Signal(meta)
         r2, r3 = Signal.like(r), Signal.like(r)
-        sq3 = Signal(unsigned(2 * nx.LN_INPUT_BITS - 2))
+        sq3 = Signal(unsigned((r_abs * r_abs).bit_length()))
         m.d.sync += [a2.eq(a1), r2.eq(r), a3.eq(a2), r3.eq(r2), sq3.eq(r2 * r2)]
         # stage 3: row sums
         acc_s, acc_q = Signal(signed(sum_bits)), Signal(unsigned(sq_bits))
@@ -165,8 +172,8 @@ class LayerNorm(wiring.Component):
         mn_slot = Signal(slot_bits)
         m.submodules.mean_div = mean_div = SerialDivider(mean_q_bits + (2 * h).bit_length(),
                                                          (2 * h).bit_length(), mean_q_bits)
-        centre_bits = max(sum_bits + 5, h.bit_length() + D_BITS) + 1      # 32*S - H*m, signed
-        m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, D_BITS - 1)
+        centre_bits = max(sum_bits + 5, h.bit_length() + d_bits) + 1      # 32*S - H*m, signed
+        m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, d_bits - 1)
         s_cur = row_sum[mn_slot]
         mean = row_mean[mn_slot]
         centre = Signal(signed(centre_bits))
@@ -177,7 +184,7 @@ class LayerNorm(wiring.Component):
                     m.next = "DIVIDE"
             with m.State("DIVIDE"):
                 with m.If(mean_div.done):
-                    m.d.sync += row_mean[mn_slot].eq(mean_div.quotient - MEAN_OFFSET)
+                    m.d.sync += row_mean[mn_slot].eq(mean_div.quotient - mean_offset)
                     m.next = "CENTRE"
             with m.State("CENTRE"):
                 m.d.sync += centre.eq((s_cur << 5) - h * mean)
@@ -190,7 +197,7 @@ class LayerNorm(wiring.Component):
                     m.d.sync += [row_var[mn_slot].eq((row_sq[mn_slot] << 8) - var_mul.product),
                                  phase[mn_slot].eq(2), mn_slot.eq(mn_slot + 1)]
                     m.next = "IDLE"
-        m.d.comb += [mean_div.dividend.eq((s_cur << 5) + h + 2 * h * MEAN_OFFSET),
+        m.d.comb += [mean_div.dividend.eq((s_cur << 5) + h + 2 * h * mean_offset),
                      mean_div.divisor.eq(2 * h),
                      var_mul.b.eq(mean),
                      var_mul.a.eq(centre)]
@@ -272,10 +279,10 @@ class LayerNorm(wiring.Component):
             # output's sign bit all equal the sign)
             shifted = Signal.like(y)
             m.d.comb += shifted.eq(y >> shift)
-            above = shifted[ab - 1:]
+            above = shifted[rb - 1:]
             in_range = (above == 0) | (above == (1 << len(above)) - 1)
-            lo, hi = -(1 << (ab - 1)), (1 << (ab - 1)) - 1
-            m.d.sync += self.o.payload.eq(Mux(in_range, shifted[:ab], Mux(shifted[-1], lo, hi)))
+            lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
+            m.d.sync += self.o.payload.eq(Mux(in_range, shifted[:rb], Mux(shifted[-1], lo, hi)))
         m.d.comb += self.o.valid.eq(o[6].valid)
         with m.If(self.o.valid & self.o.ready & o[6].last):
             m.d.sync += phase[o[6].slot].eq(0)

@@ -1,4 +1,5 @@
-"""LayerNorm block (residual add + LayerNorm): cocotb + Verilator bit-exact against numerics, lint, synthesis."""
+"""LayerNorm block (int16 residual add + LayerNorm, int16 out): cocotb + Verilator bit-exact against
+``numerics.layernorm(a + b, ..., bits=16)``, lint, synthesis."""
 
 import gc
 
@@ -42,34 +43,40 @@ def test_layernorm_synthesizes_without_latches():
 def test_layernorm_rejects_bad_parameters():
     with pytest.raises(ValueError, match="hidden"):
         LayerNorm(hidden=0)
-    with pytest.raises(ValueError, match="act_bits"):
-        LayerNorm(hidden=32, act_bits=9)
+    with pytest.raises(ValueError, match="residual_bits"):
+        LayerNorm(hidden=32, residual_bits=19)      # |a + b| would reach 2**19: outside LN_INPUT_BITS
+    with pytest.raises(ValueError, match="residual_bits"):
+        LayerNorm(hidden=32, residual_bits=1)
     gc.collect()      # the rejected components' "never used" warnings fire here, filtered
 
 
 def test_layernorm_odd_hidden_in_amaranth_simulator():
-    """H = 24 (not a power of two: the mean is a true division), random stalls, Amaranth's simulator."""
+    """H = 24 (not a power of two: the mean is a true division), full-range int16 inputs, random stalls,
+    Amaranth's simulator."""
     import random
 
     import numpy as np
     from amaranth.sim import Simulator
 
     from mlo_hw import numerics as nx
-    h, rows = 24, 5
+    h, rows = 24, 6
+    lo, hi = -(1 << (nx.RES_BITS - 1)), (1 << (nx.RES_BITS - 1)) - 1
     rng = random.Random(11)
     dut = LayerNorm(hidden=h)
-    a = np.array([[rng.randint(-128, 127) for _ in range(h)] for _ in range(rows)])
-    b = np.array([[rng.randint(-128, 127) for _ in range(h)] for _ in range(rows)])
+    a = np.array([[rng.randint(lo, hi) for _ in range(h)] for _ in range(rows)])
+    b = np.array([[rng.randint(lo, hi) for _ in range(h)] for _ in range(rows)])
     a[1], b[1] = 7, -3                                                   # zero variance
+    a[3], b[3] = lo, lo                                                  # zero variance, r = -2**16
+    a[4] = [(lo, hi)[j % 2] for j in range(h)]                           # the largest variance
+    b[4] = a[4]
     gain = [rng.randint(-(1 << 17) + 1, (1 << 17) - 1) for _ in range(h)]
     bias = [rng.randint(-(1 << 31), (1 << 31) - 1) for _ in range(h)]
-    mult_a, mult_b, shift = 1023, 611, 27
-    want = nx.layernorm(nx.residual_add(a, b, mult_a, mult_b), gain, bias, shift).ravel().tolist()
+    shift = 14
+    want = nx.layernorm(a + b, gain, bias, shift, bits=nx.RES_BITS).ravel().tolist()
+    assert {lo, hi} <= set(want) and any(lo < w < hi for w in want)      # saturates both ways, not only
     got = []
 
     async def feed(ctx):
-        ctx.set(dut.mult_a, mult_a)
-        ctx.set(dut.mult_b, mult_b)
         ctx.set(dut.shift, shift)
         for addr, word in enumerate(gain + bias):
             ctx.set(dut.param.addr, addr)
