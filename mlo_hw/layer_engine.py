@@ -11,29 +11,33 @@ Interface (clock domain ``sync``; :class:`EngineTop` renames it to ``aclk``/``ar
     ``m_axi_*``  AXI4 master: reads the weight image and the input activations, writes the output.
     ``s_axil_*`` AXI4-Lite slave: the register map of :mod:`mlo_hw.regs`.
     ``irq``      high while DONE or ERROR is set and CTRL.irq_enable.
-DRAM formats: input int8 [seq_len, hidden] row-major at INPUT_BASE, output likewise at OUTPUT_BASE
-(both multiples of the AXI beat). Attention mask: the first ``tokens`` keys are attended (input
+DRAM formats: input int16 [seq_len, hidden] row-major at INPUT_BASE (the residual stream, see
+``docs/numerics.md``), output likewise at OUTPUT_BASE (both multiples of the AXI beat). Attention mask: the first ``tokens`` keys are attended (input
 ``tokens``; :class:`EngineTop` ties it to ``model.seq_len``), keys at ``tokens`` and beyond, and the
 padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
 
 Schedule of a layer (one phase after another; ``op`` names the phase)::
 
-    Q, K, V   tiles of tile_rows channels: per tile every token row of X streams through the MVAU;
+    Q, K, V   tiles of tile_rows channels: per tile every token row of X streams through the MVAU
+              (narrowed per channel from int16 to int8 by the header's ``narrow`` shifts);
               Q row-major, K in PE banks by token (K rows are the MVAU's weight words for Q.K^T),
               V transposed in PE banks by channel (V^T rows are the weight words for P.V)
     per head  SCORES: Q_h . K_h^T raw -> serializer -> softmax (mask) -> P [S, S] uint8
               PV: P . V_h requantized (ctx_mult, ctx_shift, zero bias) -> CTX
-    O         CTX -> ATT;  LN1: LayerNorm(res1_a * X + res1_b * ATT) -> Y
-    FFN_UP    Y -> GELU table -> F [S, I];  FFN_DOWN: F -> ATT;  LN2: (Y, ATT) -> X
+    O         CTX -> Y (int16);  LN1: LayerNorm(X + Y) -> Y (int16, in place)
+    FFN_UP    Y (narrowed) -> GELU table -> F [S, I] (uint8);  FFN_DOWN: F -> X (int16);
+    LN2       LayerNorm(Y + X) -> X (int16, in place): the next layer's input
 
-Buffers (words of ``simd`` bytes, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``),
+Buffers (words of ``simd`` elements, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``),
 reused by phase so that only four exist (sizes: :func:`mlo_hw.perf.onchip_plan`):
-    X [S, H]     the layer input; FFN down's output; LN2 writes the next layer's input back in place
-    Y [S, H]     Q during attention, then LN1's output (FFN input, LN2's residual)
+    X [S, H]     int16: the layer input; FFN down's output; LN2 writes the next layer's input in place
+    Y [S, H]     int16: Q (int8 values) during attention, then O's output, LN1's output in place (FFN
+                 input, LN2's residual)
     P [S, S]     one head's probabilities (uint8)
     WORK         ``pe`` banks: K (bank = token % pe) and V^T (bank = channel % pe) side by side, so
-                 one word of every bank is one MVAU weight word; CTX and the O output row-major
-                 (word a in bank a % pe); then the FFN intermediate [S, I] over all of it.
+                 one word of every bank is one MVAU weight word; CTX row-major (word a in bank a % pe);
+                 then the FFN intermediate [S, I] (uint8 GELU codes) over all of it.
+P and WORK hold bytes; X and Y hold int16 elements.
 """
 
 from __future__ import annotations
@@ -42,11 +46,12 @@ from dataclasses import dataclass
 
 from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, unsigned
 from amaranth.hdl import ResetInserter
-from amaranth.lib import enum, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from . import numerics as nx
 from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members, axi_write_master_members, \
     axil_slave_members
 from .buffers import PARAM_SECTIONS, ParamGeometry
@@ -61,7 +66,7 @@ from .softmax import Softmax
 from .weight_image import HEADER_FIELDS
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "InputReader",
-           "OutputWriter", "LayerEngine", "EngineTop", "engine_top"]
+           "OutputWriter", "Narrow", "LayerEngine", "EngineTop", "engine_top"]
 
 
 class Op(enum.Enum, shape=4):
@@ -82,6 +87,8 @@ class Op(enum.Enum, shape=4):
 
 
 LN_LANES = 2            # LayerNorm blocks working on alternate rows (each takes one element a cycle)
+RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
+SHIFT_LANE_BITS = 4     # one narrowing shift (0..NARROW_SHIFT_MAX)
 MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN}
 
 
@@ -114,12 +121,12 @@ class EngineGeometry:
                               f"(a tile's channels start on a buffer word)")
         if f.pe & (f.pe - 1):
             raise ConfigError(f"folding.pe: the engine's attention banks need a power of two, got {f.pe}")
-        b = cfg.axi_data_bytes
-        if b % f.simd and f.simd % b:
-            raise ConfigError(f"folding.simd: {f.simd} bytes must divide or be a multiple of the AXI beat "
-                              f"({b} bytes)")
-        if (m.seq_len * m.hidden) % b:
-            raise ConfigError(f"model.hidden: an activation tensor ({m.seq_len} x {m.hidden} bytes) is not a "
+        b, rw = cfg.axi_data_bytes, f.simd * RES_BYTES
+        if b % rw and rw % b:
+            raise ConfigError(f"folding.simd: a word of {f.simd} int16 elements ({rw} bytes) must divide or be a "
+                              f"multiple of the AXI beat ({b} bytes)")
+        if (m.seq_len * m.hidden * RES_BYTES) % b:
+            raise ConfigError(f"model.hidden: an activation tensor ({m.seq_len} x {m.hidden} int16) is not a "
                               f"whole number of {b}-byte AXI beats")
         return cls(cfg.seq_padded, m.seq_len, m.hidden, m.intermediate, m.heads, cfg.head_dim, f.pe, f.simd,
                    f.tile_rows, b)
@@ -374,13 +381,50 @@ class OutputWriter(wiring.Component):
         return m
 
 
-class _Buffer:
-    """A word memory (``simd`` bytes a word, byte write enables) with one read and one write port."""
+class Narrow(wiring.Component):
+    """The MVAU's activation input: ``lanes`` int16 elements of the residual stream narrowed to int8, or
+    ``lanes`` bytes passed through. One register stage, one word a cycle.
 
-    def __init__(self, m, name: str, words: int, word_bytes: int):
-        self.mem = Memory(shape=unsigned(8 * word_bytes), depth=words, init=[])
+    ``i`` payload: ``data`` (``lanes`` x 16 bits, lane 0 in the LSBs), ``shift`` (``lanes`` x 4 bits) and
+    ``bypass``. Lane s of ``o`` is ``numerics.narrow(data[s], shift[s])`` =
+    ``sat_8(rshift_round(data[s], shift[s]))``, or the low byte of ``data[s]`` when ``bypass``.
+    ``o.payload`` is valid with ``o.valid``; ``i.ready`` is high when the register is empty or drains.
+    """
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({
+                "data": unsigned(nx.RES_BITS * lanes), "shift": unsigned(SHIFT_LANE_BITS * lanes),
+                "bypass": unsigned(1)}))),
+            "o": Out(stream.Signature(unsigned(8 * lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += self.o.valid.eq(1)
+            for s in range(self.lanes):
+                x = self.i.payload.data.word_select(s, nx.RES_BITS).as_signed()
+                k = self.i.payload.shift.word_select(s, SHIFT_LANE_BITS)
+                # rshift_round(x, k) = floor((floor(2x / 2**k) + 1) / 2) for every k >= 0
+                rounded = (((x << 1) >> k) + 1) >> 1
+                sat = Mux(rounded < -128, -128, Mux(rounded > 127, 127, rounded))
+                m.d.sync += self.o.payload.word_select(s, 8).eq(Mux(self.i.payload.bypass, x[:8], sat[:8]))
+        return m
+
+
+class _Buffer:
+    """A word memory (``lanes`` elements of ``lane_bits`` a word, one write enable per element) with one
+    read and one write port."""
+
+    def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8):
+        self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[])
         m.submodules[name] = self.mem
-        self.w = self.mem.write_port(granularity=8)
+        self.w = self.mem.write_port(granularity=lane_bits)
         self.r = self.mem.read_port()
 
 
@@ -438,7 +482,8 @@ class LayerEngine(wiring.Component):
         S, H, I, pe, simd, tr = g.seq, g.hidden, g.inter, g.pe, g.simd, g.tile_rows
         dh, ab = g.head_dim, cfg.numerics.act_bits
         words = g.words
-        word_bits = 8 * simd
+        word_bits = 8 * simd                  # a word of P, WORK: simd bytes
+        res_bits = nx.RES_BITS * simd         # a word of X, Y: simd int16 elements
 
         # ---- control registers, memory system, compute blocks ----------------------------------------
         m.submodules.regs = regs = ControlRegs(cfg)
@@ -447,18 +492,19 @@ class LayerEngine(wiring.Component):
         compute = {}
         for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
                             *((f"ln{i}", LayerNorm.from_config(cfg)) for i in range(LN_LANES)),
-                            *((f"pair_ser{i}", Serializer(simd, 2 * ab)) for i in range(LN_LANES)),
+                            *((f"pair_ser{i}", Serializer(simd, 2 * nx.RES_BITS)) for i in range(LN_LANES)),
                             ("gelu", GeluTable.from_config(cfg)), ("score_ser", Serializer(pe, mp.acc_bits)),
-                            ("xreader", VectorReader(g.addr_bits, word_bits, words(max(H, I, S)), S)),
-                            ("lnreader", VectorReader(g.addr_bits, 2 * word_bits, words(S * H), 1))):
+                            ("xreader", VectorReader(g.addr_bits, res_bits, words(max(H, I, S)), S)),
+                            ("narrow", Narrow(simd)),
+                            ("lnreader", VectorReader(g.addr_bits, 2 * res_bits, words(S * H), 1))):
             m.submodules[name] = ResetInserter({"sync": flush})(block)
             compute[name] = block
         mvau, softmax, gelu = compute["mvau"], compute["softmax"], compute["gelu"]
-        score_ser, xreader, lnreader = (compute[n] for n in ("score_ser", "xreader", "lnreader"))
+        score_ser, xreader, lnreader, narrow = (compute[n] for n in ("score_ser", "xreader", "lnreader", "narrow"))
         lns = [compute[f"ln{i}"] for i in range(LN_LANES)]
         pair_sers = [compute[f"pair_ser{i}"] for i in range(LN_LANES)]
-        m.submodules.input = inp = InputReader(ap, simd, g.tokens * H, words(S * H))
-        m.submodules.output = outw = OutputWriter(ap, simd, g.tokens * H, words(S * H))
+        m.submodules.input = inp = InputReader(ap, RES_BYTES * simd, RES_BYTES * g.tokens * H, words(S * H))
+        m.submodules.output = outw = OutputWriter(ap, RES_BYTES * simd, RES_BYTES * g.tokens * H, words(S * H))
 
         for name in axil_slave_members(AXIL_ADDR_BITS):
             port, inner = getattr(self, name), getattr(regs, name)
@@ -481,13 +527,13 @@ class LayerEngine(wiring.Component):
             m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
 
         # ---- activation buffers --------------------------------------------------------------------
-        # X: layer input/output; Y: Q during attention, then LN1's output; P: one head's probabilities;
-        # WORK (pe banks): K, V^T, CTX and the O output during attention, then the FFN intermediate.
+        # X: layer input/output; Y: Q during attention, then O's and LN1's output (int16); P: one head's
+        # probabilities; WORK (pe banks): K, V^T and CTX during attention, then the FFN intermediate.
         wsh = words(S * H)
         K_LOCAL, V_LOCAL = 0, wsh // pe                 # bank-local word offsets of K and V^T
-        CTX_BASE, ATT_BASE, F_BASE = 2 * wsh, 0, 0      # row-major word offsets inside WORK
-        bufs = {name: _Buffer(m, f"buf_{name}", n, simd) for name, n in (
-            ("x", wsh), ("y", wsh), ("p", words(S * S)))}
+        CTX_BASE, F_BASE = 2 * wsh, 0                   # row-major word offsets inside WORK
+        bufs = {name: _Buffer(m, f"buf_{name}", n, simd, lane_bits) for name, n, lane_bits in (
+            ("x", wsh, nx.RES_BITS), ("y", wsh, nx.RES_BITS), ("p", words(S * S), 8))}
         work = _Banks(m, "buf_work", g.work_words // pe, simd, pe)
         for b in list(bufs.values()) + work.banks:
             m.d.comb += b.w.en.eq(0)
@@ -553,22 +599,45 @@ class LayerEngine(wiring.Component):
                 m.d.comb += [mvau.weights.data.eq(ws.wdata),
                              mvau.params.data.eq(Array(Array(row) for row in plat)[p_set][p_addr])]
 
-        # x stream: the vector reader on the op's source buffer
+        # x stream: the vector reader on the op's source buffer, then the narrowing stage. X and Y words hold
+        # int16 elements: Q/K/V and FFN up narrow them per channel (shifts of the ``narrow`` section, copied
+        # into ``shift_mem`` at the layer's start: words 0.. for the layer input, words(H).. for LN1's output);
+        # SCORES reads Q (int8 values in Y) and the byte buffers (P, WORK) pass through.
+        def spread(byte_word):
+            return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(simd)))
+
         src = {Op.Q: "x", Op.K: "x", Op.V: "x", Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: "y"}
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
-                    m.d.comb += [bufs[name].r.addr.eq(xreader.addr), bufs[name].r.en.eq(xreader.en),
-                                 xreader.data.eq(bufs[name].r.data)]
+                    b = bufs[name]
+                    m.d.comb += [b.r.addr.eq(xreader.addr), b.r.en.eq(xreader.en),
+                                 xreader.data.eq(b.r.data if name != "p" else spread(b.r.data))]
             with m.Case(Op.O, Op.FFN_DOWN):
-                m.d.comb += xreader.data.eq(work.read(m, xreader.addr, xreader.en))
-        m.d.comb += [mvau.x.valid.eq(xreader.o.valid), mvau.x.payload.eq(xreader.o.payload),
-                     xreader.o.ready.eq(mvau.x.ready)]
+                m.d.comb += xreader.data.eq(spread(work.read(m, xreader.addr, xreader.en)))
+        shift_mem = Memory(shape=unsigned(SHIFT_LANE_BITS * simd), depth=2 * words(H), init=[])
+        m.submodules.shift_mem = shift_mem
+        shift_w = shift_mem.write_port(granularity=SHIFT_LANE_BITS)
+        shift_r = shift_mem.read_port(domain="comb")
+        x_col = Signal(range(max(words(H), 2)))             # column word of the x beat on offer
+        narrowed = Signal()
+        m.d.comb += narrowed.eq(Cat(*(op == o for o in (Op.Q, Op.K, Op.V, Op.FFN_UP))).any())
+        m.d.comb += shift_r.addr.eq(Mux(op == Op.FFN_UP, words(H), 0) + x_col)
+        with m.If(xreader.o.valid & xreader.o.ready & narrowed):
+            m.d.sync += x_col.eq(Mux(x_col == words(H) - 1, 0, x_col + 1))
+        with m.If(xreader.start):
+            m.d.sync += x_col.eq(0)
+        m.d.comb += [narrow.i.valid.eq(xreader.o.valid), narrow.i.payload.data.eq(xreader.o.payload),
+                     narrow.i.payload.shift.eq(shift_r.data), narrow.i.payload.bypass.eq(~narrowed),
+                     xreader.o.ready.eq(narrow.i.ready),
+                     mvau.x.valid.eq(narrow.o.valid), mvau.x.payload.eq(narrow.o.payload),
+                     narrow.o.ready.eq(mvau.x.ready)]
 
         # ---- MVAU results -------------------------------------------------------------------------------
         res_valid = Signal()
         res_data = Signal(8 * pe)
         mvau_bytes = Cat(*(mvau.o.payload[p][:8] for p in range(pe)))
+        res_wide = Cat(*(mvau.o.payload[p][:nx.RES_BITS] for p in range(pe)))   # int16 (Q: int8 sign-extended)
         with m.Switch(op):
             with m.Case(Op.SCORES):
                 m.d.comb += [score_ser.i.valid.eq(mvau.o.valid), score_ser.i.payload.eq(mvau.o.payload),
@@ -601,11 +670,12 @@ class LayerEngine(wiring.Component):
         res_addr = res_row + chan_word + res_cw
         with m.If(res_valid):
             with m.Switch(op):
-                for o, name in {Op.Q: "y", Op.FFN_DOWN: "x"}.items():
+                for o, name in {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}.items():
                     with m.Case(o):
                         b = bufs[name]
-                        m.d.comb += [b.w.addr.eq(res_addr), b.w.data.eq(rep), b.w.en.eq(lanes)]
-                for o, base in {Op.PV: CTX_BASE, Op.O: ATT_BASE, Op.FFN_UP: F_BASE}.items():
+                        m.d.comb += [b.w.addr.eq(res_addr), b.w.data.eq(res_wide.replicate(simd // pe)),
+                                     b.w.en.eq(lanes)]
+                for o, base in {Op.PV: CTX_BASE, Op.FFN_UP: F_BASE}.items():
                     with m.Case(o):
                         work.write(m, base + res_addr, rep, lanes)
                 with m.Case(Op.K):
@@ -655,23 +725,20 @@ class LayerEngine(wiring.Component):
             with m.If(p_lane == simd - 1):
                 m.d.sync += [p_lane.eq(0), p_word.eq(p_word + 1)]
 
-        # ---- LayerNorm: pairs (a, b) from two buffers, output to a third -------------------------------
-        # LN1: a = X, b = the O output (WORK); LN2: a = Y, b = the FFN-down output (X), written back in place
-        # (a row is read whole before its output overwrites it)
+        # ---- LayerNorm: int16 pairs (a, b) from X and Y, output written back in place -------------------
+        # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
+        # -> X (a row is read whole before its output overwrites it)
         ln_dst = {Op.LN1: "y", Op.LN2: "x"}
+        rb = nx.RES_BITS
 
         def pairs(a_word, b_word):
-            return Cat(*(Cat(a_word[8 * i: 8 * i + 8], b_word[8 * i: 8 * i + 8]) for i in range(simd)))
+            return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
 
-        with m.Switch(op):
-            with m.Case(Op.LN1):
-                m.d.comb += [bufs["x"].r.addr.eq(lnreader.addr), bufs["x"].r.en.eq(lnreader.en)]
-                m.d.comb += lnreader.data.eq(pairs(bufs["x"].r.data,
-                                                   work.read(m, ATT_BASE + lnreader.addr, lnreader.en)))
-            with m.Case(Op.LN2):
-                for name in ("x", "y"):
-                    m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
-                m.d.comb += lnreader.data.eq(pairs(bufs["y"].r.data, bufs["x"].r.data))
+        with m.If((op == Op.LN1) | (op == Op.LN2)):
+            for name in ("x", "y"):
+                m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
+            m.d.comb += lnreader.data.eq(Mux(op == Op.LN1, pairs(bufs["x"].r.data, bufs["y"].r.data),
+                                             pairs(bufs["y"].r.data, bufs["x"].r.data)))
         # rows go to the LayerNorm lanes in turn (row r to lane r % LN_LANES)
         rd_w = Signal(range(max(words(H), 2)))
         rd_lane = Signal(range(max(LN_LANES, 2)))
@@ -679,15 +746,13 @@ class LayerEngine(wiring.Component):
         # a row's words wait in its lane's FIFO (one row deep), so the lanes work at the same time
         lane_fifos = []
         for i in range(LN_LANES):
-            f = SyncFIFOBuffered(width=2 * word_bits, depth=max(words(H), 2))
+            f = SyncFIFOBuffered(width=2 * res_bits, depth=max(words(H), 2))
             m.submodules[f"ln_fifo{i}"] = ResetInserter({"sync": flush})(f)
             lane_fifos.append(f)
         for i, (ps, ln, f) in enumerate(zip(pair_sers, lns, lane_fifos)):
             m.d.comb += [f.w_en.eq(lnreader.o.valid & (rd_lane == i)), f.w_data.eq(lnreader.o.payload),
                          ps.i.valid.eq(f.r_rdy), ps.i.payload.eq(f.r_data), f.r_en.eq(ps.i.ready),
                          ln.i.valid.eq(ps.o.valid), ln.i.payload.eq(ps.o.payload), ps.o.ready.eq(ln.i.ready),
-                         ln.mult_a.eq(Mux(is_ln2, hdr["res2_a"], hdr["res1_a"])),
-                         ln.mult_b.eq(Mux(is_ln2, hdr["res2_b"], hdr["res1_b"])),
                          ln.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"]))]
         m.d.comb += lnreader.o.ready.eq(Array(f.w_rdy for f in lane_fifos)[rd_lane])
         with m.If(lnreader.o.valid & lnreader.o.ready):
@@ -699,7 +764,7 @@ class LayerEngine(wiring.Component):
         ln_start = Signal()
         granted = Const(0)
         for i, ln in enumerate(lns):
-            word = Signal(8 * simd, name=f"ln{i}_word")
+            word = Signal(res_bits, name=f"ln{i}_word")
             idx = Signal(range(max(simd, 2)), name=f"ln{i}_idx")
             full = Signal(name=f"ln{i}_full")
             addr = Signal(range(words(S * H) + 1), name=f"ln{i}_addr")
@@ -717,7 +782,7 @@ class LayerEngine(wiring.Component):
                 with m.If(col == words(H) - 1):
                     m.d.sync += [col.eq(0), addr.eq(addr + 1 + (LN_LANES - 1) * words(H))]
             with m.If(ln.o.valid & ln.o.ready):
-                m.d.sync += [word.word_select(idx, 8).eq(ln.o.payload), idx.eq(idx + 1)]
+                m.d.sync += [word.word_select(idx, rb).eq(ln.o.payload), idx.eq(idx + 1)]
                 with m.If(idx == simd - 1):
                     m.d.sync += [idx.eq(0), full.eq(1)]
             with m.If(ln_start):
@@ -730,7 +795,8 @@ class LayerEngine(wiring.Component):
         # ---- input and output ----------------------------------------------------------------------------
         xb = bufs["x"]
         with m.If(op == Op.LOAD):
-            m.d.comb += [xb.w.addr.eq(inp.w_addr), xb.w.data.eq(inp.w_data), xb.w.en.eq(inp.w_en)]
+            m.d.comb += [xb.w.addr.eq(inp.w_addr), xb.w.data.eq(inp.w_data),
+                         xb.w.en.eq(Cat(*(inp.w_en[RES_BYTES * i] for i in range(simd))))]
         with m.If(op == Op.STORE):
             m.d.comb += [xb.r.addr.eq(outw.r_addr)]
         m.d.comb += [outw.r_data.eq(xb.r.data), inp.base.eq(regs.input_base), outw.base.eq(regs.output_base)]
@@ -739,7 +805,7 @@ class LayerEngine(wiring.Component):
         # A copy is requested while the destination idles (LN1's during O, GELU's during LN1, LN2's during
         # FFN down) and runs as soon as its section has arrived; the phase that needs it waits for copy_done.
         pgeo = ParamGeometry.from_config(cfg)
-        COPY_LN1, COPY_GELU, COPY_LN2 = 0, 1, 2
+        COPY_LN1, COPY_GELU, COPY_LN2, COPY_NARROW = 0, 1, 2, 3
         copy_idx = Signal(range(max(2 * H, 1 << ab) + 2))
         copy_prev = Signal.like(copy_idx)
         copy_on, copy_busy, copy_done = Signal(), Signal(), Signal()
@@ -749,18 +815,29 @@ class LayerEngine(wiring.Component):
         copy_loaded = Signal()
         copy_last = Signal()
         with m.Switch(copy_kind):
-            for kind, section, n in ((COPY_LN1, "ln1", 2 * H), (COPY_GELU, "gelu", 1 << ab), (COPY_LN2, "ln2", 2 * H)):
+            for kind, section, n in ((COPY_LN1, "ln1", 2 * H), (COPY_GELU, "gelu", 1 << ab), (COPY_LN2, "ln2", 2 * H),
+                                     (COPY_NARROW, "narrow", 2 * H)):
+                bytewise = section in ("gelu", "narrow")
                 with m.Case(kind):
                     m.d.comb += [copy_loaded.eq(ws.param_loaded[slot][PARAM_SECTIONS.index(section)]),
                                  copy_last.eq(copy_idx == n)]
                     with m.If(copy_busy):
-                        m.d.comb += ws.param_addr.eq(pgeo.word(section) + (copy_idx >> 2 if section == "gelu"
-                                                                            else copy_idx))
+                        m.d.comb += ws.param_addr.eq(pgeo.word(section) + (copy_idx >> 2 if bytewise else copy_idx))
         for ln in lns:
             m.d.comb += [ln.param.addr.eq(copy_prev), ln.param.data.eq(ws.param_data),
                          ln.param.en.eq(copy_on & (copy_kind != COPY_GELU))]
+        copy_byte = ws.param_data.word_select(copy_prev[:2], 8)
         m.d.comb += [gelu.table_w.addr.eq(copy_prev), gelu.table_w.en.eq(copy_on & (copy_kind == COPY_GELU)),
-                     gelu.table_w.data.eq(ws.param_data.word_select(copy_prev[:2], 8))]
+                     gelu.table_w.data.eq(copy_byte)]
+        # the narrowing shifts, one per channel, fill shift_mem's words lane by lane
+        shift_word = Signal(range(max(2 * words(H), 2)))
+        shift_lane = Signal(range(max(simd, 2)))
+        with m.If(copy_on & (copy_kind == COPY_NARROW)):
+            m.d.comb += [shift_w.addr.eq(shift_word), shift_w.data.eq(copy_byte[:SHIFT_LANE_BITS].replicate(simd)),
+                         shift_w.en.eq(1 << shift_lane)]
+            m.d.sync += shift_lane.eq(shift_lane + 1)
+            with m.If(shift_lane == simd - 1):
+                m.d.sync += [shift_lane.eq(0), shift_word.eq(shift_word + 1)]
         with m.If(copy_busy & copy_loaded):
             with m.If(copy_last):
                 m.d.sync += [copy_busy.eq(0), copy_done.eq(1)]
@@ -780,7 +857,8 @@ class LayerEngine(wiring.Component):
             m.d.sync += stale.eq(0b11)
 
         def request_copy(kind):
-            m.d.sync += [copy_busy.eq(1), copy_done.eq(0), copy_idx.eq(0), copy_kind.eq(kind)]
+            m.d.sync += [copy_busy.eq(1), copy_done.eq(0), copy_idx.eq(0), copy_kind.eq(kind), shift_word.eq(0),
+                         shift_lane.eq(0)]
 
         # ---- the sequencer -----------------------------------------------------------------------------
         tile = Signal(range(max(I, H) // tr + 1))
@@ -854,6 +932,13 @@ class LayerEngine(wiring.Component):
                         with m.Case(i + 1):
                             m.d.sync += hdr[f].eq(ws.param_data)
                 with m.If(hdr_idx == len(HEADER_FIELDS)):
+                    request_copy(COPY_NARROW)
+                    m.next = "NARROW_PARAMS"
+                abort()
+            with m.State("NARROW_PARAMS"):
+                # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
+                m.d.comb += [busy.eq(1), stall.eq(~copy_done)]
+                with m.If(copy_done):
                     start_matrix(Op.Q)
                     m.next = "TILE_WAIT"
                 abort()
@@ -883,7 +968,8 @@ class LayerEngine(wiring.Component):
                         with m.Case(o):
                             m.d.comb += [cmd.col_folds.eq(mat_cols[o] // simd), cmd.row_folds.eq(tr // pe),
                                          cmd.vectors.eq(S), cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
-                                         cmd.act_unsigned.eq(0),
+                                         cmd.act_unsigned.eq(o == Op.FFN_DOWN),     # uint8 GELU codes
+                                         cmd.wide.eq(o in (Op.O, Op.FFN_DOWN)),     # int16 residual stream
                                          xreader.base.eq(CTX_BASE if o == Op.O else 0),
                                          xreader.stride.eq(words(mat_cols[o])),
                                          xreader.words.eq(words(mat_cols[o]))]

@@ -90,9 +90,8 @@ class LayerNorm(wiring.Component):
 
     @classmethod
     def from_config(cls, cfg) -> "LayerNorm":
-        """H = ``cfg.model.hidden``; the residual width is ``cfg.numerics.residual_bits`` when the config
-        has that field, else ``numerics.RES_BITS``."""
-        return cls(hidden=cfg.model.hidden, residual_bits=getattr(cfg.numerics, "residual_bits", nx.RES_BITS))
+        """H = ``cfg.model.hidden``, the residual stream's width ``numerics.RES_BITS``."""
+        return cls(hidden=cfg.model.hidden)
 
     def elaborate(self, platform):
         m = Module()

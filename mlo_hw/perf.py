@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import numerics as nx
 from .weight_image import layout
 
 __all__ = ["TileCost", "matrix_costs", "layer_bound", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36",
@@ -72,15 +73,15 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
     param_bytes = sum(lay[n].bytes for n in ("header", "ln1", "gelu", "ln2"))
     return {
-        "x": (word, g.words(s * h)),
-        "y": (word, g.words(s * h)),
+        "x": (nx.RES_BITS * g.simd, g.words(s * h)),
+        "y": (nx.RES_BITS * g.simd, g.words(s * h)),
         "p": (word, g.words(s * s)),
         **{f"work{b}": (word, g.work_words // g.pe) for b in range(g.pe)},
         "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
         "params": (beat, 2 * param_bytes * 8 // beat),
         "softmax_scores": (cfg.acc_bits(g.head_dim) + 1, 4 * s),
         "softmax_exps": (16, 4 * s),
-        "layernorm_rows": (20, 4 * h),
+        "layernorm_rows": (nx.RES_BITS + 1, 4 * h),
         "mvau_vectors": (8 * g.simd, MVAUParams.from_config(cfg).max_col_folds),
     }
 

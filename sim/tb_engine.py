@@ -17,7 +17,8 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 from mlo_hw.config import load_config
 from mlo_hw.golden import int_stack
 from mlo_hw.layer_engine import LN_LANES, Op, with_seq_len
-from mlo_hw.quantize import build_model, random_inputs
+from mlo_hw.numerics import RES_BITS
+from mlo_hw.quantize import build_model, dram_bytes, from_dram, random_inputs
 from mlo_hw.weight_image import pack_image
 from runner import tb_params
 
@@ -27,7 +28,7 @@ if P.get("seq_len"):
     CFG = with_seq_len(CFG, P["seq_len"])
 REGS = {r["name"]: r for r in P["registers"]}
 BIT = {(r["name"], f["name"]): 1 << f["lsb"] for r in P["registers"] for f in r["fields"]}
-WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x40000, 0x1000, 0x20000    # room for seq 512 x hidden 128
+WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x40000, 0x1000, 0x20000    # room for int16 [128, 384]
 RAM_BYTES = 1 << 22
 S_PAD, H, HEADS = CFG.seq_padded, CFG.model.hidden, CFG.model.heads
 PE, TR = CFG.folding.pe, CFG.folding.tile_rows
@@ -85,7 +86,7 @@ class Monitor:
                 self.probs.append((layer, int(sm_p.value)))
             for lane, (ln_v, ln_r, ln_p) in enumerate(lns):
                 if ln_v.value and ln_r.value:
-                    self.ln.append((layer, op, lane, signed(int(ln_p.value), 8)))
+                    self.ln.append((layer, op, lane, signed(int(ln_p.value), RES_BITS)))
 
 
 def runs(records, key):
@@ -201,15 +202,15 @@ def first_difference(traces, obs, tokens, seq_len):
 
 
 async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
-    """One run: returns (output int8 [seq_len, H], golden output, traces, monitor, cycles)."""
+    """One run: returns (output int16 [seq_len, H], golden output, traces, monitor, cycles)."""
     seq_len = CFG.model.seq_len
     x_float, _ = random_inputs(CFG, np.random.default_rng(rng.randrange(1 << 30)), 1, padded=False)[0]
     mask = np.arange(seq_len) < tokens
     x = MODEL.quantize_input(x_float)
     traces = []
-    want = int_stack(x, MODEL.layers[:layers], mask, HEADS, CFG.numerics.act_bits, traces)
-    ram.write(INPUT_BASE, x.astype(np.int8).tobytes())
-    ram.write(OUTPUT_BASE, bytes(rng.randrange(256) for _ in range(seq_len * H)))
+    want = int_stack(x, MODEL.layers[:layers], mask, HEADS, traces)
+    ram.write(INPUT_BASE, dram_bytes(x))
+    ram.write(OUTPUT_BASE, bytes(rng.randrange(256) for _ in range(len(dram_bytes(x)))))
     set_pauses(ram, rng, pause)
     dut.tokens.value = tokens
     mon = Monitor(dut)
@@ -231,7 +232,7 @@ async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
     assert not status & BIT["STATUS", "error"], f"ERROR set (STATUS {status:#x})"
     cycles = await rd(axil, "CYCLES")
     await wr(axil, "STATUS", BIT["STATUS", "done"])
-    got = np.frombuffer(ram.read(OUTPUT_BASE, seq_len * H), dtype=np.int8).reshape(seq_len, H)
+    got = from_dram(ram.read(OUTPUT_BASE, len(dram_bytes(want))), seq_len, H)
     return got, want, traces, mon, cycles
 
 
