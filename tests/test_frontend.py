@@ -245,10 +245,10 @@ def test_cli_errors(capsys):
 # ---- model -> engine -----------------------------------------------------------------------------
 
 def test_onnx_config_end_to_end(tmp_path, capsys):
-    """--engine writes a config; elaborate's image and golden vectors follow from it; int8 tracks float."""
+    """--engine writes a config; elaborate's image and golden vectors follow from it; the integer model tracks float."""
     pytest.importorskip("onnxruntime")
     from mlo_hw.frontend.host import Host, model_inputs
-    from mlo_hw.quantize import build_model, run_int
+    from mlo_hw.quantize import build_model, dram_bytes, from_dram, run_int
     from mlo_hw.weight_image import pack_image
     assert cli([str(fixture("bert")), "--engine", str(tmp_path), "--seq-len", "8"]) == 0
     out = capsys.readouterr().out
@@ -258,11 +258,10 @@ def test_onnx_config_end_to_end(tmp_path, capsys):
     assert cfg.weights.source == "onnx"
     float_layers, model = build_model(cfg)
     assert (tmp_path / "weights.bin").read_bytes() == pack_image(cfg, model.layers)
-    x_int = np.frombuffer((tmp_path / "golden_input.bin").read_bytes(), np.int8).reshape(8, 32)
+    x_int = from_dram((tmp_path / "golden_input.bin").read_bytes(), 8, 32)
     y = run_int(model, x_int, np.ones(8, bool), cfg)
-    np.testing.assert_array_equal(np.frombuffer((tmp_path / "golden_output.bin").read_bytes(), np.int8),
-                                  y.astype(np.int8).ravel())
-    # the int8 golden model against onnxruntime's float output, on fresh inputs
+    assert (tmp_path / "golden_output.bin").read_bytes() == dram_bytes(y)
+    # the integer golden model against onnxruntime's float output, on fresh inputs
     fe = load(fixture("bert"))
     host = Host(fe)
     for x, mask, ids in model_inputs(host, 8, np.random.default_rng(7), 3):
@@ -301,7 +300,6 @@ def _minilm():
 
 def test_minilm_int8_tracks_float_on_real_sentences():
     import dataclasses
-    from mlo_hw.minilm import CLIP
     from mlo_hw.quantize import quantize, run_int
     from mlo_hw.reference import float_stack
     m = _minilm()
@@ -312,7 +310,7 @@ def test_minilm_int8_tracks_float_on_real_sentences():
                  "The stock market fell sharply today.", "Share prices dropped after the news."]
     calib = ["An orchestra rehearses in the concert hall.", "The farmer harvested wheat before the storm."]
     cids, cmask = m.tokenize(calib, 16)
-    q = quantize(m.layers, [(m.embed(i), k) for i, k in zip(cids, cmask)], cfg, clip=CLIP)
+    q = quantize(m.layers, [(m.embed(i), k) for i, k in zip(cids, cmask)], cfg)
     ids, mask = m.tokenize(sentences, 16)
     ref, got = [], []
     for i, k in zip(ids, mask):
@@ -322,7 +320,7 @@ def test_minilm_int8_tracks_float_on_real_sentences():
     ref, got = np.array(ref), np.array(got)
     sim = ref @ ref.T
     assert min(sim[0, 1], sim[2, 3]) > 0.5 > max(sim[0, 2], sim[1, 3])    # paraphrases are close
-    assert (ref * got).sum(1).min() > 0.9
+    assert (ref * got).sum(1).min() > 0.98
 
 
 @pytest.mark.slow
