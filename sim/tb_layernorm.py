@@ -1,8 +1,8 @@
 """LayerNorm block (residual add + LayerNorm) against ``numerics.layernorm(a + b, gain, bias, shift,
 bits=16)``, bit for bit, with random valid/ready backpressure.
 
-Inputs ``a``, ``b`` are int16 on one shared scale; the output is int16. Every row, gain, bias and shift
-is made here from the seed (no dependency on the quantized model, whose numerics are being redesigned).
+Inputs ``a``, ``b`` are int16 on one shared scale; the output is int16. Rows come from the quantized
+model of the config (both LayerNorms of layer 0) and from the seed (layer-like, random and edge rows).
 
 Params: ``config`` (name), ``seed``, ``rows`` (random rows per batch), ``corrupt`` (compare against an
 expectation made with shift + 1: the run must fail; the negative check of the test suite).
@@ -95,6 +95,29 @@ async def realistic_rows(dut):
         got, want, _ = await _run(dut, a, b, (gain, bias, shift), rng, 0.7, 0.6, corrupt=p.get("corrupt", False))
         assert len(set(want)) > 8, "realistic rows should give varied outputs"
         _check(got, want, f"realistic rows (shift={shift})")
+
+
+@cocotb.test()
+async def model_rows(dut):
+    """Both LayerNorms of layer 0 of the config's quantized model on a random input (golden trace)."""
+    from mlo_hw.golden import int_layer
+    from mlo_hw.quantize import build_model, random_inputs
+    p = tb_params()
+    rng = random.Random(p["seed"])
+    cfg = load_config(p["config"])
+    _, model = build_model(cfg)
+    (x, mask), = random_inputs(cfg, np.random.default_rng(p["seed"]), 1, padded=False)
+    xq, layer, trace = model.quantize_input(x), model.layers[0], {}
+    int_layer(xq, layer, mask, cfg.model.heads, trace=trace)
+    await start_clock_and_reset(dut)
+    pick = sorted(rng.sample(range(cfg.model.seq_len), min(p["rows"], cfg.model.seq_len)))
+    for a, b, params, out in (
+            (xq, trace["attn_out"], (layer.ln1_gain, layer.ln1_bias, layer.ln1_shift), trace["ln1"]),
+            (trace["ln1"], trace["ffn_down"], (layer.ln2_gain, layer.ln2_bias, layer.ln2_shift), trace["out"])):
+        got, want, _ = await _run(dut, a[pick], b[pick], params, rng, 0.7, 0.6, corrupt=p.get("corrupt", False))
+        if not p.get("corrupt"):
+            assert want == out[pick].ravel().tolist(), "expected() disagrees with the golden model's trace"
+        _check(got, want, f"model rows (shift={params[2]})")
 
 
 def _edge_rows(h, rng):
