@@ -63,6 +63,7 @@ def bram36(width_bits: int, depth: int) -> float:
 
 def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry."""
+    from .buffers import ParamGeometry
     from .layer_engine import EngineGeometry
     from .mvau import MVAUParams
     g = EngineGeometry.from_config(cfg)
@@ -71,7 +72,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     word = 8 * g.simd
     beat = cfg.memory.axi_data_bits
     tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
-    param_bytes = sum(lay[n].bytes for n in ("header", "ln1", "gelu", "ln2"))
+    param_bytes = ParamGeometry.from_config(cfg).slot_bytes       # one layer's small sections
     return {
         "x": (nx.RES_BITS * g.simd, g.words(s * h)),
         "y": (nx.RES_BITS * g.simd, g.words(s * h)),
@@ -89,10 +90,10 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
 def onchip_plan(cfg) -> dict[str, int]:
     """Bytes of each on-chip buffer of the rolled layer engine (activations stay on chip between layers).
 
-    x: the layer input and output; y: Q during attention, then LN1's output; p: one head's
-    probabilities; work: K, V^T, CTX and the O output during attention, then the FFN intermediate
+    x: the layer input and output (int16); y: Q during attention, then O's and LN1's output (int16);
+    p: one head's probabilities; work: K, V^T and CTX during attention, then the FFN intermediate
     (see :mod:`mlo_hw.layer_engine`); weight_tiles: the two tile banks; params: two layers' header,
-    LayerNorm and GELU sections; the softmax, LayerNorm and MVAU row memories.
+    narrow, LayerNorm and GELU sections; the softmax, LayerNorm and MVAU row memories.
     """
     mems = onchip_memories(cfg)
     out = {}
