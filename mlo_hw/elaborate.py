@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import numerics as nx
 from .config import PARTS, ConfigError, load_config
 from .perf import check_fit, layer_bound, matrix_costs, onchip_bram36, onchip_plan
 from .quantize import build_model, dram_bytes, random_inputs, run_int
@@ -30,7 +31,8 @@ def report(cfg, rtl_note: str) -> str:
     lines = [f"# mlo_hw report: {cfg.name}", "",
              f"Model: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, intermediate {m.intermediate}, "
              f"seq {m.seq_len} (padded to {cfg.seq_padded}).  ",
-             f"Numerics: int{cfg.numerics.weight_bits} weights, int{cfg.numerics.act_bits} activations.  ",
+             f"Numerics: int{cfg.numerics.weight_bits} weights, int{cfg.numerics.act_bits} matrix inputs, "
+             f"int{nx.RES_BITS} residual stream (DRAM input and output).  ",
              f"Folding: PE {f.pe} x SIMD {f.simd} = {cfg.mac_lanes} MAC lanes, {f.tile_rows} rows per weight tile.  ",
              f"Memory: AXI {cfg.memory.axi_data_bits}-bit, bursts up to {cfg.memory.max_burst_beats} beats.  ",
              f"Target: {cfg.target.part} ({cfg.target.board}) at {cfg.target.clock_mhz:g} MHz.", "",
