@@ -12,9 +12,10 @@ Interface (clock domain ``sync``; :class:`EngineTop` renames it to ``aclk``/``ar
     ``s_axil_*`` AXI4-Lite slave: the register map of :mod:`mlo_hw.regs`.
     ``irq``      high while DONE or ERROR is set and CTRL.irq_enable.
 DRAM formats: input int16 [seq_len, hidden] row-major at INPUT_BASE (the residual stream, see
-``docs/numerics.md``), output likewise at OUTPUT_BASE (both multiples of the AXI beat). Attention mask: the first ``tokens`` keys are attended (input
-``tokens``; :class:`EngineTop` ties it to ``model.seq_len``), keys at ``tokens`` and beyond, and the
-padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
+``docs/numerics.md``), output likewise at OUTPUT_BASE (both multiples of the AXI beat). Attention mask: the first TOKENS keys are attended (register TOKENS, 1..seq_len,
+read at START; outside that range START sets ERROR with ERROR_CODE.bad_tokens and does not run), keys at
+TOKENS and beyond, and the padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
+Every ``seq_len`` row is computed and stored; rows of padding tokens are don't-cares for the host.
 
 Schedule of a layer (one phase after another; ``op`` names the phase)::
 
@@ -461,7 +462,7 @@ class _Banks:
 
 
 class LayerEngine(wiring.Component):
-    """The engine (see the module docstring). Ports: ``m_axi_*``, ``s_axil_*``, ``irq``, ``tokens`` and the
+    """The engine (see the module docstring). Ports: ``m_axi_*``, ``s_axil_*``, ``irq`` and the
     debug outputs ``op`` (an :class:`Op`) and ``layer`` for testbenches and profiling."""
 
     def __init__(self, cfg):
@@ -473,7 +474,7 @@ class LayerEngine(wiring.Component):
         super().__init__({
             **axi_read_master_members(self.axi), **axi_write_master_members(self.axi),
             **axil_slave_members(AXIL_ADDR_BITS), "irq": Out(1),
-            "tokens": In(range(g.seq + 1)), "op": Out(Op), "layer": Out(16),
+            "op": Out(Op), "layer": Out(16),
         })
 
     def elaborate(self, platform):
@@ -511,6 +512,8 @@ class LayerEngine(wiring.Component):
             flow = axil_slave_members(AXIL_ADDR_BITS)[name].flow
             m.d.comb += (port.eq(inner) if flow == Out else inner.eq(port))
         m.d.comb += self.irq.eq(regs.irq)
+        tokens = Signal(range(g.tokens + 1))     # TOKENS, latched at START
+        bad_tokens = Signal()                   # START with TOKENS outside 1..seq_len (sticky until the next)
 
         # AXI: the input reader owns AR/R while it loads, the weight streamer otherwise; W is the writer's.
         loading = Signal()
@@ -709,7 +712,7 @@ class LayerEngine(wiring.Component):
         # ---- scores -> softmax -> P ---------------------------------------------------------------------
         key = Signal(range(S))
         m.d.comb += [softmax.i.valid.eq(score_ser.o.valid), score_ser.o.ready.eq(softmax.i.ready),
-                     softmax.i.payload.score.eq(score_ser.o.payload), softmax.i.payload.mask.eq(key < self.tokens),
+                     softmax.i.payload.score.eq(score_ser.o.payload), softmax.i.payload.mask.eq(key < tokens),
                      softmax.mult.eq(hdr["softmax_mult"]), softmax.shift.eq(hdr["softmax_shift"])]
         with m.If(softmax.i.valid & softmax.i.ready):
             m.d.sync += key.eq(Mux(key == S - 1, 0, key + 1))
@@ -870,8 +873,8 @@ class LayerEngine(wiring.Component):
         done = Signal()
         stall = Signal()
         matrix_seq = [Op.Q, Op.K, Op.V]
-        m.d.comb += [regs.busy.eq(busy), regs.done.eq(done), regs.error.eq(ws.error | outw.error | inp.error),
-                     regs.error_addr.eq(ws.error_addr), regs.error_code.eq(ws.error_code),
+        m.d.comb += [regs.busy.eq(busy), regs.done.eq(done), regs.error.eq(ws.error | outw.error | inp.error | bad_tokens),
+                     regs.error_addr.eq(ws.error_addr), regs.error_code.eq(Cat(ws.error_code, bad_tokens)),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
                      ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset)]
@@ -906,9 +909,13 @@ class LayerEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += flush.eq(regs.start | regs.soft_reset)
                 with m.If(regs.start):
-                    m.d.sync += [op.eq(Op.LOAD), layer.eq(0), layers.eq(regs.layers)]
-                    m.d.comb += inp.start.eq(1)
-                    m.next = "LOAD"
+                    m.d.sync += [tokens.eq(regs.tokens), bad_tokens.eq(0)]
+                    with m.If((regs.tokens == 0) | (regs.tokens > g.tokens)):
+                        m.d.sync += bad_tokens.eq(1)
+                    with m.Else():
+                        m.d.sync += [op.eq(Op.LOAD), layer.eq(0), layers.eq(regs.layers)]
+                        m.d.comb += inp.start.eq(1)
+                        m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += [busy.eq(1), loading.eq(1)]
                 with m.If(~inp.busy & ~inp.start):
@@ -1106,7 +1113,7 @@ class EngineTop(wiring.Component):
     def __init__(self, cfg):
         self.cfg = cfg
         self.engine = LayerEngine(cfg)
-        members = {n: mb for n, mb in self.engine.signature.members.items() if n not in ("tokens", "op", "layer")}
+        members = {n: mb for n, mb in self.engine.signature.members.items() if n not in ("op", "layer")}
         super().__init__({"aclk": In(1), "aresetn": In(1), **members})
 
     def elaborate(self, platform):
@@ -1115,11 +1122,10 @@ class EngineTop(wiring.Component):
         m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
         m.submodules.engine = eng = self.engine
         for name, member in eng.signature.members.items():
-            if name in ("tokens", "op", "layer"):
+            if name in ("op", "layer"):
                 continue
             outer, inner = getattr(self, name), getattr(eng, name)
             m.d.comb += (outer.eq(inner) if member.flow == Out else inner.eq(outer))
-        m.d.comb += eng.tokens.eq(self.cfg.model.seq_len)
         return m
 
 

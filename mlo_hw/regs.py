@@ -29,6 +29,7 @@ __all__ = ["ID_VALUE", "Field", "Register", "register_map", "ControlRegs", "writ
 ID_VALUE = 0x4D4C4F01        # "MLO" + register map version 1
 AXIL_ADDR_BITS = 8
 LAYER_BITS = 16
+TOKEN_BITS = 16
 
 
 @dataclass(frozen=True)
@@ -98,11 +99,14 @@ def register_map(cfg) -> tuple[Register, ...]:
         Register("ERROR_CODE", off + 8, "cause of ERROR", (
             Field("rresp", 0, 2, "RO", 0, "RRESP of the failing beat: 2 SLVERR, 3 DECERR"),
             Field("bad_command", 2, 1, "RO", 0, "a zero-length or misaligned (not a multiple of the AXI "
-                                                "beat) address"))),
+                                                "beat) address"),
+            Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"))),
         _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
         _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
         _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for a weight tile from DRAM"),
         _word("BYTES_READ", off + 24, "RO", "bytes read over AXI"),
+        _word("TOKENS", off + 28, "RW", f"valid tokens of the input, 1..{cfg.model.seq_len}: keys 0..TOKENS-1 are "
+              f"attended, the rest (padding) masked; read at START", cfg.model.seq_len, TOKEN_BITS),
     ]
     return tuple(regs)
 
@@ -111,7 +115,7 @@ class ControlRegs(wiring.Component):
     """AXI4-Lite slave of :func:`register_map`.
 
     Outputs: ``start``, ``soft_reset`` (one-cycle pulses), ``layers``, ``weight_base``,
-    ``input_base``, ``output_base``, ``irq`` (level: irq_enable and (done or error)).
+    ``input_base``, ``output_base``, ``tokens``, ``irq`` (level: irq_enable and (done or error)).
     Inputs from the engine: ``busy``, ``done`` (pulse), ``error``, ``error_addr``, ``error_code``,
     ``compute_busy``, ``dma_stall``, ``read_beat`` (one AXI read beat of ``cfg.axi_data_bytes``).
     AXI4-Lite: a write is taken when AWVALID and WVALID are both high (one cycle), answered on B the
@@ -124,9 +128,9 @@ class ControlRegs(wiring.Component):
         a = cfg.memory.axi_addr_bits
         super().__init__({
             **axil_slave_members(AXIL_ADDR_BITS),
-            "start": Out(1), "soft_reset": Out(1), "irq": Out(1), "layers": Out(LAYER_BITS),
+            "start": Out(1), "soft_reset": Out(1), "irq": Out(1), "layers": Out(LAYER_BITS), "tokens": Out(TOKEN_BITS),
             "weight_base": Out(a), "input_base": Out(a), "output_base": Out(a),
-            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(3),
+            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(4),
             "compute_busy": In(1), "dma_stall": In(1), "read_beat": In(1),
         })
 
@@ -147,7 +151,7 @@ class ControlRegs(wiring.Component):
             return lo if hi is None else Cat(lo, hi)[:a]
 
         m.d.comb += [
-            self.layers.eq(store["LAYERS", "value"]),
+            self.layers.eq(store["LAYERS", "value"]), self.tokens.eq(store["TOKENS", "value"]),
             self.weight_base.eq(base("WEIGHT_BASE")), self.input_base.eq(base("INPUT_BASE")),
             self.output_base.eq(base("OUTPUT_BASE")),
             self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
@@ -158,6 +162,7 @@ class ControlRegs(wiring.Component):
             ("ERROR_ADDR_LO", "value"): self.error_addr[:32],
             ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
             ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
+            ("ERROR_CODE", "bad_tokens"): self.error_code[3],
             **{(n, "value"): s for n, s in counters.items()},
         }
 

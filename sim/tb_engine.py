@@ -212,7 +212,6 @@ async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
     ram.write(INPUT_BASE, dram_bytes(x))
     ram.write(OUTPUT_BASE, bytes(rng.randrange(256) for _ in range(len(dram_bytes(x)))))
     set_pauses(ram, rng, pause)
-    dut.tokens.value = tokens
     mon = Monitor(dut)
     mon.running = monitor
     task = cocotb.start_soon(mon.run())
@@ -220,6 +219,7 @@ async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
     await wr(axil, "INPUT_BASE_LO", INPUT_BASE)
     await wr(axil, "OUTPUT_BASE_LO", OUTPUT_BASE)
     await wr(axil, "LAYERS", layers)
+    await wr(axil, "TOKENS", tokens)
     await wr(axil, "CTRL", BIT["CTRL", "irq_enable"] | BIT["CTRL", "start"])
     for _ in range(P.get("timeout_cycles", 2_000_000) // 64):
         await ClockCycles(dut.clk, 64)
@@ -250,7 +250,6 @@ def check(got, want, traces, mon, tokens, layers):
 async def setup(dut):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
-    dut.tokens.value = CFG.model.seq_len
     ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=RAM_BYTES)
     axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
     for log in (axil.write_if.log, axil.read_if.log, ram.write_if.log, ram.read_if.log):
@@ -329,8 +328,8 @@ async def profile(dut):
 
 @cocotb.test(skip=bool(P.get("profile_out")))
 async def misaligned_input_base_is_an_error(dut):
-    """An INPUT_BASE that is not a multiple of the AXI beat sets STATUS.error without a run (no DONE);
-    the next run with a good base works."""
+    """An INPUT_BASE that is not a multiple of the AXI beat, or TOKENS outside 1..seq_len, sets STATUS.error
+    without a run (no DONE); the next run with good values works."""
     ram, axil = await setup(dut)
     beat = CFG.axi_data_bytes
     await wr(axil, "WEIGHT_BASE_LO", WEIGHT_BASE)
@@ -343,5 +342,14 @@ async def misaligned_input_base_is_an_error(dut):
     assert status & BIT["STATUS", "error"] and not status & BIT["STATUS", "done"], f"STATUS {status:#x}"
     assert not status & BIT["STATUS", "busy"], f"STATUS {status:#x}"
     assert dut.irq.value, "the interrupt follows ERROR"
+    # TOKENS outside 1..seq_len: ERROR with ERROR_CODE.bad_tokens, no run
+    await wr(axil, "INPUT_BASE_LO", INPUT_BASE)
+    for tokens in (0, CFG.model.seq_len + 1):
+        await wr(axil, "TOKENS", tokens)
+        await wr(axil, "CTRL", BIT["CTRL", "irq_enable"] | BIT["CTRL", "start"])
+        await ClockCycles(dut.clk, 20)
+        status, code = await rd(axil, "STATUS"), await rd(axil, "ERROR_CODE")
+        assert status & BIT["STATUS", "error"] and not status & BIT["STATUS", "busy"], f"STATUS {status:#x}"
+        assert code & BIT["ERROR_CODE", "bad_tokens"], f"TOKENS={tokens}: ERROR_CODE {code:#x}"
     got, want, traces, mon, _ = await run_case(dut, axil, ram, random.Random(11), 1, CFG.model.seq_len, 0.0)
     check(got, want, traces, mon, CFG.model.seq_len, 1)
