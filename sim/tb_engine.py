@@ -4,7 +4,14 @@ and backpressure), start, wait for DONE, read the output, compare bit for bit wi
 Besides the output, a monitor records every tensor the engine produces on chip (MVAU results per
 phase, softmax probabilities, LayerNorm outputs) and compares them with the golden model's per-layer
 trace, so a mismatch names the first layer and tensor that differ.
+
+Model source (parameter ``model``): ``"random"`` (default) takes the config's random weights and random
+inputs; ``"minilm"`` takes all-MiniLM-L6-v2 quantized by :func:`mlo_hw.minilm.quantized_model` (parameter
+``calibration``: the sentences, default ``mlo_hw.minilm.CALIBRATION``). The test ``minilm_sentences`` runs every layer on each of
+``sentences`` (tokenized at the config's seq_len, stall probability ``pauses[i]``) and writes per sentence
+the cycles, the verdict and the output to ``result_out`` (JSON) when given.
 """
+import json
 import logging
 import random
 
@@ -18,7 +25,7 @@ from mlo_hw.config import load_config
 from mlo_hw.golden import int_stack
 from mlo_hw.layer_engine import LN_LANES, Op, with_seq_len
 from mlo_hw.numerics import RES_BITS
-from mlo_hw.quantize import build_model, dram_bytes, from_dram, random_inputs
+from mlo_hw.quantize import DRAM_DTYPE, build_model, dram_bytes, from_dram, random_inputs
 from mlo_hw.weight_image import pack_image
 from runner import tb_params
 
@@ -29,13 +36,40 @@ if P.get("seq_len"):
 REGS = {r["name"]: r for r in P["registers"]}
 BIT = {(r["name"], f["name"]): 1 << f["lsb"] for r in P["registers"] for f in r["fields"]}
 WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x40000, 0x1000, 0x20000    # room for int16 [128, 384]
-RAM_BYTES = 1 << 22
 S_PAD, H, HEADS = CFG.seq_padded, CFG.model.hidden, CFG.model.heads
 PE, TR = CFG.folding.pe, CFG.folding.tile_rows
 DH = CFG.head_dim
-_, MODEL = build_model(CFG)
-IMAGE = pack_image(CFG, MODEL.layers)
 ACC_BITS = int(P["acc_bits"])
+MODEL_SOURCE = P.get("model", "random")
+
+
+def load_model():
+    """(MiniLM or None, the QuantModel the engine runs) for the ``model`` parameter."""
+    if MODEL_SOURCE == "random":
+        return None, build_model(CFG)[1]
+    if MODEL_SOURCE != "minilm":
+        raise ValueError(f"model: expected 'random' or 'minilm', got {MODEL_SOURCE!r}")
+    from mlo_hw.minilm import CALIBRATION, load_minilm, quantized_model
+    minilm = load_minilm()
+    return minilm, quantized_model(minilm, CFG, P.get("calibration", CALIBRATION))
+
+
+MINILM, MODEL = load_model()
+IMAGE = pack_image(CFG, MODEL.layers)
+RAM_BYTES = 1 << (WEIGHT_BASE + len(IMAGE) - 1).bit_length()
+
+
+def input_bytes(x) -> bytes:
+    """The engine's input in DRAM for a quantized input array [seq_len, H] (int16, see quantize.DRAM_DTYPE)."""
+    x = np.asarray(x)
+    lo, hi = -(1 << (RES_BITS - 1)), (1 << (RES_BITS - 1)) - 1
+    assert lo <= x.min() and x.max() <= hi, f"input outside int{RES_BITS}: {x.min()}..{x.max()}"
+    return dram_bytes(x)
+
+
+def read_output(ram, seq_len: int) -> np.ndarray:
+    """The engine's output [seq_len, H] (int64) read back from DRAM."""
+    return from_dram(ram.read(OUTPUT_BASE, seq_len * H * DRAM_DTYPE.itemsize), seq_len, H)
 
 
 def signed(v, bits):
@@ -201,16 +235,21 @@ def first_difference(traces, obs, tokens, seq_len):
     return None
 
 
-async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
-    """One run: returns (output int16 [seq_len, H], golden output, traces, monitor, cycles)."""
-    seq_len = CFG.model.seq_len
+def random_input(rng):
+    """A random quantized engine input [seq_len, H] (N(0, 1) rows, like an embedding layer's output)."""
     x_float, _ = random_inputs(CFG, np.random.default_rng(rng.randrange(1 << 30)), 1, padded=False)[0]
+    return MODEL.quantize_input(x_float)
+
+
+async def run_case(dut, axil, ram, rng, layers, x, tokens, pause, monitor=True):
+    """One run on the quantized input ``x`` with ``tokens`` valid: returns (output [seq_len, H], golden
+    output, traces, monitor, cycles)."""
+    seq_len = CFG.model.seq_len
     mask = np.arange(seq_len) < tokens
-    x = MODEL.quantize_input(x_float)
     traces = []
     want = int_stack(x, MODEL.layers[:layers], mask, HEADS, traces)
-    ram.write(INPUT_BASE, dram_bytes(x))
-    ram.write(OUTPUT_BASE, bytes(rng.randrange(256) for _ in range(len(dram_bytes(x)))))
+    ram.write(INPUT_BASE, input_bytes(x))
+    ram.write(OUTPUT_BASE, bytes(rng.randrange(256) for _ in range(len(input_bytes(x)))))
     set_pauses(ram, rng, pause)
     mon = Monitor(dut)
     mon.running = monitor
@@ -232,8 +271,7 @@ async def run_case(dut, axil, ram, rng, layers, tokens, pause, monitor=True):
     assert not status & BIT["STATUS", "error"], f"ERROR set (STATUS {status:#x})"
     cycles = await rd(axil, "CYCLES")
     await wr(axil, "STATUS", BIT["STATUS", "done"])
-    got = from_dram(ram.read(OUTPUT_BASE, len(dram_bytes(want))), seq_len, H)
-    return got, want, traces, mon, cycles
+    return read_output(ram, seq_len), want, traces, mon, cycles
 
 
 def check(got, want, traces, mon, tokens, layers):
@@ -242,8 +280,8 @@ def check(got, want, traces, mon, tokens, layers):
     if diff is not None:
         layer, name, i, g, w = diff
         raise AssertionError(f"layer {layer} tensor {name} differs first at index {i}: got {g}, want {w}")
-    if not np.array_equal(got.astype(np.int64), want):
-        bad = np.argwhere(got.astype(np.int64) != want)[0]
+    if not np.array_equal(got, want):
+        bad = np.argwhere(got != want)[0]
         raise AssertionError(f"output in DRAM differs at {tuple(bad)} (on-chip tensors matched)")
 
 
@@ -261,7 +299,7 @@ async def setup(dut):
     return ram, axil
 
 
-@cocotb.test(skip=bool(P.get("profile_out")))
+@cocotb.test(skip=bool(P.get("profile_out")) or MODEL_SOURCE != "random")
 async def full_stack_bit_exact(dut):
     """Every layer, all tokens valid, then padded masks and a one-layer run, random AXI stalls."""
     ram, axil = await setup(dut)
@@ -271,7 +309,8 @@ async def full_stack_bit_exact(dut):
         (rng.choice([1, CFG.model.layers]), rng.randint(1, seq_len), rng.choice([0.2, 0.5]))
         for _ in range(P.get("cases", 2))]
     for layers, tokens, pause in cases:
-        got, want, traces, mon, cycles = await run_case(dut, axil, ram, rng, layers, tokens, pause)
+        got, want, traces, mon, cycles = await run_case(dut, axil, ram, rng, layers, random_input(rng), tokens,
+                                                        pause)
         dut._log.info(f"layers={layers} tokens={tokens} pause={pause}: {cycles} cycles")
         check(got, want, traces, mon, tokens, layers)
         # negative check: the checker catches one corrupted output byte
@@ -313,11 +352,12 @@ async def profile(dut):
     prof = Profile(dut)
     task = cocotb.start_soon(prof.run())
     seq_len = CFG.model.seq_len
-    got, want, traces, mon, cycles = await run_case(dut, axil, ram, random.Random(1), CFG.model.layers, seq_len,
-                                                    0.0, monitor=False)
+    rng = random.Random(1)
+    got, want, traces, mon, cycles = await run_case(dut, axil, ram, rng, CFG.model.layers, random_input(rng),
+                                                    seq_len, 0.0, monitor=False)
     prof.running = False
     await task
-    assert np.array_equal(got.astype(np.int64), want), "output differs from the golden model"
+    assert np.array_equal(got, want), "output differs from the golden model"
     out = {"cycles": cycles, "compute_cycles": await rd(axil, "COMPUTE_CYCLES"),
            "stall_cycles": await rd(axil, "STALL_CYCLES"),
            "phases": [{"layer": k[0], "op": k[1], "cycles": v[0], "compute": v[1], "stall": v[2]}
@@ -351,5 +391,36 @@ async def misaligned_input_base_is_an_error(dut):
         status, code = await rd(axil, "STATUS"), await rd(axil, "ERROR_CODE")
         assert status & BIT["STATUS", "error"] and not status & BIT["STATUS", "busy"], f"STATUS {status:#x}"
         assert code & BIT["ERROR_CODE", "bad_tokens"], f"TOKENS={tokens}: ERROR_CODE {code:#x}"
-    got, want, traces, mon, _ = await run_case(dut, axil, ram, random.Random(11), 1, CFG.model.seq_len, 0.0)
+    rng = random.Random(11)
+    got, want, traces, mon, _ = await run_case(dut, axil, ram, rng, 1, random_input(rng), CFG.model.seq_len, 0.0)
     check(got, want, traces, mon, CFG.model.seq_len, 1)
+
+
+@cocotb.test(skip=MODEL_SOURCE != "minilm")
+async def minilm_sentences(dut):
+    """all-MiniLM-L6-v2 on real sentences, every layer, bit exact (per-tensor monitor and DRAM output);
+    stops at the first sentence that fails."""
+    from mlo_hw.minilm import engine_input
+    ram, axil = await setup(dut)
+    rng = random.Random(P.get("seed", 1))
+    sentences = P["sentences"]
+    pauses = P.get("pauses", [0.0] * len(sentences))
+    results = []
+    for sentence, pause in zip(sentences, pauses):
+        x, tokens = engine_input(MINILM, MODEL, sentence, CFG.model.seq_len)
+        row = {"sentence": sentence, "tokens": tokens, "pause": pause, "bit_exact": False}
+        results.append(row)
+        try:
+            got, want, traces, mon, row["cycles"] = await run_case(dut, axil, ram, rng, CFG.model.layers, x, tokens,
+                                                                   pause)
+            row["output"] = got.tolist()
+            check(got, want, traces, mon, tokens, CFG.model.layers)
+            row["bit_exact"] = True
+        except AssertionError as e:
+            row["error"] = str(e)
+        dut._log.info(f"tokens={tokens} pause={pause}: {row.get('cycles')} cycles, "
+                      f"{'bit exact' if row['bit_exact'] else row['error']}")
+        if P.get("result_out"):
+            with open(P["result_out"], "w") as f:
+                json.dump(results, f)
+        assert row["bit_exact"], f"sentence {len(results) - 1} ({sentence!r}): {row['error']}"

