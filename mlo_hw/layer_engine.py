@@ -944,7 +944,7 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State("NARROW_PARAMS"):
                 # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
-                m.d.comb += [busy.eq(1), stall.eq(~copy_done)]
+                m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]   # its section not yet from DRAM
                 with m.If(copy_done):
                     start_matrix(Op.Q)
                     m.next = "TILE_WAIT"
@@ -1065,7 +1065,7 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State("LN_PARAMS"):
                 # wait for the LayerNorm's gains and biases (copied during the previous phase)
-                m.d.comb += [busy.eq(1), stall.eq(~copy_done)]
+                m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]   # its section not yet from DRAM
                 m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
                              lnreader.vectors.eq(1)]
                 with m.If(copy_done):
@@ -1091,7 +1091,7 @@ class LayerEngine(wiring.Component):
                         m.next = "GELU_PARAMS"
                 abort()
             with m.State("GELU_PARAMS"):
-                m.d.comb += [busy.eq(1), stall.eq(~copy_done)]
+                m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]   # its section not yet from DRAM
                 with m.If(copy_done):
                     start_matrix(Op.FFN_UP)
                     m.next = "TILE_WAIT"

@@ -103,7 +103,8 @@ def register_map(cfg) -> tuple[Register, ...]:
             Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"))),
         _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
         _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
-        _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for a weight tile from DRAM"),
+        _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for DRAM: a weight tile, a layer header or a "
+                                              "parameter section not yet arrived"),
         _word("BYTES_READ", off + 24, "RO", "bytes read over AXI"),
         _word("TOKENS", off + 28, "RW", f"valid tokens of the input, 1..{cfg.model.seq_len}: keys 0..TOKENS-1 are "
               f"attended, the rest (padding) masked; read at START", cfg.model.seq_len, TOKEN_BITS),

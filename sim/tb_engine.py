@@ -285,6 +285,17 @@ def check(got, want, traces, mon, tokens, layers):
         raise AssertionError(f"output in DRAM differs at {tuple(bad)} (on-chip tensors matched)")
 
 
+def check_catches_corruption(got, want, traces, mon, tokens, layers, rng):
+    """Negative check: :func:`check` rejects the same output with one element corrupted."""
+    bad = got.copy()
+    bad[rng.randrange(CFG.model.seq_len), rng.randrange(H)] ^= 0x10
+    try:
+        check(bad, want, traces, mon, tokens, layers)
+    except AssertionError:
+        return
+    raise AssertionError("the checker missed a corrupted output element")
+
+
 async def setup(dut):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
@@ -313,15 +324,7 @@ async def full_stack_bit_exact(dut):
                                                         pause)
         dut._log.info(f"layers={layers} tokens={tokens} pause={pause}: {cycles} cycles")
         check(got, want, traces, mon, tokens, layers)
-        # negative check: the checker catches one corrupted output byte
-        bad = got.copy()
-        bad[rng.randrange(seq_len), rng.randrange(H)] ^= 0x10
-        try:
-            check(bad, want, traces, mon, tokens, layers)
-        except AssertionError:
-            pass
-        else:
-            raise AssertionError("the checker missed a corrupted output byte")
+        check_catches_corruption(got, want, traces, mon, tokens, layers, rng)
 
 
 class Profile:
@@ -398,8 +401,8 @@ async def misaligned_input_base_is_an_error(dut):
 
 @cocotb.test(skip=MODEL_SOURCE != "minilm")
 async def minilm_sentences(dut):
-    """all-MiniLM-L6-v2 on real sentences, every layer, bit exact (per-tensor monitor and DRAM output);
-    stops at the first sentence that fails."""
+    """all-MiniLM-L6-v2 on real sentences, every layer, bit exact (per-tensor monitor and DRAM output), and
+    the checker rejects each output with one element corrupted; stops at the first sentence that fails."""
     from mlo_hw.minilm import engine_input
     ram, axil = await setup(dut)
     rng = random.Random(P.get("seed", 1))
@@ -424,3 +427,4 @@ async def minilm_sentences(dut):
             with open(P["result_out"], "w") as f:
                 json.dump(results, f)
         assert row["bit_exact"], f"sentence {len(results) - 1} ({sentence!r}): {row['error']}"
+        check_catches_corruption(got, want, traces, mon, tokens, CFG.model.layers, rng)
