@@ -23,26 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.layer_engine import LayerEngine, with_seq_len  # noqa: E402
-from mlo_hw.mvau import MVAUParams  # noqa: E402
+from mlo_hw.layer_engine import with_seq_len  # noqa: E402
 from mlo_hw.perf import layer_bound, matrix_costs  # noqa: E402
-from mlo_hw.regs import register_map  # noqa: E402
-from sim.runner import simulate, to_verilog  # noqa: E402
-
-
-def engine_params(cfg, base_name: str, **extra) -> dict:
-    """Parameters of sim/tb_engine.py: the shipped config ``base_name`` at ``cfg``'s sequence length."""
-    registers = [{"name": r.name, "offset": r.offset,
-                  "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width} for f in r.fields]}
-                 for r in register_map(cfg)]
-    return {"config": base_name, "seq_len": cfg.model.seq_len, "registers": registers,
-            "acc_bits": MVAUParams.from_config(cfg).acc_bits, "timeout_cycles": 50_000_000, **extra}
-
-
-def run_engine(cfg, params: dict, testcase: str) -> None:
-    """Build (cached, top ``engine_<config name>``) and run one test of sim/tb_engine.py."""
-    top = f"engine_{cfg.name}"
-    simulate(to_verilog(LayerEngine(cfg), top), top, "tb_engine", params, testcase=testcase)
+from sim.engine_run import engine_params, run_engine  # noqa: E402
 
 
 def total_bound(cfg) -> int:
@@ -53,7 +36,7 @@ def total_bound(cfg) -> int:
 def profile(cfg, base_name: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "profile.json"
-        run_engine(cfg, engine_params(cfg, base_name, profile_out=str(out)), "profile")
+        run_engine(cfg, engine_params(cfg, base_name, profile_out=str(out), timeout_cycles=50_000_000), "profile")
         return json.loads(out.read_text())
 
 

@@ -859,6 +859,10 @@ class LayerEngine(wiring.Component):
         with m.If(regs.start):
             m.d.sync += stale.eq(0b11)
 
+        def wait_for_copy():
+            # a phase waiting for its parameter copy: a DMA stall only while the section is not in from DRAM
+            m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]
+
         def request_copy(kind):
             m.d.sync += [copy_busy.eq(1), copy_done.eq(0), copy_idx.eq(0), copy_kind.eq(kind), shift_word.eq(0),
                          shift_lane.eq(0)]
@@ -939,15 +943,10 @@ class LayerEngine(wiring.Component):
                         with m.Case(i + 1):
                             m.d.sync += hdr[f].eq(ws.param_data)
                 with m.If(hdr_idx == len(HEADER_FIELDS)):
+                    # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                     request_copy(COPY_NARROW)
-                    m.next = "NARROW_PARAMS"
-                abort()
-            with m.State("NARROW_PARAMS"):
-                # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
-                m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]   # its section not yet from DRAM
-                with m.If(copy_done):
-                    start_matrix(Op.Q)
-                    m.next = "TILE_WAIT"
+                    m.d.sync += op.eq(Op.Q)
+                    m.next = "MATRIX_PARAMS"
                 abort()
             with m.State("TILE_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(~ws.tile_ready)]
@@ -1065,7 +1064,7 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State("LN_PARAMS"):
                 # wait for the LayerNorm's gains and biases (copied during the previous phase)
-                m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]   # its section not yet from DRAM
+                wait_for_copy()
                 m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
                              lnreader.vectors.eq(1)]
                 with m.If(copy_done):
@@ -1088,12 +1087,17 @@ class LayerEngine(wiring.Component):
                             m.next = "HEADER_WAIT"
                     with m.Else():
                         m.d.sync += op.eq(Op.FFN_UP)
-                        m.next = "GELU_PARAMS"
+                        m.next = "MATRIX_PARAMS"
                 abort()
-            with m.State("GELU_PARAMS"):
-                m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]   # its section not yet from DRAM
+            with m.State("MATRIX_PARAMS"):
+                # the matrix ``op`` names (Q, or FFN up) starts once its parameter copy (narrowing shifts,
+                # or the GELU table) is done
+                wait_for_copy()
                 with m.If(copy_done):
-                    start_matrix(Op.FFN_UP)
+                    with m.Switch(op):
+                        for o in (Op.Q, Op.FFN_UP):
+                            with m.Case(o):
+                                start_matrix(o)
                     m.next = "TILE_WAIT"
                 abort()
             with m.State("STORE"):

@@ -30,6 +30,7 @@ __all__ = ["QuantModel", "quantize", "random_inputs", "build_model", "RES_HEADRO
 RES_HEADROOM = 2.0       # int16 residual scale = RES_HEADROOM * calibration absmax / 32767
 GELU_MIN = -0.17         # min over x of x * Phi(x) is -0.16997 (at x = -0.7518)
 _CALIB_SAMPLES = 1 << 16  # values per tensor kept for the clipping search
+_CLIPPED = ("q", "k", "v", "ctx", "ffn_up", "gelu")   # int8 per tensor: range from the clipping search
 _INT8 = 127
 _INT16 = (1 << (nx.RES_BITS - 1)) - 1
 
@@ -38,8 +39,13 @@ DRAM_DTYPE = np.dtype("<i2")   # the engine's input and output in DRAM: int16 [s
 
 
 def dram_bytes(x) -> bytes:
-    """Integer activations [S, H] (the residual stream) as the engine reads them from DRAM."""
-    return np.asarray(x).astype(DRAM_DTYPE).tobytes()
+    """Integer activations [S, H] (the residual stream) as the engine reads them from DRAM; values outside
+    int16 raise ValueError (they would wrap)."""
+    x = np.asarray(x)
+    info = np.iinfo(DRAM_DTYPE)
+    if x.size and (x.min() < info.min or x.max() > info.max):
+        raise ValueError(f"engine input: values {x.min()}..{x.max()} outside int{nx.RES_BITS}")
+    return x.astype(DRAM_DTYPE).tobytes()
 
 
 def from_dram(buf: bytes, rows: int, cols: int) -> np.ndarray:
@@ -115,7 +121,8 @@ def _layernorm_params(gamma, beta, s_out: float, hidden: int):
 
 
 class _Stats:
-    """Calibration statistics of one layer: absmax per tensor and per channel, and a value sample."""
+    """Calibration statistics of one layer: absmax per tensor and per channel, minimum, and a value sample of
+    the tensors whose range the clipping search picks."""
 
     def __init__(self, rng):
         self.rng, self.absmax, self.channel, self.values, self.minimum = rng, {}, {}, {}, {}
@@ -125,6 +132,8 @@ class _Stats:
         self.absmax[name] = max(self.absmax.get(name, 0.0), float(a.max()))
         self.channel[name] = np.maximum(self.channel.get(name, 0.0), a.max(axis=0))
         self.minimum[name] = min(self.minimum.get(name, 0.0), float(t.min()))
+        if name not in _CLIPPED:
+            return
         flat = np.asarray(t, np.float64).ravel()
         if flat.size > _CALIB_SAMPLES:
             flat = self.rng.choice(flat, _CALIB_SAMPLES, replace=False)
@@ -159,7 +168,7 @@ def quantize(float_layers: list[FloatLayer], calib: list[tuple[np.ndarray, np.nd
                  else RES_HEADROOM * st.absmax["out"] / _INT16)
         k_in, s_in8 = _narrow_shifts(st.channel["in"], s_r1)
         k_ln1, s_ln1_8 = _narrow_shifts(st.channel["ln1"], s_r2)
-        s = {n: _mse_range(np.abs(st.sample(n))) / _INT8 for n in ("q", "k", "v", "ctx", "ffn_up")}
+        s = {n: _mse_range(np.abs(st.sample(n))) / _INT8 for n in _CLIPPED if n != "gelu"}
         g_lo = min(GELU_MIN, st.minimum["gelu"])
         s["gelu"] = (_mse_range(st.sample("gelu"), lo=g_lo, levels=255) - g_lo) / 255
         g_zero = int(math.floor(-g_lo / s["gelu"] + 0.5))

@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 from .axi import RESP_OKAY, RESP_SLVERR, axil_slave_members
 
 __all__ = ["ID_VALUE", "Field", "Register", "register_map", "ControlRegs", "write_register_map", "c_header",
-           "markdown", "AXIL_ADDR_BITS"]
+           "markdown", "as_dict", "AXIL_ADDR_BITS"]
 
 ID_VALUE = 0x4D4C4F01        # "MLO" + register map version 1
 AXIL_ADDR_BITS = 8
@@ -236,7 +236,8 @@ class ControlRegs(wiring.Component):
 
 # ---- emission --------------------------------------------------------------------------------------
 
-def _as_dict(cfg) -> dict:
+def as_dict(cfg) -> dict:
+    """The register map as plain data (``regs.json``; testbenches take its ``registers``)."""
     return {"config": cfg.name, "bus": "AXI4-Lite", "data_bits": 32, "addr_bits": AXIL_ADDR_BITS,
             "registers": [{"name": r.name, "offset": r.offset, "access": r.access, "reset": r.reset,
                            "description": r.description,
@@ -280,7 +281,7 @@ def write_register_map(out_dir, cfg) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     js, h = out / "regs.json", out / "mlo_hw_regs.h"
-    js.write_text(json.dumps(_as_dict(cfg), indent=1) + "\n")
+    js.write_text(json.dumps(as_dict(cfg), indent=1) + "\n")
     h.write_text(c_header(cfg))
     return [js, h]
 

