@@ -67,7 +67,7 @@ from .softmax import Softmax
 from .weight_image import HEADER_FIELDS
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "InputReader",
-           "OutputWriter", "Narrow", "LayerEngine", "EngineTop", "engine_top"]
+           "OutputWriter", "Narrow", "trace_members", "LayerEngine", "EngineTop", "engine_top"]
 
 
 class Op(enum.Enum, shape=4):
@@ -461,12 +461,25 @@ class _Banks:
         return Cat(*(b.r.data for b in self.banks))
 
 
+def trace_members(cfg) -> dict:
+    """Debug outputs of a traced engine (``LayerEngine(cfg, trace=True)``, simulation only): the handshakes
+    of the tensors the engine produces on chip, for a harness that records them without looking inside.
+    ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
+    ``trace_probs_*``: a softmax probability (uint8); ``trace_ln_*``: per LayerNorm lane, an output element
+    (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes."""
+    mp = MVAUParams.from_config(cfg)
+    return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
+            "trace_probs_valid": Out(1), "trace_probs_data": Out(8),
+            "trace_ln_valid": Out(LN_LANES), "trace_ln_data": Out(LN_LANES * nx.RES_BITS)}
+
+
 class LayerEngine(wiring.Component):
     """The engine (see the module docstring). Ports: ``m_axi_*``, ``s_axil_*``, ``irq`` and the
-    debug outputs ``op`` (an :class:`Op`) and ``layer`` for testbenches and profiling."""
+    debug outputs ``op`` (an :class:`Op`) and ``layer`` for testbenches and profiling; with ``trace``,
+    also :func:`trace_members` (no logic of its own: wires out of the datapath)."""
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, trace: bool = False):
+        self.cfg, self.trace = cfg, trace
         self.g = g = EngineGeometry.from_config(cfg)
         check_fit(cfg)
         self.axi = AxiParams.from_config(cfg)
@@ -474,7 +487,7 @@ class LayerEngine(wiring.Component):
         super().__init__({
             **axi_read_master_members(self.axi), **axi_write_master_members(self.axi),
             **axil_slave_members(AXIL_ADDR_BITS), "irq": Out(1),
-            "op": Out(Op), "layer": Out(16),
+            "op": Out(Op), "layer": Out(16), **(trace_members(cfg) if trace else {}),
         })
 
     def elaborate(self, platform):
@@ -1108,6 +1121,12 @@ class LayerEngine(wiring.Component):
                     m.next = "IDLE"
         with m.If(flush):
             m.d.sync += [copy_busy.eq(0), copy_done.eq(0)]
+        if self.trace:
+            m.d.comb += [self.trace_mvau_valid.eq(mvau.o.valid & mvau.o.ready), self.trace_mvau_data.eq(mvau.o.payload),
+                         self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),
+                         self.trace_probs_data.eq(softmax.o.payload),
+                         self.trace_ln_valid.eq(Cat(*(ln.o.valid & ln.o.ready for ln in lns))),
+                         self.trace_ln_data.eq(Cat(*(ln.o.payload for ln in lns)))]
         return m
 
 
