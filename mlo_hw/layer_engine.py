@@ -466,11 +466,13 @@ def trace_members(cfg) -> dict:
     of the tensors the engine produces on chip, for a harness that records them without looking inside.
     ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
     ``trace_probs_*``: a softmax probability (uint8); ``trace_ln_*``: per LayerNorm lane, an output element
-    (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes."""
+    (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes.
+    ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments."""
     mp = MVAUParams.from_config(cfg)
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8),
-            "trace_ln_valid": Out(LN_LANES), "trace_ln_data": Out(LN_LANES * nx.RES_BITS)}
+            "trace_ln_valid": Out(LN_LANES), "trace_ln_data": Out(LN_LANES * nx.RES_BITS),
+            "trace_compute": Out(1), "trace_stall": Out(1)}
 
 
 class LayerEngine(wiring.Component):
@@ -1126,7 +1128,8 @@ class LayerEngine(wiring.Component):
                          self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),
                          self.trace_probs_data.eq(softmax.o.payload),
                          self.trace_ln_valid.eq(Cat(*(ln.o.valid & ln.o.ready for ln in lns))),
-                         self.trace_ln_data.eq(Cat(*(ln.o.payload for ln in lns)))]
+                         self.trace_ln_data.eq(Cat(*(ln.o.payload for ln in lns))),
+                         self.trace_compute.eq(regs.compute_busy), self.trace_stall.eq(regs.dma_stall)]
         return m
 
 
