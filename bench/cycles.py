@@ -1,20 +1,21 @@
 """Measured cycles of the layer engine RTL against the roofline bound, per layer and in total.
 
-    python bench/cycles.py --config bert_tiny [--seq 32]
+    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3]
 
-Runs the engine (cocotb + Verilator, the memory answering at full speed) on one input with every
-token valid, checks the output against the golden model, and prints per layer: measured cycles, the
-roofline bound (``mlo_hw.perf.layer_bound``: the sum over tiles of max(compute, DMA) plus the
-attention products), their ratio, the compute-busy and DMA-stall counters, then the cycles per
-phase. Input load and output store are counted in the total only. Last line:
-``total: measured=N bound=M ratio=R``.
+Runs the engine RTL in the full-stack harness (sim/harness.py: the DRAM model in the simulated design)
+on one input with every token valid, checks it tensor by tensor against the golden model, and prints
+per layer: measured cycles, the roofline bound (``mlo_hw.perf.layer_bound``: the sum over tiles of
+max(compute, DMA) plus the attention products), their ratio, the compute-busy and DMA-stall counters,
+then the cycles per phase. ``--memory ideal`` answers every beat at once (no stalls); ``--memory ddr3``
+applies the DRAM timing model (``sim.harness.ddr3``: read latency, row misses, refresh, turnaround and the
+DRAM's data rate). Input load and output store are counted in the total only. The last two lines:
+``dma: bytes=B beats=N bus_fraction=F dram_fraction=D`` (bytes moved over the AXI port, the share of the
+run's cycles with a beat on it, and the share of the DRAM's data time they took) and ``total: measured=N bound=M ratio=R memory=ideal|ddr3``.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -22,10 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.layer_engine import with_seq_len  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mlo_hw.config import ConfigError, load_config  # noqa: E402
+from mlo_hw.golden import int_stack  # noqa: E402
+from mlo_hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import layer_bound, matrix_costs  # noqa: E402
-from sim.engine_run import engine_params, run_engine  # noqa: E402
+from mlo_hw.quantize import build_model, random_inputs  # noqa: E402
+from sim.engine_check import check_run  # noqa: E402
+from sim.harness import EngineSim, memory_model  # noqa: E402
 
 
 def total_bound(cfg) -> int:
@@ -33,37 +39,50 @@ def total_bound(cfg) -> int:
     return layer_bound(cfg) * cfg.model.layers
 
 
-def profile(cfg, base_name: str) -> dict:
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "profile.json"
-        run_engine(cfg, engine_params(cfg, base_name, profile_out=str(out), timeout_cycles=50_000_000), "profile")
-        return json.loads(out.read_text())
+def measure(cfg, memory: str):
+    """(run result, wall seconds) of one checked run of every layer with all tokens valid."""
+    model = build_model(cfg)[1]
+    sim = EngineSim(cfg, model)
+    x_float, _ = random_inputs(cfg, np.random.default_rng(1), 1, padded=False)[0]
+    x = model.quantize_input(x_float)
+    r = sim.run(x, cfg.model.seq_len, memory=memory)
+    if not r.irq:
+        raise AssertionError("the run timed out")
+    traces = []
+    want = int_stack(x, model.layers, np.ones(cfg.model.seq_len, bool), cfg.model.heads, traces)
+    check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, cfg.model.layers)
+    return r
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--seq", type=int, help="sequence length (default: the config's)")
+    ap.add_argument("--memory", choices=("ideal", "ddr3"), default="ideal")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    base = cfg.name
-    if args.seq:
-        cfg = with_seq_len(cfg, args.seq)
+    try:
+        cfg = load_config(args.config)
+        if args.seq is not None:
+            cfg = with_seq_len(cfg, args.seq)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     t0 = time.time()
-    prof = profile(cfg, base)
+    r = measure(cfg, args.memory)
     wall = time.time() - t0
     bound = layer_bound(cfg)
     per_layer = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
     per_op = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
-    for ph in prof["phases"]:
-        key = ph["op"] if ph["op"] in ("LOAD", "STORE") else ph["layer"]
+    for ph in r.profile:
+        op = Op(ph["op"]).name
         for k in ("cycles", "compute", "stall"):
-            if isinstance(key, int):
-                per_layer[key][k] += ph[k]
-            per_op[ph["op"]][k] += ph[k]
+            if op not in ("LOAD", "STORE", "IDLE"):
+                per_layer[ph["layer"]][k] += ph[k]
+            per_op[op][k] += ph[k]
+    mem = memory_model(cfg, args.memory)
     print(f"config {cfg.name}: layers={cfg.model.layers} seq={cfg.model.seq_len} (padded {cfg.seq_padded}) "
           f"hidden={cfg.model.hidden} pe x simd={cfg.folding.pe}x{cfg.folding.simd} "
-          f"bus={cfg.memory.axi_data_bits} bits   (simulated in {wall:.0f} s)")
+          f"bus={cfg.memory.axi_data_bits} bits memory={mem}   (built, simulated and checked in {wall:.0f} s)")
     print(f"{'layer':>6} {'measured':>10} {'bound':>10} {'ratio':>6} {'compute-busy':>13} {'dma-stall':>10}")
     for layer in sorted(k for k in per_layer if k < cfg.model.layers):
         row = per_layer[layer]
@@ -74,10 +93,13 @@ def main(argv=None):
         print(f"  {op:>9}: cycles={row['cycles']:>9} compute-busy={row['compute']:>9} dma-stall={row['stall']:>8}")
     print("bound per matrix (per layer): " + ", ".join(f"{c.matrix}={c.bound}" for c in matrix_costs(cfg)))
     total = total_bound(cfg)
-    print(f"counters: CYCLES={prof['cycles']} COMPUTE_CYCLES={prof['compute_cycles']} "
-          f"STALL_CYCLES={prof['stall_cycles']}")
-    print(f"total: measured={prof['cycles']} bound={total} ratio={prof['cycles'] / total:.3f}")
+    print(f"counters: CYCLES={r.cycles} COMPUTE_CYCLES={r.compute_cycles} STALL_CYCLES={r.stall_cycles}")
+    beats = r.stats["rd_beats"] + r.stats["wr_beats"]
+    print(f"dma: bytes={beats * cfg.axi_data_bytes} beats={beats} bus_fraction={beats / r.cycles:.3f} "
+          f"dram_fraction={beats * mem.beat_cost / 256 / r.cycles:.3f}")
+    print(f"total: measured={r.cycles} bound={total} ratio={r.cycles / total:.3f} memory={args.memory}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,8 +12,8 @@ is calibrated on ``mlo_hw.minilm.CALIBRATION`` sentences, which are not among th
 see ``mlo_hw.minilm.quantized_model``. Reported: the cosine similarity of each sentence's two embeddings and
 whether each sentence's nearest neighbour among the others is the same in both.
 
-``--rtl N`` also runs the first N sentences through the RTL engine (cocotb + Verilator, memory at full
-speed, sim/tb_engine.py's ``minilm_sentences``) at ``--rtl-seq`` tokens, with the model quantized the same
+``--rtl N`` also runs the first N sentences through the RTL engine (the full-stack harness of
+sim/harness.py, memory answering at once) at ``--rtl-seq`` tokens, with the model quantized the same
 way at that length, checks each output bit for bit against the golden model, and prints per sentence the
 engine's cycles (CYCLES: input load to output store) against the roofline bound of bench/cycles.py.
 Last line: ``minilm: sentences=N mean_cos=C ranking_kept=K/N`` (plus `` rtl_bit_exact=K/N`` with --rtl;
@@ -21,9 +21,7 @@ the exit status is 1 when a sentence is not bit exact).
 """
 
 import argparse
-import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from mlo_hw.config import ConfigError, load_config, resolve_config_path  # noqa: E402
+from mlo_hw.config import ConfigError, load_config  # noqa: E402
 from mlo_hw.layer_engine import with_seq_len  # noqa: E402
 from mlo_hw.minilm import (CALIBRATION, SENTENCES, MiniLMUnavailable, embedded, load_minilm,  # noqa: E402
                            quantized_model)
@@ -60,34 +58,37 @@ def nearest(emb):
     return sim.argmax(1)
 
 
-def rtl_run(cfg, config_path: str, calibration, count: int) -> int:
-    """Run the first ``count`` sentences through the RTL engine (``cfg``: the config at ``config_path`` at
-    the RTL's seq_len); print one line per sentence and return how many are bit exact against the golden
-    model (the testbench compares every on-chip tensor and the output)."""
+def rtl_run(model, cfg, calibration, count: int) -> int:
+    """Run the first ``count`` sentences through the RTL engine (``cfg``: the config at the RTL's seq_len);
+    print one line per sentence and return how many are bit exact against the golden model (every on-chip
+    tensor and the output are compared: sim/engine_check.py)."""
     from cycles import total_bound
-    from sim.engine_run import engine_params, run_engine
-    sentences = SENTENCES[:count]
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "rtl.json"
-        params = engine_params(cfg, config_path, model="minilm", sentences=sentences, calibration=calibration,
-                               result_out=str(out), timeout_cycles=50_000_000)
-        t0 = time.perf_counter()
-        try:
-            run_engine(cfg, params, "minilm_sentences")
-        except AssertionError as e:       # the testbench names the first differing tensor
-            print(f"rtl: {e}")
-        wall = time.perf_counter() - t0
-        rows = json.loads(out.read_text()) if out.exists() else []
-    seq, bound, exact = cfg.model.seq_len, total_bound(cfg), 0
-    print(f"rtl: config {cfg.name} (seq {seq}, padded {cfg.seq_padded}), {len(rows)} of {count} sentences run "
-          f"in {wall:.0f} s (build included unless cached); roofline bound {bound} cycles for "
+    from mlo_hw.golden import int_stack
+    from mlo_hw.minilm import engine_input
+    from sim.engine_check import check_run
+    from sim.harness import EngineSim
+    t0 = time.perf_counter()
+    qmodel = quantized_model(model, cfg, calibration)
+    sim = EngineSim(cfg, qmodel)
+    print(f"rtl: config {cfg.name} (seq {cfg.model.seq_len}, padded {cfg.seq_padded}): model quantized and "
+          f"harness built in {time.perf_counter() - t0:.0f} s; roofline bound {total_bound(cfg)} cycles for "
           f"{cfg.model.layers} layers")
-    for s, row in enumerate(rows):
-        exact += row["bit_exact"]
-        cycles = row.get("cycles")
-        ratio = f"{cycles / bound:.3f}" if cycles else "-"
-        verdict = "bit-exact" if row["bit_exact"] else f"DIFFERS: {row['error']}"
-        print(f"rtl {s:2d} tokens={row['tokens']:2d} cycles={cycles} bound={bound} ratio={ratio} {verdict}")
+    seq, bound, exact = cfg.model.seq_len, total_bound(cfg), 0
+    for s, sentence in enumerate(SENTENCES[:count]):
+        x, tokens = engine_input(model, qmodel, sentence, seq)
+        r = sim.run(x, tokens, seed=s + 1)
+        traces = []
+        want = int_stack(x, qmodel.layers, np.arange(seq) < tokens, cfg.model.heads, traces)
+        try:
+            if not r.irq:
+                raise AssertionError(f"no interrupt (STATUS {r.status:#x})")
+            check_run(cfg, r.output, want, traces, r.trace, seq, cfg.model.layers)
+            verdict = "bit-exact"
+            exact += 1
+        except AssertionError as e:
+            verdict = f"DIFFERS: {e}"
+        print(f"rtl {s:2d} tokens={tokens:3d} cycles={r.cycles} bound={bound} ratio={r.cycles / bound:.3f} "
+              f"sim_s={r.wall_s:.1f} ({r.stats['cycle'] / r.wall_s:.0f} cycles/s) {verdict}", flush=True)
     return exact
 
 
@@ -127,8 +128,7 @@ def main(argv=None):
     rtl = ""
     if args.rtl:
         try:
-            exact = rtl_run(with_seq_len(base, args.rtl_seq), str(resolve_config_path(args.config).resolve()),
-                            calibration, min(args.rtl, n))
+            exact = rtl_run(model, with_seq_len(base, args.rtl_seq), calibration, min(args.rtl, n))
         except (ConfigError, ImportError) as e:
             sys.exit(f"error: --rtl: {e}")
         rtl = f" rtl_bit_exact={exact}/{min(args.rtl, n)}"

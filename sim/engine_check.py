@@ -1,0 +1,145 @@
+"""The layer engine's on-chip tensors against the golden model, tensor by tensor (numpy, no simulator).
+
+A run's trace is three record arrays, in the order the engine produced them (int64):
+    ``mvau``  [n, 2 + pe]: layer, op, the ``pe`` lanes of an MVAU result beat
+    ``probs`` [n, 2]:      layer, a softmax probability (uint8)
+    ``ln``    [n, 4]:      layer, op, LayerNorm lane, an output element (int16)
+:func:`observed` turns them into named tensors per layer, :func:`expected` the golden model's per-layer
+trace into the same streams (with a mask of the values that exist: padded rows and keys are not in
+the golden model), and :func:`first_difference` names the first layer, tensor and index that differ.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mlo_hw.layer_engine import LN_LANES, Op
+
+__all__ = ["order", "Trace", "expected", "observed", "first_difference", "check_run"]
+
+MATRIX_NAMES = {Op.Q: "q", Op.K: "k", Op.V: "v", Op.O: "attn_out", Op.FFN_UP: "ffn_up", Op.FFN_DOWN: "ffn_down"}
+
+
+def order(heads: int) -> list[str]:
+    """The engine's tensors of one layer in the order it produces them."""
+    return (["q", "k", "v"] + [f"{t}.h{h}" for h in range(heads) for t in ("scores", "probs", "ctx")]
+            + ["attn_out", "ln1", "ffn_up", "ffn_down", "out"])
+
+
+
+class Trace:
+    """The record arrays of one run (see the module docstring)."""
+
+    def __init__(self, mvau, probs, ln):
+        self.mvau, self.probs, self.ln = (np.asarray(a, dtype=np.int64) for a in (mvau, probs, ln))
+
+
+def _runs(keys: np.ndarray):
+    """(start, end) of each run of equal consecutive rows of ``keys`` [n, k]."""
+    if len(keys) == 0:
+        return []
+    change = np.flatnonzero((keys[1:] != keys[:-1]).any(axis=1)) + 1
+    bounds = np.concatenate([[0], change, [len(keys)]])
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _pad(t, rows, seq_len):
+    out = np.zeros((rows,) + t.shape[1:], dtype=np.int64)
+    out[:seq_len] = t[:seq_len]
+    return out
+
+
+def expected(cfg, trace: dict, seq_len: int) -> dict:
+    """One layer's golden tensors as the engine streams them: name -> (values, valid mask), flat."""
+    S, H, TR, DH = cfg.seq_padded, cfg.model.hidden, cfg.folding.tile_rows, cfg.head_dim
+    row_ok = np.arange(S) < seq_len
+    exp = {}
+
+    def matrix(t):
+        rows = t.shape[1]
+        # for tile, for token s, the tile's channels (nf, p) in order
+        vals = _pad(t, S, seq_len).reshape(S, rows // TR, TR).transpose(1, 0, 2).reshape(-1)
+        ok = np.broadcast_to(row_ok[None, :, None], (rows // TR, S, TR)).reshape(-1)
+        return vals, ok
+
+    for name in ("q", "k", "v", "attn_out", "ffn_up", "ffn_down"):
+        exp[name] = matrix(np.asarray(trace[name]))
+    key_ok = row_ok[:, None] & row_ok[None, :]
+    for h in range(cfg.model.heads):
+        scores = np.zeros((S, S), dtype=np.int64)
+        scores[:seq_len, :seq_len] = np.asarray(trace["scores"])[h, :seq_len, :seq_len]
+        exp[f"scores.h{h}"] = (scores.reshape(-1), key_ok.reshape(-1))
+        probs = np.zeros((S, S), dtype=np.int64)          # masked keys of a valid row must be 0
+        probs[:seq_len, :seq_len] = np.asarray(trace["probs"])[h, :seq_len, :seq_len]
+        exp[f"probs.h{h}"] = (probs.reshape(-1), np.repeat(row_ok, S))
+        ctx = _pad(np.asarray(trace["ctx"]), S, seq_len)[:, h * DH:(h + 1) * DH]
+        exp[f"ctx.h{h}"] = (ctx.reshape(-1), np.repeat(row_ok, DH))
+    for name in ("ln1", "out"):
+        exp[name] = (_pad(np.asarray(trace[name]), S, seq_len).reshape(-1), np.repeat(row_ok, H))
+    return exp
+
+
+def observed(cfg, tr: Trace, layers: int) -> list[dict]:
+    """Per layer, name -> the values the engine produced (flat, in stream order)."""
+    S, H, heads = cfg.seq_padded, cfg.model.hidden, cfg.model.heads
+    obs = [dict() for _ in range(layers)]
+    head = {}
+    for a, b in _runs(tr.mvau[:, :2]):
+        layer, op = int(tr.mvau[a, 0]), Op(int(tr.mvau[a, 1]))
+        if layer >= layers:
+            continue
+        vals = tr.mvau[a:b, 2:].reshape(-1)
+        if op in MATRIX_NAMES:
+            obs[layer][MATRIX_NAMES[op]] = vals
+        elif op in (Op.SCORES, Op.PV):
+            h = head.get((layer, op), 0)
+            head[layer, op] = h + 1
+            obs[layer][f"{'scores' if op == Op.SCORES else 'ctx'}.h{h}"] = vals
+    for a, b in _runs(tr.probs[:, :1]):
+        layer = int(tr.probs[a, 0])
+        if layer < layers:
+            probs = tr.probs[a:b, 1]
+            for h in range(heads):
+                obs[layer][f"probs.h{h}"] = probs[h * S * S:(h + 1) * S * S]
+    for a, b in _runs(tr.ln[:, :2]):
+        layer, op = int(tr.ln[a, 0]), Op(int(tr.ln[a, 1]))
+        if layer >= layers:
+            continue
+        lane, vals = tr.ln[a:b, 2], tr.ln[a:b, 3]
+        # row r comes from LayerNorm lane r % LN_LANES, in row order within a lane
+        per_lane = [vals[lane == i] for i in range(LN_LANES)]
+        if all(len(v) == len(range(i, S, LN_LANES)) * H for i, v in enumerate(per_lane)):
+            rows = np.zeros((S, H), dtype=np.int64)
+            for i, v in enumerate(per_lane):
+                rows[i::LN_LANES] = v.reshape(-1, H)
+            vals = rows.reshape(-1)
+        obs[layer]["ln1" if op == Op.LN1 else "out"] = vals
+    return obs
+
+
+def first_difference(cfg, traces: list[dict], obs: list[dict], seq_len: int):
+    """The first (layer, tensor, index, got, want) where the engine differs from the golden traces, or None."""
+    for layer, trace in enumerate(traces):
+        exp = expected(cfg, trace, seq_len)
+        for name in order(cfg.model.heads):
+            want, ok = exp[name]
+            got = obs[layer].get(name)
+            if got is None:
+                return layer, name, -1, "missing", f"{len(want)} values"
+            if len(got) != len(want):
+                return layer, name, -1, f"{len(got)} values", f"{len(want)} values"
+            bad = np.flatnonzero(ok & (got != want))
+            if len(bad):
+                i = int(bad[0])
+                return layer, name, i, int(got[i]), int(want[i])
+    return None
+
+
+def check_run(cfg, got, want, traces: list[dict], tr: Trace, seq_len: int, layers: int):
+    """AssertionError naming the first layer and tensor that differ, else the output in DRAM if it differs."""
+    diff = first_difference(cfg, traces, observed(cfg, tr, layers), seq_len)
+    if diff is not None:
+        layer, name, i, g, w = diff
+        raise AssertionError(f"layer {layer} tensor {name} differs first at index {i}: got {g}, want {w}")
+    if not np.array_equal(got, want):
+        bad = np.argwhere(got != want)[0]
+        raise AssertionError(f"output in DRAM differs at {tuple(int(b) for b in bad)} (on-chip tensors matched)")

@@ -1,0 +1,311 @@
+"""The fast full-stack simulation: the layer engine and an AXI4 DRAM model in one Verilated design,
+driven by a C++ harness, with Python only at the edges.
+
+``sim_top`` (generated here) holds the traced engine (:class:`mlo_hw.layer_engine.LayerEngine` with
+``trace=True``) and ``axi_dram`` (``sim/hdl/axi_dram.sv``: an AXI4 slave memory with random stalls on all
+five channels from seeded LFSRs, error injection, an optional DRAM timing model and a backdoor), and
+``sim/hdl/harness.cpp`` clocks it: it programs the registers over AXI4-Lite, waits for the interrupt,
+loads and dumps DRAM through the backdoor, records the engine's trace ports (every MVAU, softmax and
+LayerNorm output) and a per-phase cycle profile into files. Python writes the script, runs the binary
+once per script, and reads the files. Nothing in Python runs per cycle.
+
+    sim = EngineSim(cfg, model)             # builds once per config (cached under sim_build/)
+    r = sim.run(x, tokens, stall=0.3, memory="ddr3")
+    check_run(cfg, r.output, want, traces, r.trace, ...)     # sim/engine_check.py
+
+:class:`Harness` runs a raw script (see ``harness.cpp`` for the commands) for tests that need another
+sequence (soft reset mid-run, error injection, several runs in one simulation).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from amaranth.hdl import Shape
+from amaranth.lib.wiring import Out
+
+from mlo_hw.axi import AxiParams
+from mlo_hw.layer_engine import LN_LANES, LayerEngine
+from mlo_hw.mvau import MVAUParams
+from mlo_hw.numerics import RES_BITS
+from mlo_hw.quantize import DRAM_DTYPE, dram_bytes, from_dram
+from mlo_hw.regs import register_map
+from mlo_hw.weight_image import layout, pack_image
+
+from .engine_check import Trace
+from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin
+
+__all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "EngineSim",
+           "HDL"]
+
+HDL = Path(__file__).resolve().parent / "hdl"
+ENGINE_MODULE = "mlo_engine_traced"
+
+
+@dataclass(frozen=True)
+class DramTiming:
+    """The timing inputs of ``axi_dram`` (cycles of the engine's clock; see axi_dram.sv)."""
+    name: str
+    timing_en: int = 0
+    t_read: int = 0        # AR accepted -> first R beat, row hit
+    t_write: int = 0       # last W beat -> B
+    t_rcd: int = 0         # row activate
+    t_rp: int = 0          # precharge of another open row
+    t_refi: int = 0        # refresh interval (0: none)
+    t_rfc: int = 0         # refresh duration
+    t_turn: int = 0        # read <-> write turnaround
+    col_bits: int = 11     # log2 of the row (page) bytes
+    bank_bits: int = 3
+    beat_cost: int = 256   # DRAM data time of one AXI beat, 1/256 cycles
+
+    def inputs(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+
+IDEAL = DramTiming("ideal")
+
+
+def ddr3(cfg) -> DramTiming:
+    """A DDR3-800 x16 part behind a LiteDRAM-class controller (the Arty A7's: 1.6 GB/s peak, 8 banks, 2 KiB
+    rows, tRCD = tRP = 13.75 ns, refresh every 7.8 us for 160 ns), in cycles of ``target.clock_mhz``; the
+    controller's read latency (about 20 cycles at 100 MHz: AXI and crossbar, command queue, CL, PHY) and
+    write response latency (about 10) scale with the clock too."""
+    mhz = cfg.target.clock_mhz
+    ns = 1000.0 / mhz
+
+    def cycles(t_ns):
+        return max(1, -(-int(t_ns * 1000) // int(ns * 1000)))
+
+    dram_bytes_per_cycle = 1600e6 / (mhz * 1e6)
+    return DramTiming("ddr3", timing_en=1, t_read=cycles(200), t_write=cycles(100), t_rcd=cycles(13.75),
+                      t_rp=cycles(13.75), t_refi=cycles(7800), t_rfc=cycles(160) + cycles(13.75), t_turn=cycles(20),
+                      col_bits=11, bank_bits=3,
+                      beat_cost=max(1, round(256 * cfg.axi_data_bytes / dram_bytes_per_cycle)))
+
+
+def memory_model(cfg, name: str) -> DramTiming:
+    """``ideal`` or ``ddr3``."""
+    if name == "ideal":
+        return IDEAL
+    if name == "ddr3":
+        return ddr3(cfg)
+    raise ValueError(f"memory: expected 'ideal' or 'ddr3', got {name!r}")
+
+
+@dataclass(frozen=True)
+class DramMap:
+    """Where a run keeps its input, output and weight image in the simulated DRAM (4 KiB aligned)."""
+    input_base: int
+    output_base: int
+    weight_base: int
+    size: int              # bytes, a power of two
+
+    @classmethod
+    def for_config(cls, cfg) -> "DramMap":
+        page = 4096
+        act = cfg.model.seq_len * cfg.model.hidden * DRAM_DTYPE.itemsize
+
+        def up(n):
+            return -(-n // page) * page
+        inp = page
+        out = up(inp + act) + page
+        weights = up(out + act) + page
+        end = weights + layout(cfg).total_bytes
+        return cls(inp, out, weights, 1 << (end - 1).bit_length())
+
+
+def _width(member) -> int:
+    return Shape.cast(member.shape).width
+
+
+def _decl(direction: str, width: int, name: str) -> str:
+    return f"  {direction} {'' if width == 1 else f'[{width - 1}:0] '}{name}"
+
+
+DRAM_INPUTS = {"reseed": 1, "seed": 32, "stall_ar": 8, "stall_r": 8, "stall_aw": 8, "stall_w": 8, "stall_b": 8,
+               "err_en": 1, "timing_en": 1, "t_read": 16, "t_write": 16, "t_rcd": 8, "t_rp": 8,
+               "t_refi": 16, "t_rfc": 16, "t_turn": 8, "col_bits": 5, "bank_bits": 4, "beat_cost": 16}
+DRAM_OUTPUTS = {"rd_beats": 32, "wr_beats": 32, "rd_bursts": 32, "wr_bursts": 32, "protocol_error": 1}
+
+
+def sim_top_verilog(cfg, engine: LayerEngine) -> str:
+    """``sim_top``: the engine's AXI4 master on ``axi_dram``; every other engine port, the DRAM model's
+    control inputs and its counters are ports of ``sim_top``."""
+    ap = AxiParams.from_config(cfg)
+    members = engine.signature.members
+    ports, decls, conns = ["clk", "rst"], ["  input clk", "  input rst"], [".clk(clk)", ".rst(rst)"]
+    wires, dram_conns = [], []
+    for name, member in members.items():
+        w = _width(member)
+        if name.startswith("m_axi_"):
+            wires.append(f"  wire {'' if w == 1 else f'[{w - 1}:0] '}{name};")
+            dram_conns.append(f".s_axi_{name[len('m_axi_'):]}({name})")
+        else:
+            ports.append(name)
+            decls.append(_decl("output" if member.flow == Out else "input", w, name))
+        conns.append(f".{name}({name})")
+    dram_ports = {**DRAM_INPUTS, "err_addr": ap.addr_bits}
+    for name, w in dram_ports.items():
+        ports.append(name)
+        decls.append(_decl("input", w, name))
+        dram_conns.append(f".{name}({name})")
+    for name, w in DRAM_OUTPUTS.items():
+        ports.append(name)
+        decls.append(_decl("output", w, name))
+        dram_conns.append(f".{name}({name})")
+    words_log2 = (DramMap.for_config(cfg).size // ap.data_bytes - 1).bit_length()
+    return "\n".join([
+        "// generated by sim/harness.py: the traced engine on the axi_dram model",
+        f"module sim_top({', '.join(ports)});",
+        *(d + ";" for d in decls),
+        *wires,
+        f"  {ENGINE_MODULE} engine({', '.join(conns)});",
+        f"  axi_dram #(.DATA_BITS({ap.data_bits}), .ADDR_BITS({ap.addr_bits}), .ID_BITS({ap.id_bits}), "
+        f".DEPTH_LOG2({words_log2})) dram(.clk(clk), .rst(rst), {', '.join(dram_conns)});",
+        "endmodule", ""])
+
+
+def build(cfg) -> Path:
+    """The harness binary for ``cfg`` (built once: cached by a hash of every source and flag)."""
+    engine = LayerEngine(cfg, trace=True)
+    mp = MVAUParams.from_config(cfg)
+    sources = {"engine.v": to_verilog(engine, ENGINE_MODULE), "sim_top.sv": sim_top_verilog(cfg, engine),
+               "axi_dram.sv": (HDL / "axi_dram.sv").read_text(), "harness.cpp": (HDL / "harness.cpp").read_text()}
+    defines = f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DLN_LANES={LN_LANES} -DRES_BITS={RES_BITS}"
+    flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
+             "-CFLAGS", f"-O2 {defines}"]
+    key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]
+    out = SIM_BUILD / f"harness-{cfg.name}-{key}"
+    exe = out / "Vsim_top"
+    if exe.exists():
+        return exe
+    src = out / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    for name, text in sources.items():
+        (src / name).write_text(text)
+    env = dict(os.environ)
+    env["PATH"] = f"{verilator_bin()}{os.pathsep}{env.get('PATH', '')}"
+    env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS"), "CFG_CXXFLAGS_PCH_I=-include"]))
+    cmd = ["verilator", "--cc", "--exe", "--build", "-j", "2", "-Mdir", str(out / "obj"), "--top-module", "sim_top",
+           "-o", str(exe), *flags, *(str(src / n) for n in sources)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0 or not exe.exists():
+        tail = "\n".join((r.stdout + r.stderr).splitlines()[-30:])
+        raise RuntimeError(f"harness build failed for {cfg.name}:\n{tail}")
+    return exe
+
+
+class Harness:
+    """Runs scripts of ``harness.cpp`` commands on the design of ``cfg``."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.exe = build(cfg)
+        self.dram = DramMap.for_config(cfg)
+        self.regs = {r.name: r for r in register_map(cfg)}
+
+    def reg(self, name: str) -> int:
+        return self.regs[name].offset
+
+    def bit(self, reg: str, field: str) -> int:
+        return next(1 << f.lsb for f in self.regs[reg].fields if f.name == field)
+
+    def run(self, script: list[str], timeout_s: float = 3600) -> list[str]:
+        """The harness's output lines; AssertionError on a protocol error of the DRAM model or a bad script."""
+        with tempfile.NamedTemporaryFile("w", suffix=".cmd", delete=False) as f:
+            f.write("\n".join(script) + "\n")
+        try:
+            r = subprocess.run([str(self.exe), f.name], capture_output=True, text=True, timeout=timeout_s)
+        finally:
+            os.unlink(f.name)
+        lines = r.stdout.splitlines()
+        if r.returncode != 0:
+            detail = "; ".join(line for line in (r.stdout + r.stderr).splitlines()
+                               if line.startswith(("axi_dram", "protocol_error", "error", "%")))
+            raise AssertionError(f"harness exited with {r.returncode}: {detail or r.stderr[-500:]}")
+        return lines
+
+
+@dataclass
+class RunResult:
+    output: np.ndarray          # [seq_len, hidden] int64, read back from DRAM
+    status: int
+    error_code: int
+    error_addr: int
+    cycles: int                 # the CYCLES register
+    compute_cycles: int
+    stall_cycles: int
+    irq: bool                   # False: the run timed out
+    trace: Trace | None
+    profile: list[dict]         # per (layer, op): cycles, compute, stall
+    stats: dict                 # DRAM model counters and the simulated cycles of the whole script
+    wall_s: float               # the harness process, loads and dumps included
+
+
+class EngineSim:
+    """One engine run per call: the image and the input loaded through the backdoor, registers written,
+    START, wait for the interrupt, the output dumped, the trace and the profile read back."""
+
+    def __init__(self, cfg, model):
+        self.cfg, self.model = cfg, model
+        self.h = Harness(cfg)
+        self.image = pack_image(cfg, model.layers)
+
+    def run(self, x, tokens: int, layers: int | None = None, *, seed: int = 1, stall: float = 0.0,
+            memory: str = "ideal", trace: bool = True, err_addr: int | None = None, image: bytes | None = None,
+            timeout_cycles: int = 50_000_000) -> RunResult:
+        cfg, h, d = self.cfg, self.h, self.h.dram
+        layers = cfg.model.layers if layers is None else layers
+        seq_len = cfg.model.seq_len
+        p = min(255, round(stall * 256))
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "image.bin").write_bytes(self.image if image is None else image)
+            x_bytes = dram_bytes(x)
+            (tmp / "input.bin").write_bytes(x_bytes)
+            (tmp / "garbage.bin").write_bytes(np.random.default_rng(seed).integers(0, 256, len(x_bytes),
+                                                                                   dtype=np.uint8).tobytes())
+            script = [f"dram {k} {v}" for k, v in memory_model(cfg, memory).inputs().items()]
+            script += [f"dram seed {seed}", *(f"dram stall_{c} {p}" for c in ("ar", "r", "aw", "w", "b")),
+                       f"dram err_en {int(err_addr is not None)}", f"dram err_addr {err_addr or 0}",
+                       "reset 4", "reseed",
+                       f"load {d.weight_base} {tmp / 'image.bin'}", f"load {d.input_base} {tmp / 'input.bin'}",
+                       f"load {d.output_base} {tmp / 'garbage.bin'}",
+                       f"write {h.reg('WEIGHT_BASE_LO')} {d.weight_base}",
+                       f"write {h.reg('INPUT_BASE_LO')} {d.input_base}",
+                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}",
+                       f"write {h.reg('LAYERS')} {layers}", f"write {h.reg('TOKENS')} {tokens}",
+                       "profile /dev/null"]
+            if trace:
+                script.append(f"trace {tmp / 'trace'}")
+            script += [f"write {h.reg('CTRL')} {h.bit('CTRL', 'irq_enable') | h.bit('CTRL', 'start')}",
+                       f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / 'profile.txt'}",
+                       *(f"read {h.reg(r)}" for r in ("STATUS", "ERROR_CODE", "ERROR_ADDR_LO", "CYCLES",
+                                                      "COMPUTE_CYCLES", "STALL_CYCLES")),
+                       "stats", f"dump {d.output_base} {len(x_bytes)} {tmp / 'output.bin'}"]
+            t0 = time.time()
+            lines = h.run(script)
+            wall = time.time() - t0
+            reads = {int(w[1]): int(w[2]) for w in (line.split() for line in lines) if w[0] == "read"}
+            stats = {k: int(v) for k, v in (kv.split("=") for line in lines if line.startswith("stats ")
+                                            for kv in line.split()[1:])}
+            irq = any(line.startswith("irq ") for line in lines)
+            tr = None
+            if trace:
+                def rec(name, cols):
+                    return np.fromfile(tmp / f"trace.{name}.bin", dtype=np.int32).reshape(-1, cols)
+                tr = Trace(rec("mvau", 2 + cfg.folding.pe), rec("probs", 2), rec("ln", 4))
+            profile = [dict(zip(("layer", "op", "cycles", "compute", "stall"), map(int, line.split())))
+                       for line in (tmp / "profile.txt").read_text().splitlines()]
+            output = from_dram((tmp / "output.bin").read_bytes(), seq_len, cfg.model.hidden)
+        return RunResult(output, reads[h.reg("STATUS")], reads[h.reg("ERROR_CODE")], reads[h.reg("ERROR_ADDR_LO")],
+                         reads[h.reg("CYCLES")], reads[h.reg("COMPUTE_CYCLES")], reads[h.reg("STALL_CYCLES")], irq,
+                         tr, profile, stats, wall)

