@@ -16,6 +16,11 @@ DRAM formats: input int16 [seq_len, hidden] row-major at INPUT_BASE (the residua
 read at START; outside that range START sets ERROR with ERROR_CODE.bad_tokens and does not run), keys at
 TOKENS and beyond, and the padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
 Every ``seq_len`` row is computed and stored; rows of padding tokens are don't-cares for the host.
+CTRL.soft_reset (in any phase) and a weight read error abandon the run: the AXI masters issue no new
+burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:`InputReader` and
+:class:`OutputWriter` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
+until then. The input reader and the weight streamer share AR/R through
+:class:`~mlo_hw.axi_interconnect.ReadPortSwitch` (handed over only when the port is quiet).
 
 Schedule of a layer (one phase after another; ``op`` names the phase)::
 
@@ -54,7 +59,8 @@ from amaranth.lib.wiring import In, Out
 
 from . import numerics as nx
 from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members, axi_write_master_members, \
-    axil_slave_members
+    axil_slave_members, forward_ports
+from .axi_interconnect import ReadPortSwitch
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from .config import ConfigError
 from .gelu import GeluTable
@@ -231,13 +237,16 @@ class InputReader(wiring.Component):
     (the chunk replicated over the word). One INCR burst at a time (page bounded). ``chunk`` is
     min(beat bytes, word bytes). ``error`` (sticky until the next start): ``base`` is not beat
     aligned (nothing is read), or a beat came back with SLVERR/DECERR (the rest is still read).
+    ``cancel`` (pulse, ignored while idle): no new burst; an AR already on offer is held until it is
+    accepted (AXI forbids withdrawing it) and the beats of the burst in flight are accepted without
+    writing the buffer, then ``busy`` falls. ``start`` wins over a ``cancel`` in the same cycle.
     """
 
     def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
         self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
         self.chunk = min(p.data_bytes, word_bytes)
         super().__init__({
-            "start": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
+            "start": In(1), "cancel": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
             "w_addr": Out(range(max(words, 2))), "w_en": Out(word_bytes), "w_data": Out(8 * word_bytes),
             **axi_read_master_members(p),
         })
@@ -254,14 +263,15 @@ class InputReader(wiring.Component):
         have, last_beat = Signal(), Signal()
         ci = Signal(range(max(chunks, 2)))
         word, lane = Signal.like(self.w_addr), Signal(range(max(wb, 2)))
+        stopping = Signal()         # cancelled: finish the burst in flight, then idle
         m.d.comb += [self.m_axi_araddr.eq(addr), self.m_axi_arlen.eq(n - 1), self.m_axi_arsize.eq(p.size_log2),
                      self.m_axi_arburst.eq(BURST_INCR), self.m_axi_arid.eq(0),
                      self.w_addr.eq(word), self.w_data.eq(beat.word_select(ci, 8 * c).replicate(wb // c))]
-        with m.FSM(name="input"):
+        with m.FSM(name="input") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 have.eq(0), ci.eq(0), self.error.eq(0)]
+                                 have.eq(0), ci.eq(0), self.error.eq(0), stopping.eq(0)]
                     with m.If(self.base[:p.size_log2] != 0):
                         m.d.sync += self.error.eq(1)
                     with m.Else():
@@ -276,8 +286,8 @@ class InputReader(wiring.Component):
                 take = ~have | ((ci == chunks - 1) & ~last_beat)
                 m.d.comb += [self.busy.eq(1), self.m_axi_rready.eq(take)]
                 with m.If(have):
-                    # one chunk of the beat a cycle into the buffer
-                    m.d.comb += self.w_en.eq(Const((1 << c) - 1, wb) << lane)
+                    # one chunk of the beat a cycle into the buffer (dropped once cancelled)
+                    m.d.comb += self.w_en.eq(Mux(stopping, 0, Const((1 << c) - 1, wb) << lane))
                     m.d.sync += ci.eq(ci + 1)
                     if c == wb:
                         m.d.sync += word.eq(word + 1)
@@ -289,12 +299,14 @@ class InputReader(wiring.Component):
                         m.d.sync += [have.eq(0), ci.eq(0)]
                         with m.If(last_beat):
                             m.next = "AR"
-                            with m.If(remaining == 0):
+                            with m.If((remaining == 0) | stopping | self.cancel):
                                 m.next = "IDLE"
                 with m.If(self.m_axi_rvalid & take):
                     m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast)]
                     with m.If(self.m_axi_rresp[1]):
                         m.d.sync += self.error.eq(1)
+        with m.If(self.cancel & ~fsm.ongoing("IDLE")):
+            m.d.sync += stopping.eq(1)
         return m
 
 
@@ -305,13 +317,18 @@ class OutputWriter(wiring.Component):
     from ``beat / chunk`` reads, then sent; the burst's B response is awaited before the next AW.
     ``error`` (sticky until the next start): ``base`` is not beat aligned (nothing is written), or a
     B response was SLVERR/DECERR.
+    ``cancel`` (pulse, ignored while idle): no new burst. An AW already on offer is held until it is
+    accepted (AXI forbids withdrawing it); the burst in flight is completed, as AXI requires every
+    beat of an accepted AW, but each beat gathered after the cancel goes out with WSTRB 0 (nothing
+    more is written); its B response is taken, then ``busy`` falls. ``start`` wins over a
+    ``cancel`` in the same cycle.
     """
 
     def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
         self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
         self.chunk = min(p.data_bytes, word_bytes)
         super().__init__({
-            "start": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
+            "start": In(1), "cancel": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
             "r_addr": Out(range(max(words, 2))), "r_data": In(8 * word_bytes),
             **axi_write_master_members(p),
         })
@@ -328,16 +345,18 @@ class OutputWriter(wiring.Component):
         beat = Signal(8 * p.data_bytes)
         ci = Signal(range(chunks + 1))
         word, lane, lane_q = Signal.like(self.r_addr), Signal(range(max(wb, 2))), Signal(range(max(wb, 2)))
+        stopping = Signal()         # cancelled: finish the burst in flight, then idle
+        blank = Signal()            # the beat on offer was gathered after the cancel: WSTRB 0
         m.d.comb += [self.m_axi_awaddr.eq(addr), self.m_axi_awlen.eq(n - 1), self.m_axi_awsize.eq(p.size_log2),
                      self.m_axi_awburst.eq(BURST_INCR), self.m_axi_awid.eq(0), self.m_axi_wdata.eq(beat),
-                     self.m_axi_wstrb.eq((1 << p.data_bytes) - 1), self.m_axi_wlast.eq(left == 1),
+                     self.m_axi_wstrb.eq(Mux(blank, 0, (1 << p.data_bytes) - 1)), self.m_axi_wlast.eq(left == 1),
                      self.r_addr.eq(word)]
         chunk_data = self.r_data.word_select(lane_q // c, 8 * c) if c < wb else self.r_data
-        with m.FSM(name="output"):
+        with m.FSM(name="output") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 self.error.eq(0)]
+                                 self.error.eq(0), stopping.eq(0)]
                     with m.If(self.base[:p.size_log2] != 0):
                         m.d.sync += self.error.eq(1)
                     with m.Else():
@@ -350,6 +369,7 @@ class OutputWriter(wiring.Component):
                     m.next = "FILL"
             with m.State("FILL"):
                 m.d.comb += self.busy.eq(1)
+                m.d.sync += blank.eq(stopping | self.cancel)     # WSTRB of the beat: fixed before W
                 with m.If(ci != 0):
                     m.d.sync += beat.word_select((ci - 1)[:len(ci)], 8 * c).eq(chunk_data)
                 with m.If(ci != chunks):
@@ -375,10 +395,12 @@ class OutputWriter(wiring.Component):
                 with m.If(self.m_axi_bvalid):
                     with m.If(self.m_axi_bresp[1]):
                         m.d.sync += self.error.eq(1)
-                    with m.If(remaining == 0):
+                    with m.If((remaining == 0) | stopping | self.cancel):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "AW"
+        with m.If(self.cancel & ~fsm.ongoing("IDLE")):
+            m.d.sync += stopping.eq(1)
         return m
 
 
@@ -530,16 +552,16 @@ class LayerEngine(wiring.Component):
         tokens = Signal(range(g.tokens + 1))     # TOKENS, latched at START
         bad_tokens = Signal()                   # START with TOKENS outside 1..seq_len (sticky until the next)
 
-        # AXI: the input reader owns AR/R while it loads, the weight streamer otherwise; W is the writer's.
+        # AXI: the input reader owns AR/R while it loads, the weight streamer otherwise (the port changes
+        # hands only when it is quiet, see ReadPortSwitch); W is the writer's.
+        m.submodules.read_port = rport = ReadPortSwitch(ap, max_bursts=ws.outstanding + 1)
         loading = Signal()
-        for name, member in axi_read_master_members(ap).items():
-            port, a, b = getattr(self, name), getattr(inp, name), getattr(ws, name)
-            if member.flow == Out:
-                m.d.comb += port.eq(Mux(loading, a, b))
-            elif name in ("m_axi_arready", "m_axi_rvalid"):
-                m.d.comb += [a.eq(port & loading), b.eq(port & ~loading)]
-            else:
-                m.d.comb += [a.eq(port), b.eq(port)]
+        m.d.comb += rport.sel.eq(loading)
+        forward_ports(m, self, rport, axi_read_master_members(ap))
+        for i, master in enumerate((ws, inp)):          # s0: the weight streamer, s1: the input reader
+            for name, member in axi_read_master_members(ap).items():
+                sw, own = getattr(rport, name.replace("m_axi", f"s{i}_axi")), getattr(master, name)
+                m.d.comb += sw.eq(own) if member.flow == Out else own.eq(sw)
         for name, member in axi_write_master_members(ap).items():
             port, inner = getattr(self, name), getattr(outw, name)
             m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
@@ -892,11 +914,17 @@ class LayerEngine(wiring.Component):
         done = Signal()
         stall = Signal()
         matrix_seq = [Op.Q, Op.K, Op.V]
-        m.d.comb += [regs.busy.eq(busy), regs.done.eq(done), regs.error.eq(ws.error | outw.error | inp.error | bad_tokens),
+        # STATUS.busy: a run, or AXI transactions still in flight after it was abandoned (a soft reset or an
+        # error): no AR pending, no R beat, W beat or B response owed. CTRL.start is ignored until then.
+        drained = Signal()
+        m.d.comb += drained.eq(rport.idle & ~ws.busy & ~inp.busy & ~outw.busy)
+        m.d.comb += [regs.busy.eq(busy | ~drained), regs.done.eq(done),
+                     regs.error.eq(ws.error | outw.error | inp.error | bad_tokens),
                      regs.error_addr.eq(ws.error_addr), regs.error_code.eq(Cat(ws.error_code, bad_tokens)),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
-                     ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset)]
+                     ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset),
+                     ws.clear.eq(regs.start), inp.cancel.eq(regs.soft_reset), outw.cancel.eq(regs.soft_reset)]
         mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
         mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
         mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",
@@ -917,12 +945,16 @@ class LayerEngine(wiring.Component):
         def start_ln(o):
             m.d.sync += op.eq(o)
 
+        def abandon():
+            # the blocks are reset now and at the next start; the AXI masters drain what is in flight
+            m.d.sync += op.eq(Op.IDLE)
+            m.d.comb += flush.eq(1)
+            m.next = "IDLE"
+
         def abort():
-            # an AXI read error or a soft reset abandons the run (the blocks are reset at the next start)
+            # an AXI read error on the weights or a soft reset abandons the run
             with m.If(regs.soft_reset | ws.error):
-                m.d.sync += op.eq(Op.IDLE)
-                m.d.comb += flush.eq(1)
-                m.next = "IDLE"
+                abandon()
 
         with m.FSM(name="seq"):
             with m.State("IDLE"):
@@ -937,7 +969,9 @@ class LayerEngine(wiring.Component):
                         m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.comb += [busy.eq(1), loading.eq(1)]
-                with m.If(~inp.busy & ~inp.start):
+                with m.If(regs.soft_reset):                # the input reader finishes its burst (cancel)
+                    abandon()
+                with m.Elif(~inp.busy & ~inp.start):
                     with m.If(inp.error):               # a misaligned INPUT_BASE or a read error: no run
                         m.d.sync += op.eq(Op.IDLE)
                         m.next = "IDLE"
@@ -1095,7 +1129,7 @@ class LayerEngine(wiring.Component):
                         m.d.sync += layer.eq(layer + 1)
                         with m.If(layer == layers - 1):
                             m.d.sync += op.eq(Op.STORE)
-                            m.d.comb += outw.start.eq(1)
+                            m.d.comb += outw.start.eq(~regs.soft_reset)    # abort() below wins
                             m.next = "STORE"
                         with m.Else():
                             m.d.sync += op.eq(Op.IDLE)
@@ -1117,7 +1151,9 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State("STORE"):
                 m.d.comb += busy.eq(1)
-                with m.If(~outw.busy & ~outw.start):
+                with m.If(regs.soft_reset):                # the output writer finishes its burst (cancel)
+                    abandon()
+                with m.Elif(~outw.busy & ~outw.start):
                     m.d.comb += done.eq(1)
                     m.d.sync += op.eq(Op.IDLE)
                     m.next = "IDLE"

@@ -135,7 +135,8 @@ class WeightStreamer(wiring.Component):
     """The memory system: fetches every layer's weights from DRAM into the on-chip buffers.
 
     Control: ``start``, ``cancel`` (soft reset: drains the AXI bursts in flight, empties the
-    buffers), ``layers``, ``weight_base``; status ``busy``, ``done`` (pulse), ``error`` with
+    buffers), ``clear`` (pulse, while idle: clears ``error``, as ``start`` does), ``layers``,
+    ``weight_base``; status ``busy`` (until every AXI burst issued has drained), ``done`` (pulse), ``error`` with
     ``error_addr``/``error_code`` (see :mod:`mlo_hw.weight_dma`), ``beat`` (a beat was read, for the
     byte counter), ``layer`` (layer being fetched).
     Tile side (see :class:`~mlo_hw.buffers.TileBuffer`): ``tile_ready``, ``tile_tag``
@@ -153,7 +154,8 @@ class WeightStreamer(wiring.Component):
         g = self.tiles
         pg = self.params
         super().__init__({
-            "start": In(1), "cancel": In(1), "layers": In(LAYER_BITS), "weight_base": In(self.p.addr_bits),
+            "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS),
+            "weight_base": In(self.p.addr_bits),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
             "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1),
@@ -188,7 +190,7 @@ class WeightStreamer(wiring.Component):
             loop.start.eq(self.start), loop.cancel.eq(self.cancel), loop.layers.eq(self.layers),
             loop.weight_base.eq(self.weight_base), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
             loop.dma_busy.eq(dma.busy), loop.dma_error.eq(dma.error),
-            dma.cancel.eq(self.cancel), dma.clear.eq(self.start), tiles.flush.eq(flush),
+            dma.cancel.eq(self.cancel), dma.clear.eq(self.start | self.clear), tiles.flush.eq(flush),
             self.busy.eq(loop.busy), self.done.eq(loop.done), self.layer.eq(loop.layer),
             self.error.eq(dma.error), self.error_addr.eq(dma.error_addr), self.error_code.eq(dma.error_code),
             self.beat.eq(dma.beats.valid & dma.beats.ready),

@@ -74,11 +74,17 @@ def register_map(cfg) -> tuple[Register, ...]:
     regs = [
         _word("ID", 0x00, "RO", "identification: 0x4D4C4F01 ('MLO', map version 1)", ID_VALUE),
         Register("CTRL", 0x04, "control", (
-            Field("start", 0, 1, "W1P", 0, "write 1: clear DONE/ERROR/counters and run LAYERS layers"),
-            Field("soft_reset", 1, 1, "W1P", 0, "write 1: stop, drain AXI bursts in flight, empty the buffers"),
+            Field("start", 0, 1, "W1P", 0, "write 1 while STATUS.busy is 0: clear DONE/ERROR/counters and run "
+                                           "LAYERS layers; ignored (no effect at all) while STATUS.busy is 1"),
+            Field("soft_reset", 1, 1, "W1P", 0, "write 1: abandon the run in any phase (input load and output "
+                                                "store too): no new AXI burst, the bursts in flight are completed "
+                                                "(R beats accepted, an accepted write burst finished with WSTRB 0), "
+                                                "buffers emptied; STATUS.busy stays 1 until the bus is idle"),
             Field("irq_enable", 2, 1, "RW", 0, "drive the interrupt output while DONE or ERROR is set"))),
         Register("STATUS", 0x08, "status", (
-            Field("busy", 0, 1, "RO", 0, "a run is in progress"),
+            Field("busy", 0, 1, "RO", 0, "a run is in progress, or AXI transactions of an abandoned run (soft "
+                                         "reset, error) are still in flight: an AR/AW pending, or R beats, W "
+                                         "beats or a B response owed; START is ignored while 1"),
             Field("done", 1, 1, "W1C", 0, "the run finished (sticky)"),
             Field("error", 2, 1, "RO", 0, "an AXI error response or a bad address stopped the run; see ERROR_*"))),
         _word("LAYERS", 0x0C, "RW", "number of encoder layers to run", cfg.model.layers, LAYER_BITS),
@@ -115,8 +121,10 @@ def register_map(cfg) -> tuple[Register, ...]:
 class ControlRegs(wiring.Component):
     """AXI4-Lite slave of :func:`register_map`.
 
-    Outputs: ``start``, ``soft_reset`` (one-cycle pulses), ``layers``, ``weight_base``,
-    ``input_base``, ``output_base``, ``tokens``, ``irq`` (level: irq_enable and (done or error)).
+    Outputs: ``start``, ``soft_reset`` (one-cycle pulses; ``start`` only when CTRL.start is written
+    while ``busy`` is low: a START while busy is ignored, and clears nothing), ``layers``,
+    ``weight_base``, ``input_base``, ``output_base``, ``tokens``, ``irq`` (level: irq_enable and (done or
+    error)).
     Inputs from the engine: ``busy``, ``done`` (pulse), ``error``, ``error_addr``, ``error_code``,
     ``compute_busy``, ``dma_stall``, ``read_beat`` (one AXI read beat of ``cfg.axi_data_bytes``).
     AXI4-Lite: a write is taken when AWVALID and WVALID are both high (one cycle), answered on B the
@@ -198,7 +206,10 @@ class ControlRegs(wiring.Component):
                             if f.access == "RW":
                                 m.d.sync += store[r.name, f.name].eq(merged[bits])
                             elif f.access == "W1P":
-                                m.d.comb += getattr(self, f.name).eq(hit[bits] != 0)
+                                pulse = hit[bits] != 0
+                                if f.name == "start":       # refused while a run or a drain is under way
+                                    pulse = pulse & ~self.busy
+                                m.d.comb += getattr(self, f.name).eq(pulse)
 
         # ---- sticky status and counters ----------------------------------------------------------------
         status = next(r for r in self.regs if r.name == "STATUS")

@@ -140,3 +140,11 @@ async def start_done_irq_and_counters(dut):
     await wr(axil, "CTRL", 1 << ctrl["soft_reset"])
     assert resets[0] == 1 and starts[0] == 1
     assert await rd(axil, "CYCLES") == 0, "soft reset clears the counters"
+    # START while busy (a run, or the AXI drain after a soft reset) is refused: no pulse
+    dut.busy.value = 1
+    await wr(axil, "CTRL", 1 << ctrl["start"])
+    await wr(axil, "CTRL", 1 << ctrl["start"] | 1 << ctrl["soft_reset"])
+    assert starts[0] == 1 and resets[0] == 2, "START while busy must not pulse"
+    dut.busy.value = 0
+    await wr(axil, "CTRL", 1 << ctrl["start"])
+    assert starts[0] == 2

@@ -23,6 +23,16 @@ def test_small_config_bit_exact_end_to_end():
     run_engine(cfg, engine_params(cfg, "small", cases=3, seed=7))
 
 
+@pytest.mark.parametrize("case", ["soft_reset_with_a_weight_read_pending", "soft_reset_during_load_and_store",
+                                  "read_error_aborts_then_restart"])
+def test_abandoned_runs_drain_the_bus_then_run_bit_exact(case):
+    """Soft reset with a weight AR pending, soft resets during the input load and the output store, read
+    error responses: every AXI transaction drains legally (a bus monitor), STATUS.busy covers the drain,
+    START is refused meanwhile, and the next run is bit exact."""
+    cfg = load_config("small")
+    run_engine(cfg, engine_params(cfg, "small", drain=True, seed=7), case)
+
+
 @pytest.mark.parametrize("lanes", [4, 32])
 def test_narrowing_stage_bit_exact_under_backpressure(lanes):
     v = to_verilog(Narrow(lanes), f"narrow{lanes}")

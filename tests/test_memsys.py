@@ -63,7 +63,7 @@ def test_bad_folding_is_rejected():
 class StreamerWithRegs(wiring.Component):
     """Test top: the memory system controlled through the AXI4-Lite register block."""
 
-    INTERNAL_WS = ("start", "cancel", "layers", "weight_base", "busy", "done", "error", "error_addr",
+    INTERNAL_WS = ("start", "cancel", "clear", "layers", "weight_base", "busy", "done", "error", "error_addr",
                    "error_code", "beat", "layer")
     INTERNAL_REGS = ("start", "soft_reset", "layers", "weight_base", "input_base", "output_base", "busy", "done",
                      "error", "error_addr", "error_code", "read_beat")
