@@ -32,6 +32,13 @@ class Trace:
     def __init__(self, mvau, probs, ln):
         self.mvau, self.probs, self.ln = (np.asarray(a, dtype=np.int64) for a in (mvau, probs, ln))
 
+    @classmethod
+    def from_records(cls, mvau, probs, ln, pe: int) -> "Trace":
+        """From lists of tuples: (layer, op, [pe values]), (layer, value), (layer, op, lane, value)."""
+        def arr(rows, cols):
+            return np.array(rows, dtype=np.int64).reshape(len(rows), cols)
+        return cls(arr([(layer, op, *vals) for layer, op, vals in mvau], 2 + pe), arr(probs, 2), arr(ln, 4))
+
 
 def _runs(keys: np.ndarray):
     """(start, end) of each run of equal consecutive rows of ``keys`` [n, k]."""

@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass

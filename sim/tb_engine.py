@@ -1,17 +1,13 @@
-"""The layer engine end to end: registers over AXI4-Lite, weights and input in an AxiRam (random latency
-and backpressure), start, wait for DONE, read the output, compare bit for bit with the golden model.
+"""The layer engine with cocotbext-axi as DRAM and control master: the tests about the AXI protocol itself.
 
-Besides the output, a monitor records every tensor the engine produces on chip (MVAU results per
-phase, softmax probabilities, LayerNorm outputs) and compares them with the golden model's per-layer
-trace, so a mismatch names the first layer and tensor that differ.
-
-Model source (parameter ``model``): ``"random"`` (default) takes the config's random weights and random
-inputs; ``"minilm"`` takes all-MiniLM-L6-v2 quantized by :func:`mlo_hw.minilm.quantized_model` (parameter
-``calibration``: the sentences, default ``mlo_hw.minilm.CALIBRATION``). The test ``minilm_sentences`` runs every layer on each of
-``sentences`` (tokenized at the config's seq_len, stall probability ``pauses[i]``) and writes per sentence
-the tokens, the cycles and the verdict to ``result_out`` (JSON) when given.
+Registers over AXI4-Lite, weights and input in an ``AxiRam`` (random latency and backpressure), START,
+the interrupt, the output read back and compared bit for bit with the golden model; a monitor records
+every tensor the engine produces on chip, checked by ``sim/engine_check.py`` so that a mismatch names the
+first layer and tensor that differ. The tests: a misaligned INPUT_BASE and bad TOKENS are errors without
+a run; and (parameter ``drain``) abandoned runs, soft reset and error responses, with an AXI bus monitor
+on every cycle. Plain full-stack runs (bit exactness, cycles, MiniLM) use the faster harness of
+``sim/harness.py``.
 """
-import json
 import logging
 import random
 from collections import deque
@@ -28,6 +24,7 @@ from mlo_hw.layer_engine import LN_LANES, Op, with_seq_len
 from mlo_hw.numerics import RES_BITS
 from mlo_hw.quantize import DRAM_DTYPE, build_model, dram_bytes, from_dram, random_inputs
 from mlo_hw.weight_image import layout, pack_image
+from engine_check import Trace, check_run
 from runner import tb_params
 
 P = tb_params()
@@ -41,21 +38,9 @@ S_PAD, H, HEADS = CFG.seq_padded, CFG.model.hidden, CFG.model.heads
 PE, TR = CFG.folding.pe, CFG.folding.tile_rows
 DH = CFG.head_dim
 ACC_BITS = int(P["acc_bits"])
-MODEL_SOURCE = P.get("model", "random")
 
 
-def load_model():
-    """(MiniLM or None, the QuantModel the engine runs) for the ``model`` parameter."""
-    if MODEL_SOURCE == "random":
-        return None, build_model(CFG)[1]
-    if MODEL_SOURCE != "minilm":
-        raise ValueError(f"model: expected 'random' or 'minilm', got {MODEL_SOURCE!r}")
-    from mlo_hw.minilm import CALIBRATION, load_minilm, quantized_model
-    minilm = load_minilm()
-    return minilm, quantized_model(minilm, CFG, P.get("calibration", CALIBRATION))
-
-
-MINILM, MODEL = load_model()
+MODEL = build_model(CFG)[1]
 IMAGE = pack_image(CFG, MODEL.layers)
 RAM_BYTES = 1 << (WEIGHT_BASE + len(IMAGE) - 1).bit_length()
 
@@ -117,117 +102,9 @@ class Monitor:
                 if ln_v.value and ln_r.value:
                     self.ln.append((layer, op, lane, signed(int(ln_p.value), RES_BITS)))
 
-
-def runs(records, key):
-    """Group consecutive records with the same key into runs: [(key, [values])]."""
-    out = []
-    for r in records:
-        k, v = key(r), r[-1]
-        if out and out[-1][0] == k:
-            out[-1][1].append(v)
-        else:
-            out.append((k, [v]))
-    return out
-
-
-def expected_streams(trace, tokens, seq_len):
-    """Per layer, the on-chip streams in the engine's order, with a validity mask (padded rows and
-    keys are not in the golden model)."""
-    def matrix(t, rows):
-        vals, ok = [], []
-        for tile in range(rows // TR):
-            for s in range(S_PAD):
-                for nf in range(TR // PE):
-                    c = tile * TR + nf * PE
-                    for p in range(PE):
-                        ok.append(s < seq_len)
-                        vals.append(int(t[s, c + p]) if s < seq_len else 0)
-        return vals, ok
-
-    def flat(beats):
-        return [v for beat in beats for v in beat]
-
-    exp = {}
-    for name in ("q", "k", "v", "attn_out", "ffn_down"):
-        exp[name] = matrix(trace[name], H)
-    exp["ffn_up"] = matrix(trace["ffn_up"], CFG.model.intermediate)
-    for h in range(HEADS):
-        vals, ok = [], []
-        for s in range(S_PAD):
-            for k in range(S_PAD):
-                ok.append(s < seq_len and k < seq_len)
-                vals.append(int(trace["scores"][h, s, k]) if ok[-1] else 0)
-        exp[f"scores.h{h}"] = (vals, ok)
-        vals, ok = [], []
-        for s in range(S_PAD):
-            for k in range(S_PAD):
-                ok.append(s < seq_len)
-                vals.append((int(trace["probs"][h, s, k]) if k < seq_len else 0) if s < seq_len else 0)
-        exp[f"probs.h{h}"] = (vals, ok)
-        vals, ok = [], []
-        for s in range(S_PAD):
-            for nf in range(DH // PE):
-                for p in range(PE):
-                    c = h * DH + nf * PE + p
-                    ok.append(s < seq_len)
-                    vals.append(int(trace["ctx"][s, c]) if s < seq_len else 0)
-        exp[f"ctx.h{h}"] = (vals, ok)
-    for name in ("ln1", "out"):
-        t = trace[name]
-        exp[name] = ([int(t[s, c]) if s < seq_len else 0 for s in range(S_PAD) for c in range(H)],
-                     [s < seq_len for s in range(S_PAD) for c in range(H)])
-    return exp
-
-
-def observed_streams(mon, layers):
-    obs = [dict() for _ in range(layers)]
-    op_name = {Op.Q: "q", Op.K: "k", Op.V: "v", Op.O: "attn_out", Op.FFN_UP: "ffn_up", Op.FFN_DOWN: "ffn_down"}
-    head = {}
-    for (layer, op), beats in runs(mon.mvau, key=lambda r: (r[0], r[1])):
-        if layer >= layers:
-            continue
-        vals = [v for b in beats for v in b]
-        op = Op(op)
-        if op in op_name:
-            obs[layer][op_name[op]] = vals
-        elif op in (Op.SCORES, Op.PV):
-            h = head.get((layer, op), 0)
-            head[layer, op] = h + 1
-            obs[layer][f"{'scores' if op == Op.SCORES else 'ctx'}.h{h}"] = vals
-    for layer, probs in runs(mon.probs, key=lambda r: r[0]):
-        for h in range(HEADS):
-            if layer < layers:
-                obs[layer][f"probs.h{h}"] = probs[h * S_PAD * S_PAD:(h + 1) * S_PAD * S_PAD]
-    for (layer, op), recs in runs([(r[0], r[1], r[2:]) for r in mon.ln], key=lambda r: (r[0], r[1])):
-        if layer < layers:
-            # row r comes from LayerNorm lane r % LN_LANES, in row order within a lane
-            per_lane = [[v for lane, v in recs if lane == i] for i in range(LN_LANES)]
-            rows = []
-            for r in range(S_PAD):
-                rows += per_lane[r % LN_LANES][(r // LN_LANES) * H:(r // LN_LANES + 1) * H]
-            obs[layer]["ln1" if Op(op) == Op.LN1 else "out"] = rows
-    return obs
-
-
-ORDER = (["q", "k", "v"] + [f"{t}.h{h}" for h in range(HEADS) for t in ("scores", "probs", "ctx")]
-         + ["attn_out", "ln1", "ffn_up", "ffn_down", "out"])
-
-
-def first_difference(traces, obs, tokens, seq_len):
-    """The first (layer, tensor, index, got, want) where the engine differs from the golden trace, or None."""
-    for layer, trace in enumerate(traces):
-        exp = expected_streams(trace, tokens, seq_len)
-        for name in ORDER:
-            want, ok = exp[name]
-            got = obs[layer].get(name)
-            if got is None:
-                return layer, name, -1, "missing", f"{len(want)} values"
-            if len(got) != len(want):
-                return layer, name, -1, f"{len(got)} values", f"{len(want)} values"
-            for i, (g, w, o) in enumerate(zip(got, want, ok)):
-                if o and g != w:
-                    return layer, name, i, g, w
-    return None
+    def trace(self) -> Trace:
+        """The records as sim/engine_check.py takes them."""
+        return Trace.from_records(self.mvau, self.probs, self.ln, PE)
 
 
 def random_input(rng):
@@ -271,14 +148,8 @@ async def run_case(dut, axil, ram, rng, layers, x, tokens, pause, monitor=True):
 
 
 def check(got, want, traces, mon, tokens, layers):
-    seq_len = CFG.model.seq_len
-    diff = first_difference(traces, observed_streams(mon, layers), tokens, seq_len)
-    if diff is not None:
-        layer, name, i, g, w = diff
-        raise AssertionError(f"layer {layer} tensor {name} differs first at index {i}: got {g}, want {w}")
-    if not np.array_equal(got, want):
-        bad = np.argwhere(got != want)[0]
-        raise AssertionError(f"output in DRAM differs at {tuple(bad)} (on-chip tensors matched)")
+    """AssertionError naming the first layer and tensor that differ (sim/engine_check.py)."""
+    check_run(CFG, got, want, traces, mon.trace(), CFG.model.seq_len, layers)
 
 
 def check_catches_corruption(got, want, traces, mon, tokens, layers, rng):
@@ -306,66 +177,7 @@ async def setup(dut):
     return ram, axil
 
 
-@cocotb.test(skip=bool(P.get("profile_out")) or MODEL_SOURCE != "random")
-async def full_stack_bit_exact(dut):
-    """Every layer, all tokens valid, then padded masks and a one-layer run, random AXI stalls."""
-    ram, axil = await setup(dut)
-    rng = random.Random(P.get("seed", 1))
-    seq_len = CFG.model.seq_len
-    cases = [(CFG.model.layers, seq_len, 0.0)] + [
-        (rng.choice([1, CFG.model.layers]), rng.randint(1, seq_len), rng.choice([0.2, 0.5]))
-        for _ in range(P.get("cases", 2))]
-    for layers, tokens, pause in cases:
-        got, want, traces, mon, cycles = await run_case(dut, axil, ram, rng, layers, random_input(rng), tokens,
-                                                        pause)
-        dut._log.info(f"layers={layers} tokens={tokens} pause={pause}: {cycles} cycles")
-        check(got, want, traces, mon, tokens, layers)
-        check_catches_corruption(got, want, traces, mon, tokens, layers, rng)
-
-
-class Profile:
-    """Per layer and phase: cycles, cycles the MVAU was busy, cycles compute waited for DRAM."""
-
-    def __init__(self, dut):
-        self.dut, self.running, self.rows = dut, True, {}
-
-    async def run(self):
-        dut = self.dut
-        busy, stall = dut.regs.compute_busy, dut.regs.dma_stall
-        while self.running:
-            await RisingEdge(dut.clk)
-            await ReadOnly()
-            key = (int(dut.layer.value), Op(int(dut.op.value)).name)
-            row = self.rows.setdefault(key, [0, 0, 0])
-            row[0] += 1
-            row[1] += int(busy.value)
-            row[2] += int(stall.value)
-
-
-@cocotb.test(skip=not P.get("profile_out"))
-async def profile(dut):
-    """One run of every layer, all tokens valid, memory answering at full speed: the cycle profile
-    (``bench/cycles.py``); the output is still checked against the golden model."""
-    import json
-    ram, axil = await setup(dut)
-    prof = Profile(dut)
-    task = cocotb.start_soon(prof.run())
-    seq_len = CFG.model.seq_len
-    rng = random.Random(1)
-    got, want, traces, mon, cycles = await run_case(dut, axil, ram, rng, CFG.model.layers, random_input(rng),
-                                                    seq_len, 0.0, monitor=False)
-    prof.running = False
-    await task
-    assert np.array_equal(got, want), "output differs from the golden model"
-    out = {"cycles": cycles, "compute_cycles": await rd(axil, "COMPUTE_CYCLES"),
-           "stall_cycles": await rd(axil, "STALL_CYCLES"),
-           "phases": [{"layer": k[0], "op": k[1], "cycles": v[0], "compute": v[1], "stall": v[2]}
-                      for k, v in prof.rows.items()]}
-    with open(P["profile_out"], "w") as f:
-        json.dump(out, f, indent=1)
-
-
-@cocotb.test(skip=bool(P.get("profile_out")))
+@cocotb.test(skip=bool(P.get("drain")))
 async def misaligned_input_base_is_an_error(dut):
     """An INPUT_BASE that is not a multiple of the AXI beat, or TOKENS outside 1..seq_len, sets STATUS.error
     without a run (no DONE); the next run with good values works."""
@@ -393,36 +205,6 @@ async def misaligned_input_base_is_an_error(dut):
     rng = random.Random(11)
     got, want, traces, mon, _ = await run_case(dut, axil, ram, rng, 1, random_input(rng), CFG.model.seq_len, 0.0)
     check(got, want, traces, mon, CFG.model.seq_len, 1)
-
-
-@cocotb.test(skip=MODEL_SOURCE != "minilm")
-async def minilm_sentences(dut):
-    """all-MiniLM-L6-v2 on real sentences, every layer, bit exact (per-tensor monitor and DRAM output), and
-    the checker rejects each output with one element corrupted; stops at the first sentence that fails."""
-    from mlo_hw.minilm import engine_input
-    ram, axil = await setup(dut)
-    rng = random.Random(P.get("seed", 1))
-    sentences = P["sentences"]
-    pauses = P.get("pauses", [0.0] * len(sentences))
-    results = []
-    for sentence, pause in zip(sentences, pauses):
-        x, tokens = engine_input(MINILM, MODEL, sentence, CFG.model.seq_len)
-        row = {"sentence": sentence, "tokens": tokens, "pause": pause, "bit_exact": False}
-        results.append(row)
-        try:
-            got, want, traces, mon, row["cycles"] = await run_case(dut, axil, ram, rng, CFG.model.layers, x, tokens,
-                                                                   pause)
-            check(got, want, traces, mon, tokens, CFG.model.layers)
-            row["bit_exact"] = True
-        except AssertionError as e:
-            row["error"] = str(e)
-        dut._log.info(f"tokens={tokens} pause={pause}: {row.get('cycles')} cycles, "
-                      f"{'bit exact' if row['bit_exact'] else row['error']}")
-        if P.get("result_out"):
-            with open(P["result_out"], "w") as f:
-                json.dump(results, f)
-        assert row["bit_exact"], f"sentence {len(results) - 1} ({sentence!r}): {row['error']}"
-        check_catches_corruption(got, want, traces, mon, tokens, CFG.model.layers, rng)
 
 
 # ---- abandoned runs: soft reset and error responses must leave the AXI bus legal and drained ---------------
