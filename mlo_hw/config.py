@@ -197,7 +197,7 @@ def _build(section: str, cls, raw: Any):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{section}.{name}: expected an integer, got {value!r}")
         elif want == "float":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
                 raise ConfigError(f"{section}.{name}: expected a finite number, got {value!r}")
             value = float(value)
         elif want == "str":
@@ -208,6 +208,13 @@ def _build(section: str, cls, raw: Any):
                 raise ConfigError(f"{section}.{name}: expected a string or null, got {value!r}")
         values[name] = value
     return cls(**values)
+
+
+def _finite(x: int | float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:       # an int beyond float range
+        return False
 
 
 def _unknown(raw: dict, allowed) -> str | None:
@@ -364,4 +371,6 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{p}:{where} not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})") from None
     except RecursionError:
         raise ConfigError(f"{p}: not valid YAML (nested too deeply)") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of config sections, got {type(raw).__name__}")
     return config_from_dict(raw, name=p.stem)

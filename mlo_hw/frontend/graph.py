@@ -71,6 +71,9 @@ class Graph:
                                             f"produced by node {self.nodes[self.producer[o]].name!r}")
                     self.producer[o] = i
                     known.add(o)
+        for o in model.graph.output:
+            if o.name not in known:
+                raise FrontendError(f"graph output {o.name!r} is produced by no node (a truncated graph?)")
         self.graph_inputs = [i for i in model.graph.input if i.name not in self.initializers]
         self.graph_outputs = [o.name for o in model.graph.output]
         self.legacy = not any(p.key == SCOPES_KEY for n in self.nodes for p in n.metadata_props)
