@@ -4,8 +4,7 @@
   :class:`UsageError`, argparse's own errors through :class:`ArgumentParser`) or an ``OSError`` becomes
   ``error: <one line naming the field, file or node>`` on stderr and status 2. Anything else is a bug
   and keeps its traceback.
-- Argument types: :func:`positive_int`, :func:`name` (a config name: one path component of safe
-  characters), :func:`folder` (an output folder: not a file, not under a file).
+- Argument types: :func:`positive_int`, :func:`folder` (an output folder: not a file, not under a file).
 - :func:`staged_folder`: a build is written into a temporary folder beside its destination and renamed
   into place on success, replacing an earlier build only then; a failure leaves no trace.
 """
@@ -21,8 +20,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["BadInput", "UsageError", "ArgumentParser", "command", "positive_int", "name", "folder",
-           "staged_folder", "one_line", "EXIT_BAD_INPUT"]
+__all__ = ["BadInput", "UsageError", "ArgumentParser", "command", "positive_int", "folder", "staged_folder",
+           "one_line", "EXIT_BAD_INPUT"]
 
 EXIT_BAD_INPUT = 2
 
@@ -73,14 +72,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def name(text: str) -> str:
-    from .config import ConfigError, check_name
-    try:
-        return check_name(text, "")
-    except ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e).lstrip(": ")) from None
-
-
 def folder(text: str) -> Path:
     """An output folder: a path that is a folder or can become one (checked again when written)."""
     if not text or "\0" in text:
@@ -112,21 +103,18 @@ def staged_folder(out: Path, flag: str, marks: tuple[str, ...]):
                              "give a new or empty folder")
     final.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{secrets.token_hex(3)}"
-    tmp = final.with_name(f".{final.name}.partial-{tag}")
+    tmp, old = (final.with_name(f".{final.name}.{what}-{tag}") for what in ("partial", "old"))
     tmp.mkdir()
     try:
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = final.with_name(f".{final.name}.old-{tag}")
-    if final.exists():
-        final.rename(old)
-    try:
-        tmp.rename(final)
-    except OSError:
-        if old.exists():
-            old.rename(final)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        if final.exists():
+            final.rename(old)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if old.exists():
+                old.rename(final)
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)      # already renamed after a success
     shutil.rmtree(old, ignore_errors=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..cli import ArgumentParser, command, folder, name, positive_int, staged_folder
+from ..cli import ArgumentParser, command, folder, positive_int, staged_folder
 from ..config import check_name, config_from_dict
 from . import FrontendError, load
 
@@ -86,11 +86,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=positive_int, default=None,
                     help="sequence length for --engine (default: the model's fixed input length, else the longest "
                          "of 128, 64, 32, 16, 8 tokens it runs at)")
-    ap.add_argument("--name", type=name, help="config name for --engine (default: the model file's stem)")
+    ap.add_argument("--name", help="config name for --engine (default: the model file's stem)")
     args = ap.parse_args(argv)
     hierarchy = _hierarchy(args.hierarchy) if args.hierarchy is not None else None
-    if args.engine and args.name is None:
-        check_name(Path(args.model).stem, "--name (default: the model file's stem)")
+    if args.engine:
+        name = check_name(args.name, "--name") if args.name is not None else \
+            check_name(Path(args.model).stem, "--name (default: the model file's stem)")
     fe = load(args.model, hierarchy)
     summary = fe.summary()
     print(json.dumps(summary, indent=1) if args.json else _text(summary))
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
         reason = fe.engine_refusal()
         if reason:
             raise FrontendError(f"--engine: not runnable on the engine: {reason}")
-        print(_engine(fe, args.model, args.engine, args.seq_len, args.name or Path(args.model).stem))
+        print(_engine(fe, args.model, args.engine, args.seq_len, name))
     return 0
 
 
