@@ -102,6 +102,10 @@ def _nan_weight(m):
     init.CopyFrom(numpy_helper.from_array(a, name))
 
 
+def _unknown_op(m):
+    next(n for n in m.graph.node if n.name == "node_expand_1").op_type = "NoSuchOp"     # in the embeddings
+
+
 def _scopes(value):
     def edit(m):
         for node in m.graph.node:
@@ -237,6 +241,8 @@ CASES = [
      "is not a list of strings: '[1, 2]'"),
     ("onnx-scopes-dict", "frontend", ["m.onnx"], {"m.onnx": lambda: model_bytes(_scopes("{}"))},
      "is not a list of strings"),
+    ("onnx-unknown-op", "frontend", ["m.onnx", "--engine", "out", "--seq-len", "8"],
+     {"m.onnx": lambda: model_bytes(_unknown_op)}, "onnxruntime cannot load the model: [ONNXRuntimeError]"),
     ("hierarchy-empty-list", "frontend", [str(BERT), "--hierarchy", "[]"], {}, "--hierarchy: expected a list of lists"),
     ("hierarchy-not-literal", "frontend", [str(BERT), "--hierarchy", "encoder.layer.0"], {},
      "--hierarchy: not a list literal"),

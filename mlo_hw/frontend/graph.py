@@ -19,6 +19,7 @@ import onnx
 from onnx import numpy_helper
 
 from ..cli import BadInput
+
 __all__ = ["FrontendError", "Graph", "SCOPES_KEY"]
 
 SCOPES_KEY = "pkg.torch.onnx.name_scopes"

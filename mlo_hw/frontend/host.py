@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..cli import one_line
 from ..config import ConfigError
 from . import Frontend, FrontendError, load
 
@@ -51,7 +52,10 @@ class Host:
                 model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
         opts = ort.SessionOptions()
         opts.log_severity_level = 4     # errors become FrontendError (one line)
-        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        try:
+            self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:          # onnxruntime's errors (InvalidGraph, Fail, ...) have no common base
+            raise FrontendError(f"onnxruntime cannot load the model: {one_line(e)[:300]}") from None
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.ids_name = self._ids_input()
         self.vocab = self._vocab()
@@ -98,9 +102,9 @@ class Host:
         feeds = self._feeds(ids, mask)
         try:
             x, y = self.session.run([self.stack_in, self.stack_out], feeds)
-        except Exception as e:      # onnxruntime's errors (InvalidArgument, Fail, ...) have no common base
-            raise FrontendError(f"onnxruntime cannot run the model at {len(ids)} tokens: "
-                                f"{' '.join(str(e).split())[:300]}") from None
+        except Exception as e:      # as above
+            raise FrontendError(f"onnxruntime cannot run the model at {len(ids)} tokens: {one_line(e)[:300]}") \
+                from None
         x, y = np.asarray(x[0], np.float64), np.asarray(y[0], np.float64)
         if not (np.isfinite(x).all() and np.isfinite(y).all()):
             raise FrontendError(f"host: the layer stack's input {self.stack_in!r} or output {self.stack_out!r} "
