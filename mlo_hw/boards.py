@@ -99,12 +99,12 @@ BOARDS = {
 
 def board_of(cfg, board: str | None = None) -> Board:
     """The board of ``cfg`` (or ``board``); its FPGA must be the config's part family."""
-    name = board or cfg.target.board
-    field = "--board" if board else "target.board"
+    name = cfg.target.board if board is None else board
+    field = "target.board" if board is None else "--board"
     if name not in BOARDS:
         raise ConfigError(f"{field}: unknown board {name!r}; expected one of {', '.join(BOARDS)}")
     b = BOARDS[name]
-    if not board and _part_family(b.part) != cfg.part_family:
+    if board is None and _part_family(b.part) != cfg.part_family:
         raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {name} ({b.part})")
     return b
 

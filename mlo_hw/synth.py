@@ -453,11 +453,11 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config name>)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    part = args.part or cfg.target.part
+    part = cfg.target.part if args.part is None else args.part
     try:
         _part_family(part)
     except ConfigError as e:
-        raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part else str(e)) from None
+        raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part is not None else str(e)) from None
     out = args.output or Path("build") / cfg.name
     design = design_of(cfg)
     u = synthesize(design, part)
