@@ -101,10 +101,13 @@ def staged_folder(out: Path, flag: str, marks: tuple[str, ...]):
         if any(final.iterdir()) and not any((final / m).exists() for m in marks):
             raise UsageError(f"{flag}: {out} is not empty and holds no earlier build (no {marks[0]}); "
                              "give a new or empty folder")
-    final.parent.mkdir(parents=True, exist_ok=True)
     tag = f"{os.getpid()}-{secrets.token_hex(3)}"
     tmp, old = (final.with_name(f".{final.name}.{what}-{tag}") for what in ("partial", "old"))
-    tmp.mkdir()
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+    except OSError as e:
+        raise UsageError(f"{flag}: cannot create a folder in {final.parent} ({e.strerror})") from None
     try:
         yield tmp
         if final.exists():

@@ -202,6 +202,8 @@ CASES = [
     ("output-is-file", "elaborate", ["--config", "small", "-o", "f"], {"f": "x"}, "argument -o/--output: f is a file"),
     ("output-under-file", "elaborate", ["--config", "small", "-o", "f/x"], {"f": "x"}, "f is a file; expected a folder"),
     ("output-nul", "elaborate", ["--config", "small", "-o", "a\0b"], {}, "is not a folder path"),
+    ("output-unwritable", "elaborate", ["--config", "small", "-o", "/proc/mlo_hw_test"], {},
+     "-o: cannot create a folder in /proc"),
     ("output-not-a-build", "elaborate", ["--config", "small", "-o", "d"], {"d/keep.txt": "mine"},
      "-o: d is not empty and holds no earlier build"),
     # a failure during the build leaves an earlier build as it was and no partial folder
