@@ -478,7 +478,7 @@ def bad_model(draw) -> tuple[bytes, str | None]:
     return m.SerializeToString(), "is not a list of strings"
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=bad_model())
 def test_frontend_refuses_malformed_models(case, tmp_path, capsys):
     data, needle = case
