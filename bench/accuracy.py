@@ -1,21 +1,24 @@
 """Distance of the integer golden model to the float reference, per layer.
 
-    python bench/accuracy.py [--config configs/bert_tiny.yaml] [--inputs N]
+    python bench/accuracy.py [--config bert_tiny] [--inputs N]
 
 Each layer's dequantized integer output is compared with the float reference's output of the same
 layer (both run from the same float input); cosine similarity per token over the valid positions.
 Last line: ``accuracy: min_cos=A mean_cos=B``.
 """
 
-import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from mlo_hw.config import ConfigError, load_config
-from mlo_hw.quantize import build_model, random_inputs, run_int
-from mlo_hw.reference import float_stack
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
+from mlo_hw.quantize import build_model, random_inputs, run_int  # noqa: E402
+from mlo_hw.reference import float_stack  # noqa: E402
 
 
 def cosines(a, b):
@@ -23,15 +26,13 @@ def cosines(a, b):
     return (a * b).sum(-1) / np.maximum(na * nb, 1e-30)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="configs/bert_tiny.yaml")
-    ap.add_argument("--inputs", type=int, default=4, help="evaluation inputs (not the calibration ones)")
+@command()
+def main(argv=None) -> int:
+    ap = ArgumentParser(prog="bench/accuracy.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="bert_tiny", help="a YAML file, or the name of a shipped config")
+    ap.add_argument("--inputs", type=positive_int, default=4, help="evaluation inputs (not the calibration ones)")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        sys.exit(f"error: {e}")
+    cfg = load_config(args.config)
     layers, model = build_model(cfg)
     rng = np.random.default_rng(cfg.weights.seed + 1000)
     per_layer = [[] for _ in layers]
@@ -56,7 +57,8 @@ def main(argv=None):
         print(f"layer {l}: min_cos={c.min():.4f} mean_cos={c.mean():.4f} max_abs_err={maxerr[l]:.4f}")
     c = np.concatenate(allc)
     print(f"accuracy: min_cos={c.min():.4f} mean_cos={c.mean():.4f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

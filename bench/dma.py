@@ -9,7 +9,6 @@ from START to DONE. The last line is ``dma: bytes=N cycles=C fraction=F`` (targe
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -17,32 +16,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlo_hw.config import ConfigError, load_config  # noqa: E402
+from mlo_hw.cli import ArgumentParser, UsageError, command  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.loop_ctrl import WeightStreamer, streamer_tb_params  # noqa: E402
 from mlo_hw.quantize import build_model  # noqa: E402
 from mlo_hw.weight_image import layout, pack_image  # noqa: E402
 from sim.runner import simulate, to_verilog  # noqa: E402
 
 
+def address(text: str) -> int:
+    return int(text, 0)         # argparse: "invalid address value: ..."
+
+
+@command()
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="bench/dma.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="bert_tiny", help="a YAML file or a shipped config name")
-    ap.add_argument("--base", type=lambda s: int(s, 0), default=0x10000 - 64,
-                    help="DRAM byte address of the weight image (default just below a 4 KiB page)")
+    ap.add_argument("--base", type=address, default=0x10000 - 64,
+                    help="DRAM byte address of the weight image, a multiple of the AXI beat "
+                         "(default just below a 4 KiB page)")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        print(f"dma: {e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)
     lay = layout(cfg)
+    if args.base < 0 or args.base % cfg.axi_data_bytes:
+        raise UsageError(f"--base: {args.base:#x} is not a non-negative multiple of the {cfg.axi_data_bytes}-byte "
+                         "AXI beat")
+    if args.base + lay.layer_bytes > 1 << cfg.memory.axi_addr_bits:
+        raise UsageError(f"--base: {args.base:#x} + {lay.layer_bytes} bytes of a layer exceeds the "
+                         f"{cfg.memory.axi_addr_bits}-bit address space")
     _, model = build_model(cfg)
     with tempfile.TemporaryDirectory(prefix="mlo_dma_") as d:
         image, result = Path(d) / "weights.bin", Path(d) / "result.json"
         image.write_bytes(pack_image(cfg, model.layers))
         params = streamer_tb_params(cfg, image)
         params.update(base=args.base, result_path=str(result))
-        top = f"dma_bench_{cfg.name}"
+        top = "dma_bench_" + cfg.name.replace(".", "_").replace("-", "_")    # a Verilog identifier
         simulate(to_verilog(WeightStreamer(cfg), top), top, "tb_dma_bench", params)
         r = json.loads(result.read_text())
     if r["bytes"] != lay.layer_bytes:

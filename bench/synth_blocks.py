@@ -11,13 +11,13 @@ notes computed from the results; add a block by writing such a function and addi
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from mlo_hw.cli import ArgumentParser, command  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.synth import RESOURCE_KEYS, synth_verilog  # noqa: E402
 from sim.runner import to_verilog  # noqa: E402
@@ -86,8 +86,9 @@ BLOCKS = {
 }
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@command()
+def main(argv=None) -> int:
+    ap = ArgumentParser(prog="bench/synth_blocks.py", description=__doc__.splitlines()[0])
     ap.add_argument("--block", action="append", choices=sorted(BLOCKS), help="block(s) to synthesize")
     args = ap.parse_args(argv)
     names = args.block or list(BLOCKS)
@@ -111,7 +112,8 @@ def main(argv=None):
             extra += notes(results)
     for line in extra:
         print(f"\n{line}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

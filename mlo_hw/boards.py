@@ -35,7 +35,6 @@ one for the config it was made for.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from amaranth.vendor import XilinxPlatform
 from amaranth_boards.arty_a7 import ArtyA7_35Platform, ArtyA7_100Platform
 from amaranth_boards.resources import LEDResources, UARTResource
 
+from .cli import ArgumentParser, command, folder, staged_folder
 from .config import ConfigError, _part_family, load_config
 
 __all__ = ["NexysVideoPlatform", "Board", "BOARDS", "board_of", "mmcm_params", "BoardTop", "xdc_text",
@@ -99,12 +99,12 @@ BOARDS = {
 
 def board_of(cfg, board: str | None = None) -> Board:
     """The board of ``cfg`` (or ``board``); its FPGA must be the config's part family."""
-    name = board or cfg.target.board
-    field = "--board" if board else "target.board"
+    name = cfg.target.board if board is None else board
+    field = "target.board" if board is None else "--board"
     if name not in BOARDS:
         raise ConfigError(f"{field}: unknown board {name!r}; expected one of {', '.join(BOARDS)}")
     b = BOARDS[name]
-    if not board and _part_family(b.part) != cfg.part_family:
+    if board is None and _part_family(b.part) != cfg.part_family:
         raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {name} ({b.part})")
     return b
 
@@ -269,23 +269,21 @@ def board_verilog(cfg, design=None, board: str | None = None) -> tuple[str, str,
     return plan.files[f"{TOP_NAME}.v"], TOP_NAME, xdc
 
 
+@command()
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mlo_hw.boards", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m mlo_hw.boards", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (bert_tiny)")
     ap.add_argument("--board", help=f"one of {', '.join(BOARDS)} (default: target.board of the config)")
     ap.add_argument("--block", help="build this block instead of the engine (while the engine is not built)")
-    ap.add_argument("-o", "--output", help="output folder (default build/<config>/vivado_<board>)")
+    ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config>/vivado_<board>)")
     ap.add_argument("--run", action="store_true", help="also run Vivado (vivado must be on PATH)")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-        b = board_of(cfg, args.board)
-        plan = build_plan(cfg, design_component(cfg, args.block), args.board)
-        out = Path(args.output or Path("build") / cfg.name / f"vivado_{b.name}")
-        plan.extract(out)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)
+    b = board_of(cfg, args.board)
+    plan = build_plan(cfg, design_component(cfg, args.block), args.board)
+    out = args.output or Path("build") / cfg.name / f"vivado_{b.name}"
+    with staged_folder(out, "-o", (f"build_{TOP_NAME}.sh",)) as tmp:
+        plan.extract(tmp)
     what = f"block {args.block}" if args.block else "the engine"
     print(f"{cfg.name} on {b.title} ({b.part}) at {cfg.target.clock_mhz:g} MHz, {what}: wrote the Vivado "
           f"build plan to {out}: {', '.join(sorted(plan.files))}")

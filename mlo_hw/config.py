@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,11 +17,13 @@ from typing import Any
 
 import yaml
 
+from .cli import BadInput
+
 __all__ = ["ConfigError", "Model", "Numerics", "Folding", "Memory", "Target", "Weights", "Config",
-           "Matrix", "PARTS", "load_config", "config_from_dict"]
+           "Matrix", "PARTS", "BOARD_PARTS", "CLOCK_MHZ", "load_config", "config_from_dict", "check_name"]
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInput):
     """A configuration problem; ``str(err)`` is one line naming the field."""
 
 
@@ -34,12 +37,35 @@ PARTS = {
 }
 
 
+# The FPGA family of each board of mlo_hw.boards (checked against its platform there).
+BOARD_PARTS = {"arty_a7_35": "xc7a35t", "arty_a7_100": "xc7a100t", "nexys_video": "xc7a200t"}
+
+# Clock range of the parts (Artix-7, -1 speed grade): the MMCM's slowest output (VCO 600 MHz / 128) up to
+# the global clock buffer's maximum (BUFG F_MAX, DS181).
+CLOCK_MHZ = (600 / 128, 464.0)
+
+# A part number: the family, optionally the temperature grade, package and pins and the speed grade.
+_PART = re.compile(r"(?:[a-z]{3,5}\d{3,4}-[1-3][a-z]{0,2})?", re.IGNORECASE)
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
 def _part_family(part: str) -> str:
     for name in PARTS:
         if part.lower().startswith(name):
+            if not _PART.fullmatch(part[len(name):]):
+                raise ConfigError(f"target.part: {part!r} is not a part number; expected {name} or "
+                                  f"{name}<package><pins>-<speed grade>, e.g. xc7a35ticsg324-1L")
             return name
     raise ConfigError(f"target.part: unknown part {part!r}; expected one of "
                       + ", ".join(f"{p}*" for p in PARTS))
+
+
+def check_name(value: Any, field: str = "name") -> str:
+    """A config or build name: one path component (it names the build folder) of safe characters."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise ConfigError(f"{field}: {value!r} is not a name; expected 1..64 letters, digits, '_', '.' or '-', "
+                          "not starting with '.' or '-' (it names the build folder)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -156,9 +182,9 @@ def _build(section: str, cls, raw: Any):
     if not isinstance(raw, dict):
         raise ConfigError(f"{section}: expected a mapping, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - set(fields))
+    unknown = _unknown(raw, fields)
     if unknown:
-        raise ConfigError(f"{section}.{unknown[0]}: unknown key; expected one of {', '.join(fields)}")
+        raise ConfigError(f"{section}.{unknown}: unknown key; expected one of {', '.join(fields)}")
     values = {}
     for name, field in fields.items():
         if name not in raw:
@@ -171,8 +197,8 @@ def _build(section: str, cls, raw: Any):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{section}.{name}: expected an integer, got {value!r}")
         elif want == "float":
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{section}.{name}: expected a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+                raise ConfigError(f"{section}.{name}: expected a finite number, got {value!r}")
             value = float(value)
         elif want == "str":
             if not isinstance(value, str):
@@ -182,6 +208,21 @@ def _build(section: str, cls, raw: Any):
                 raise ConfigError(f"{section}.{name}: expected a string or null, got {value!r}")
         values[name] = value
     return cls(**values)
+
+
+def _finite(x: int | float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:       # an int beyond float range
+        return False
+
+
+def _unknown(raw: dict, allowed) -> str | None:
+    """The first key of ``raw`` not in ``allowed`` (a non-string key shown as such), or None."""
+    for key in raw:
+        if key not in allowed:
+            return key if isinstance(key, str) else f"{key!r} (not a string)"
+    return None
 
 
 def _require(cond: bool, msg: str):
@@ -213,22 +254,58 @@ def _validate(cfg: Config):
     _require(16 <= mem.axi_addr_bits <= 64, f"memory.axi_addr_bits: expected 16..64, got {mem.axi_addr_bits}")
     _require(1 <= mem.max_burst_beats <= 256 and (mem.max_burst_beats & (mem.max_burst_beats - 1)) == 0,
              f"memory.max_burst_beats: expected a power of two in 1..256, got {mem.max_burst_beats}")
-    _require(t.clock_mhz > 0, f"target.clock_mhz: expected > 0, got {t.clock_mhz}")
-    _part_family(t.part)
+    family = _part_family(t.part)
+    _require(t.board in BOARD_PARTS, f"target.board: unknown board {t.board!r}; expected one of "
+                                     f"{', '.join(BOARD_PARTS)}")
+    _require(BOARD_PARTS[t.board] == family, f"target.board: {t.board} carries an {BOARD_PARTS[t.board]}, "
+                                             f"not the config's part {t.part}")
     _require(w.source in ("random", "onnx"), f"weights.source: expected 'random' or 'onnx', got {w.source!r}")
     _require(w.source != "onnx" or w.onnx, "weights.onnx: required when weights.source is 'onnx'")
+    _require(w.seed >= 0, f"weights.seed: expected a non-negative integer, got {w.seed}")
     h = cfg.loop_body_hierarchy
     _require(len(h) > 0 and all(len(g) >= 1 and all(isinstance(s, str) for s in g) for g in h),
              "loop_body_hierarchy: expected a list of lists of scope names, e.g. [['encoder', 'encoder.layer.0']]")
+    _check_limits(cfg)
+
+
+def _check_limits(cfg: Config):
+    """The hardware's limits: register widths, the AXI address space and the part's clock range."""
+    from .regs import LAYER_BITS, TOKEN_BITS
+    from .weight_image import layout
+    m, mem, t = cfg.model, cfg.memory, cfg.target
+    _require(m.layers < 1 << LAYER_BITS, f"model.layers: {m.layers} exceeds the {LAYER_BITS}-bit LAYERS register "
+                                         f"(at most {(1 << LAYER_BITS) - 1})")
+    _require(m.seq_len < 1 << TOKEN_BITS, f"model.seq_len: {m.seq_len} exceeds the {TOKEN_BITS}-bit TOKENS register "
+                                          f"(at most {(1 << TOKEN_BITS) - 1})")
+    lo, hi = CLOCK_MHZ
+    _require(lo <= t.clock_mhz <= hi, f"target.clock_mhz: expected {lo:g}..{hi:g} MHz (the part's clock range), "
+                                      f"got {t.clock_mhz:g}")
+    beat = cfg.axi_data_bytes
+    act = -(-m.seq_len * m.hidden * 2 // beat) * beat          # int16 [seq_len, hidden], in and out
+    image = layout(cfg).total_bytes
+    _require(image + 2 * act <= 1 << mem.axi_addr_bits,
+             f"memory.axi_addr_bits: {mem.axi_addr_bits} bits address {1 << mem.axi_addr_bits} bytes; the weight image "
+             f"({image} bytes) and the input and output activations (2 x {act} bytes) need {image + 2 * act}")
+
+
+def _check_fit(cfg: Config):
+    """The engine's on-chip buffers against the part's block RAM (configs the engine can build)."""
+    from .layer_engine import EngineGeometry
+    from .perf import check_fit
+    try:
+        EngineGeometry.from_config(cfg)
+    except ConfigError:
+        return          # e.g. int4 weights for the golden model: the engine refuses it when built
+    check_fit(cfg)
 
 
 def config_from_dict(raw: Any, name: str = "config") -> Config:
     if not isinstance(raw, dict):
         raise ConfigError(f"{name}: expected a mapping at the top level")
     allowed = set(_SECTIONS) | {"name", "loop_body_hierarchy"}
-    unknown = sorted(set(raw) - allowed)
+    unknown = _unknown(raw, allowed)
     if unknown:
-        raise ConfigError(f"{unknown[0]}: unknown top-level key; expected one of {', '.join(sorted(allowed))}")
+        raise ConfigError(f"{unknown}: unknown top-level key; expected one of {', '.join(sorted(allowed))}")
     if "model" not in raw:
         raise ConfigError("model: missing; required")
     sections = {key: _build(key, cls, raw.get(key)) for key, cls in _SECTIONS.items()}
@@ -236,33 +313,64 @@ def config_from_dict(raw: Any, name: str = "config") -> Config:
     if not isinstance(hierarchy, list) or not all(isinstance(g, list) for g in hierarchy):
         raise ConfigError("loop_body_hierarchy: expected a list of lists of scope names, "
                           "e.g. [['encoder', 'encoder.layer.0']]")
-    cfg_name = raw.get("name", name)
-    if not isinstance(cfg_name, str) or not cfg_name:
-        raise ConfigError(f"name: expected a non-empty string, got {cfg_name!r}")
+    cfg_name = check_name(raw["name"]) if "name" in raw else check_name(name, "name (from the file name)")
     cfg = Config(name=cfg_name, loop_body_hierarchy=tuple(tuple(g) for g in hierarchy), **sections)
     _validate(cfg)
+    _check_fit(cfg)
     return cfg
 
 
 def resolve_config_path(path: str | Path) -> Path:
-    """A path as given, else a config that ships with the package by file name or stem."""
+    """A path as given, else (for a bare name or ``configs/NAME``) a config that ships with the package by file
+    name or stem."""
     p = Path(path)
     if p.is_file():
         return p
-    shipped = resources.files("mlo_hw") / "configs"
-    for cand in (p.name, p.name + ".yaml"):
-        q = shipped / cand
-        if q.is_file():
-            return Path(str(q))
-    raise ConfigError(f"--config: no such file {str(path)!r} (and no shipped config of that name)")
+    if str(path) == p.name or p.parent == Path("configs"):       # configs/ in the repository is the shipped folder
+        shipped = resources.files("mlo_hw") / "configs"
+        for cand in (p.name, p.name + ".yaml"):
+            q = shipped / cand
+            if q.is_file():
+                return Path(str(q))
+        raise ConfigError(f"--config: no such file {str(path)!r} and no shipped config of that name "
+                          f"({', '.join(sorted(q.name[:-5] for q in shipped.iterdir() if q.name.endswith('.yaml')))})")
+    raise ConfigError(f"--config: no such file {str(path)!r}")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that refuses duplicate and non-string mapping keys instead of passing them on."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, str):
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is not a string",
+                                                            key_node.start_mark)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def load_config(path: str | Path) -> Config:
     p = resolve_config_path(path)
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yaml.load(p.read_bytes(), Loader=_Loader)      # bytes: UTF-8, or UTF-16 with a BOM
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror})") from None
+    except yaml.reader.ReaderError as e:
+        raise ConfigError(f"{p}: not a YAML text file ({e.reason} at byte {e.position})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{p}:{where} not valid YAML ({getattr(e, 'problem', e)})") from None
+        where = f" line {mark.line + 1}:" if mark else ""
+        raise ConfigError(f"{p}:{where} not valid YAML ({getattr(e, 'problem', None) or type(e).__name__})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid YAML (nested too deeply)") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: expected a mapping of config sections, got {type(raw).__name__}")
     return config_from_dict(raw, name=p.stem)

@@ -4,12 +4,13 @@ Writes into ``DIR`` (default ``build/<config name>/``): ``mlo_engine.v`` (the la
 Verilog top level ``mlo_engine``: ``aclk``, ``aresetn``, ``m_axi_*``, ``s_axil_*``, ``irq``) and
 ``files.f`` (its file list), ``weights.bin`` and ``manifest.json`` (the DRAM weight image),
 ``regs.json`` and ``mlo_hw_regs.h`` (the register map), ``golden_input.bin``/``golden_output.bin``
-(a test vector), ``report.md``.
+(a test vector), ``report.md``. The build is written into a temporary folder beside ``DIR`` and renamed
+to ``DIR`` once complete; an existing ``DIR`` is replaced only then, and only when it is empty or an
+earlier build (a bad config or argument exits with status 2 and one line, see :mod:`mlo_hw.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -17,12 +18,15 @@ from pathlib import Path
 import numpy as np
 
 from . import numerics as nx
-from .config import PARTS, ConfigError, load_config
-from .perf import check_fit, layer_bound, matrix_costs, onchip_bram36, onchip_plan
+from .cli import ArgumentParser, command, folder, staged_folder
+from .config import PARTS, load_config
+from .perf import layer_bound, matrix_costs, onchip_bram36, onchip_plan
 from .quantize import build_model, dram_bytes, random_inputs, run_int
 from .weight_image import layout, pack_image, write_manifest
 
-__all__ = ["main", "report"]
+__all__ = ["main", "report", "write_build", "BUILD_MARKS"]
+
+BUILD_MARKS = ("manifest.json", "mlo_engine.v")     # files that show a folder holds an earlier build
 
 
 def report(cfg, rtl_note: str) -> str:
@@ -67,44 +71,42 @@ def report(cfg, rtl_note: str) -> str:
     return "\n".join(lines)
 
 
+def write_build(cfg, out: Path):
+    """Write the RTL, register map, weight image, manifest, test vector and report of ``cfg`` into ``out``."""
+    from amaranth.back import verilog
+    from .layer_engine import engine_top
+    from .regs import write_register_map
+    _, model = build_model(cfg)
+    if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
+        from .frontend.host import onnx_inputs
+        x, mask = onnx_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
+    else:
+        x, mask = random_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
+    x_int = model.quantize_input(x)
+    y = run_int(model, x_int, mask, cfg)
+    (out / "mlo_engine.v").write_text(verilog.convert(engine_top(cfg), name="mlo_engine", emit_src=False))
+    (out / "files.f").write_text("mlo_engine.v\n")
+    write_register_map(out, cfg)
+    (out / "weights.bin").write_bytes(pack_image(cfg, model.layers))
+    write_manifest(out / "manifest.json", cfg)
+    (out / "golden_input.bin").write_bytes(dram_bytes(x_int))
+    (out / "golden_output.bin").write_bytes(dram_bytes(y))
+    rtl_note = ("mlo_engine.v (top level `mlo_engine`: aclk, aresetn, m_axi_*, s_axil_*, irq), "
+                "file list files.f, register map regs.json / mlo_hw_regs.h.")
+    (out / "report.md").write_text(report(cfg, rtl_note))
+
+
+@command()
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mlo_hw.elaborate", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m mlo_hw.elaborate", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (bert_tiny)")
-    ap.add_argument("-o", "--output", help="output folder (default build/<config name>)")
+    ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config name>)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    try:
-        cfg = load_config(args.config)
-        check_fit(cfg)
-        out = Path(args.output or Path("build") / cfg.name)
-        out.mkdir(parents=True, exist_ok=True)
-        from amaranth.back import verilog
-        from .layer_engine import engine_top
-        from .regs import write_register_map
-        (out / "mlo_engine.v").write_text(verilog.convert(engine_top(cfg), name="mlo_engine", emit_src=False))
-        (out / "files.f").write_text("mlo_engine.v\n")
-        write_register_map(out, cfg)
-        _, model = build_model(cfg)
-        (out / "weights.bin").write_bytes(pack_image(cfg, model.layers))
-        write_manifest(out / "manifest.json", cfg)
-        if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
-            from .frontend.host import onnx_inputs
-            x, mask = onnx_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
-        else:
-            x, mask = random_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
-        x_int = model.quantize_input(x)
-        y = run_int(model, x_int, mask, cfg)
-        (out / "golden_input.bin").write_bytes(dram_bytes(x_int))
-        (out / "golden_output.bin").write_bytes(dram_bytes(y))
-        rtl_note = ("mlo_engine.v (top level `mlo_engine`: aclk, aresetn, m_axi_*, s_axil_*, irq), "
-                    "file list files.f, register map regs.json / mlo_hw_regs.h.")
-        (out / "report.md").write_text(report(cfg, rtl_note))
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)
+    out = args.output or Path("build") / cfg.name
+    with staged_folder(out, "-o", BUILD_MARKS) as tmp:
+        write_build(cfg, tmp)
     print(f"{cfg.name}: wrote {out}/mlo_engine.v, files.f, weights.bin, manifest.json, regs.json, "
           f"mlo_hw_regs.h, report.md ({time.perf_counter() - t0:.2f} s).")
     return 0

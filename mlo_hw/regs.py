@@ -297,14 +297,18 @@ def write_register_map(out_dir, cfg) -> list[Path]:
     return [js, h]
 
 
-def main(argv=None) -> int:
-    import argparse
+def _main(argv=None) -> int:
+    from .cli import ArgumentParser, UsageError, folder
     from .config import load_config
-    ap = argparse.ArgumentParser(prog="python -m mlo_hw.regs", description="emit the register map")
+    ap = ArgumentParser(prog="python -m mlo_hw.regs", description="emit the register map")
     ap.add_argument("--config", default="bert_tiny")
-    ap.add_argument("-o", "--output", help="folder for regs.json and mlo_hw_regs.h")
+    ap.add_argument("-o", "--output", type=folder, help="folder for regs.json and mlo_hw_regs.h")
     ap.add_argument("--markdown", help="write the Markdown table to this file")
     args = ap.parse_args(argv)
+    if not (args.output or args.markdown):
+        raise UsageError("nothing to write: give -o FOLDER and/or --markdown FILE")
+    if args.markdown is not None and ("\0" in args.markdown or Path(args.markdown).is_dir()):
+        raise UsageError(f"--markdown: {args.markdown!r} is not a file path")
     cfg = load_config(args.config)
     if args.output:
         for path in write_register_map(args.output, cfg):
@@ -312,6 +316,11 @@ def main(argv=None) -> int:
     if args.markdown:
         Path(args.markdown).write_text(markdown(cfg))
     return 0
+
+
+def main(argv=None) -> int:
+    from .cli import command
+    return command()(_main)(argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ otherwise the report says the step was skipped and why.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import json
@@ -41,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from .cli import ArgumentParser, command, folder
 
 __all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "Block", "BLOCKS",
            "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "main"]
@@ -443,36 +444,30 @@ def write_report(path: Path, section: str, cfg) -> None:
     path.write_text(text)
 
 
+@command(SynthError)
 def main(argv=None) -> int:
     from .config import ConfigError, _part_family, load_config
-    ap = argparse.ArgumentParser(prog="python -m mlo_hw.synth", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m mlo_hw.synth", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (bert_tiny)")
     ap.add_argument("--part", help="7-series part (default: target.part of the config)")
-    ap.add_argument("-o", "--output", help="output folder (default build/<config name>)")
+    ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config name>)")
     args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    part = cfg.target.part if args.part is None else args.part
     try:
-        cfg = load_config(args.config)
-        part = args.part or cfg.target.part
-        try:
-            _part_family(part)
-        except ConfigError as e:
-            raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part else str(e)) from None
-        out = Path(args.output or Path("build") / cfg.name)
-        design = design_of(cfg)
-        u = synthesize(design, part)
-        (out / "synth").mkdir(parents=True, exist_ok=True)
-        for n, (v, _) in design.parts.items():
-            (out / "synth" / f"{n}.v").write_text(v)
-        u.pnr = place_and_route(cfg, design, part, out)
-        command = "python -m mlo_hw.synth --config " + args.config + (f" --part {args.part}" if args.part else "")
-        (out / "utilization.json").write_text(json.dumps(u.to_json(cfg), indent=2) + "\n")
-        write_report(out / "report.md", report_section(cfg, u, command), cfg)
-    except (ConfigError, SynthError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror}", file=sys.stderr)
-        return 2
+        _part_family(part)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part is not None else str(e)) from None
+    out = args.output or Path("build") / cfg.name
+    design = design_of(cfg)
+    u = synthesize(design, part)
+    (out / "synth").mkdir(parents=True, exist_ok=True)
+    for n, (v, _) in design.parts.items():
+        (out / "synth" / f"{n}.v").write_text(v)
+    u.pnr = place_and_route(cfg, design, part, out)
+    cmd = "python -m mlo_hw.synth --config " + args.config + (f" --part {args.part}" if args.part else "")
+    (out / "utilization.json").write_text(json.dumps(u.to_json(cfg), indent=2) + "\n")
+    write_report(out / "report.md", report_section(cfg, u, cmd), cfg)
     used = u.used
     what = "engine" if design.kind == "engine" else f"blocks {', '.join(u.results)} (engine not built yet)"
     print(f"{cfg.name} on {part}: {what}: " + ", ".join(f"{k} {_fmt(used[k])}" for k in RESOURCE_KEYS)

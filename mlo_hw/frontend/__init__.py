@@ -46,6 +46,10 @@ class Frontend:
         if group not in self._roles:
             grp = self.groups[group]
             rs = [layer_roles(self.graph, layer) for layer in grp.layers]
+            for r in rs:
+                for role, v in r.weights.items():
+                    if not np.isfinite(v).all():
+                        raise FrontendError(f"{grp.scope(r.layer.index)}: weight {role} has NaN or infinite values")
             ref = {k: v.shape for k, v in rs[0].weights.items()}
             for r in rs[1:]:
                 got = {k: v.shape for k, v in r.weights.items()}

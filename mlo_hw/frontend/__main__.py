@@ -10,7 +10,6 @@ onnxruntime on the same inputs.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import sys
@@ -19,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..config import ConfigError, config_from_dict
+from ..cli import ArgumentParser, command, folder, positive_int, staged_folder
+from ..config import check_name, config_from_dict
 from . import FrontendError, load
 
 __all__ = ["main"]
@@ -31,7 +31,7 @@ def _hierarchy(text: str):
     except (ValueError, SyntaxError):
         raise FrontendError(f"--hierarchy: not a list literal: {text!r}; expected e.g. "
                             "\"[['encoder', 'encoder.layer.0']]\"") from None
-    if not isinstance(h, list) or not all(isinstance(g, (list, tuple)) and g and all(isinstance(s, str) for s in g)
+    if not isinstance(h, list) or not h or not all(isinstance(g, (list, tuple)) and g and all(isinstance(s, str) for s in g)
                                           for g in h):
         raise FrontendError("--hierarchy: expected a list of lists of scope names, e.g. "
                             "\"[['encoder', 'encoder.layer.0']]\"")
@@ -52,55 +52,58 @@ def _text(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def _engine(fe, model_path: str, folder: Path, seq_len: int, name: str | None) -> str:
-    from ..elaborate import main as elaborate
+def _engine(fe, model_path: str, out: Path, seq_len: int | None, name: str) -> str:
+    """Config, DRAM image and golden vectors into ``out`` (staged: nothing is left behind on an error)."""
+    from ..elaborate import BUILD_MARKS, write_build
     from .host import Host, config_dict, float_check, model_inputs
+    host = Host(fe)
+    if seq_len is None:
+        seq_len = host.default_seq_len()
     raw = config_dict(fe, model_path, seq_len, name)
     cfg = config_from_dict(raw, raw["name"])
-    folder.mkdir(parents=True, exist_ok=True)
-    cfg_path = folder / f"{cfg.name}.yaml"
-    cfg_path.write_text(f"# Written by python -m mlo_hw.frontend from {model_path}\n"
-                        + yaml.safe_dump(raw, sort_keys=False))
-    if elaborate(["--config", str(cfg_path), "-o", str(folder)]) != 0:
-        raise FrontendError("elaboration failed (see above)")
-    host = Host(fe)
-    inputs = model_inputs(host, seq_len, np.random.default_rng(cfg.weights.seed + 2), 4)
+    try:
+        inputs = model_inputs(host, seq_len, np.random.default_rng(cfg.weights.seed + 2), 4)
+    except FrontendError as e:
+        raise FrontendError(f"--seq-len {seq_len}: {e}") from None
     err = float_check(fe, fe.float_layers(), inputs)
-    return f"{cfg_path}: config written; float reference vs onnxruntime on {len(inputs)} inputs: max |diff| {err:.2e}"
+    with staged_folder(out, "--engine", BUILD_MARKS) as tmp:
+        (tmp / f"{cfg.name}.yaml").write_text(f"# Written by python -m mlo_hw.frontend from {model_path}\n"
+                                              + yaml.safe_dump(raw, sort_keys=False))
+        write_build(cfg, tmp)
+    return (f"{out / (cfg.name + '.yaml')}: config written; float reference vs onnxruntime on {len(inputs)} inputs: "
+            f"max |diff| {err:.2e}")
 
 
+@command()
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mlo_hw.frontend", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m mlo_hw.frontend", description=__doc__.splitlines()[0])
     ap.add_argument("model", help="an ONNX file exported from PyTorch (dynamo=True, or the legacy exporter)")
     ap.add_argument("--hierarchy", help="FINN-style loop body hierarchy, e.g. \"[['encoder', 'encoder.layer.0']]\" "
                                         "(default: discover the repeated layers)")
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
-    ap.add_argument("--export-weights", metavar="DIR", help="write layer_<group>_<i>.npz per layer into DIR")
-    ap.add_argument("--engine", metavar="DIR", help="write config, DRAM weight image and golden vectors into DIR")
-    ap.add_argument("--seq-len", type=int, default=None, help="sequence length for --engine (default: the model's "
-                                                              "fixed input length, else 128)")
+    ap.add_argument("--export-weights", metavar="DIR", type=folder, help="write layer_<group>_<i>.npz per layer into DIR")
+    ap.add_argument("--engine", metavar="DIR", type=folder, help="write config, DRAM weight image and golden vectors into DIR")
+    ap.add_argument("--seq-len", type=positive_int, default=None,
+                    help="sequence length for --engine (default: the model's fixed input length, else the longest "
+                         "of 128, 64, 32, 16, 8 tokens it runs at)")
     ap.add_argument("--name", help="config name for --engine (default: the model file's stem)")
     args = ap.parse_args(argv)
-    try:
-        fe = load(args.model, _hierarchy(args.hierarchy) if args.hierarchy else None)
-        summary = fe.summary()
-        print(json.dumps(summary, indent=1) if args.json else _text(summary))
-        if args.export_weights:
-            written = fe.export_weights(args.export_weights)
-            print(f"wrote {len(written)} files into {args.export_weights}",
-                  file=sys.stderr if args.json else sys.stdout)
-        if args.engine:
-            reason = fe.engine_refusal()
-            if reason:
-                raise FrontendError(f"--engine: not runnable on the engine: {reason}")
-            seq = args.seq_len
-            if seq is None:
-                from .host import Host
-                seq = Host(fe).seq_limit() or 128
-            print(_engine(fe, args.model, Path(args.engine), seq, args.name))
-    except (FrontendError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    hierarchy = _hierarchy(args.hierarchy) if args.hierarchy is not None else None
+    if args.engine:
+        name = check_name(args.name, "--name") if args.name is not None else \
+            check_name(Path(args.model).stem, "--name (default: the model file's stem)")
+    fe = load(args.model, hierarchy)
+    summary = fe.summary()
+    print(json.dumps(summary, indent=1) if args.json else _text(summary))
+    if args.export_weights:
+        with staged_folder(args.export_weights, "--export-weights", ("layer_0_0.npz",)) as tmp:
+            written = fe.export_weights(tmp)
+        print(f"wrote {len(written)} files into {args.export_weights}", file=sys.stderr if args.json else sys.stdout)
+    if args.engine:
+        reason = fe.engine_refusal()
+        if reason:
+            raise FrontendError(f"--engine: not runnable on the engine: {reason}")
+        print(_engine(fe, args.model, args.engine, args.seq_len, name))
     return 0
 
 

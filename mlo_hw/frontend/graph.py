@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from ..cli import BadInput
+
 __all__ = ["FrontendError", "Graph", "SCOPES_KEY"]
 
 SCOPES_KEY = "pkg.torch.onnx.name_scopes"
@@ -33,7 +35,7 @@ _FOLD = {
 }
 
 
-class FrontendError(ValueError):
+class FrontendError(BadInput):
     """A model the front end cannot handle; ``str(err)`` is one line saying where and why."""
 
 
@@ -54,14 +56,25 @@ class Graph:
         self.index = {id(n): i for i, n in enumerate(self.nodes)}
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = {}
+        self.initializers = {t.name: t for t in model.graph.initializer}
+        known = set(self.initializers) | {i.name for i in model.graph.input}
         for i, n in enumerate(self.nodes):
-            for o in n.output:
-                if o:
-                    self.producer[o] = i
             for t in n.input:
                 if t:
+                    if t not in known:    # the walks below follow graph order and would not end on a cycle
+                        raise FrontendError(f"node {n.name or i!r} ({n.op_type}): input {t!r} is not produced "
+                                            "by an earlier node (a cycle, or an unsorted or truncated graph)")
                     self.consumers.setdefault(t, []).append(i)
-        self.initializers = {t.name: t for t in model.graph.initializer}
+            for o in n.output:
+                if o:
+                    if o in self.producer:
+                        raise FrontendError(f"node {n.name or i!r} ({n.op_type}): output {o!r} is already "
+                                            f"produced by node {self.nodes[self.producer[o]].name!r}")
+                    self.producer[o] = i
+                    known.add(o)
+        for o in model.graph.output:
+            if o.name not in known:
+                raise FrontendError(f"graph output {o.name!r} is produced by no node (a truncated graph?)")
         self.graph_inputs = [i for i in model.graph.input if i.name not in self.initializers]
         self.graph_outputs = [o.name for o in model.graph.output]
         self.legacy = not any(p.key == SCOPES_KEY for n in self.nodes for p in n.metadata_props)
@@ -76,6 +89,8 @@ class Graph:
             model = onnx.load(str(p))
         except Exception as e:     # onnx raises DecodeError and friends
             raise FrontendError(f"{p}: not a readable ONNX model ({type(e).__name__})") from None
+        if not model.graph.node:
+            raise FrontendError(f"{p}: not an ONNX model with a graph (no nodes)")
         return cls(model, p)
 
     # ---- scopes ------------------------------------------------------------------------------
@@ -87,9 +102,11 @@ class Graph:
                 if p.key == SCOPES_KEY:
                     try:
                         names = ast.literal_eval(p.value)
-                    except (ValueError, SyntaxError):
-                        raise FrontendError(f"node {node.name!r}: metadata {SCOPES_KEY} is not a list literal") \
-                            from None
+                    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                        names = None
+                    if not isinstance(names, list) or not all(isinstance(s, str) for s in names):
+                        raise FrontendError(f"node {node.name!r}: metadata {SCOPES_KEY} is not a list of strings: "
+                                            f"{p.value[:60]!r}")
                     return tuple(s for s in names[:-1] if s)   # the last entry is the FX node name
             return ()
         parts = [p for p in node.name.split("/") if p][:-1]     # '/encoder/layer.0/.../MatMul'

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from ..cli import one_line
 from ..config import ConfigError
 from . import Frontend, FrontendError, load
 
@@ -50,8 +51,11 @@ class Host:
             if name not in have:
                 model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        opts.log_severity_level = 4     # errors become FrontendError (one line)
+        try:
+            self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:          # onnxruntime's errors (InvalidGraph, Fail, ...) have no common base
+            raise FrontendError(f"onnxruntime cannot load the model: {one_line(e)[:300]}") from None
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.ids_name = self._ids_input()
         self.vocab = self._vocab()
@@ -78,10 +82,34 @@ class Host:
         shape = self.inputs[self.ids_name].shape
         return shape[1] if len(shape) > 1 and isinstance(shape[1], int) else None
 
+    def default_seq_len(self, candidates=(128, 64, 32, 16, 8)) -> int:
+        """The fixed input length, else the longest of ``candidates`` the model runs at (e.g. BERT's
+        position embeddings limit it), else FrontendError."""
+        fixed = self.seq_limit()
+        if fixed is not None:
+            return fixed
+        for seq in candidates:
+            try:
+                self.run(np.full(seq, min(3, self.vocab - 1)), np.ones(seq, bool))
+                return seq
+            except FrontendError:
+                pass
+        raise FrontendError(f"--seq-len: the model runs at none of {', '.join(map(str, candidates))} tokens; "
+                            "give one it accepts")
+
     def run(self, ids, mask) -> tuple[np.ndarray, np.ndarray]:
         """Token ids [S] and mask [S] -> (layer-0 input [S, H], last-layer output [S, H]), float64."""
-        x, y = self.session.run([self.stack_in, self.stack_out], self._feeds(ids, mask))
-        return np.asarray(x[0], np.float64), np.asarray(y[0], np.float64)
+        feeds = self._feeds(ids, mask)
+        try:
+            x, y = self.session.run([self.stack_in, self.stack_out], feeds)
+        except Exception as e:      # as above
+            raise FrontendError(f"onnxruntime cannot run the model at {len(ids)} tokens: {one_line(e)[:300]}") \
+                from None
+        x, y = np.asarray(x[0], np.float64), np.asarray(y[0], np.float64)
+        if not (np.isfinite(x).all() and np.isfinite(y).all()):
+            raise FrontendError(f"host: the layer stack's input {self.stack_in!r} or output {self.stack_out!r} "
+                                "has NaN or infinite values (non-finite weights in the model?)")
+        return x, y
 
     def _feeds(self, ids, mask) -> dict[str, np.ndarray]:
         ids = np.asarray(ids, np.int64)[None, :]
