@@ -14,7 +14,6 @@ run's cycles with a beat on it, and the share of the DRAM's data time they took)
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections import defaultdict
@@ -25,7 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from mlo_hw.config import ConfigError, load_config  # noqa: E402
+from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.golden import int_stack  # noqa: E402
 from mlo_hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import layer_bound, matrix_costs  # noqa: E402
@@ -54,19 +54,16 @@ def measure(cfg, memory: str):
     return r
 
 
+@command()
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)
-    ap.add_argument("--seq", type=int, help="sequence length (default: the config's)")
+    ap.add_argument("--seq", type=positive_int, help="sequence length (default: the config's)")
     ap.add_argument("--memory", choices=("ideal", "ddr3"), default="ideal")
     args = ap.parse_args(argv)
-    try:
-        cfg = load_config(args.config)
-        if args.seq is not None:
-            cfg = with_seq_len(cfg, args.seq)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config)
+    if args.seq is not None:
+        cfg = with_seq_len(cfg, args.seq)
     t0 = time.time()
     r = measure(cfg, args.memory)
     wall = time.time() - t0

@@ -11,7 +11,6 @@ included) and ``check_s`` the golden model and the comparison afterwards.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from mlo_hw.config import ConfigError, load_config  # noqa: E402
+from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.golden import int_stack  # noqa: E402
 from mlo_hw.layer_engine import with_seq_len  # noqa: E402
 from mlo_hw.quantize import build_model, random_inputs  # noqa: E402
@@ -52,21 +52,18 @@ def measure(cfg, stall: float, memory: str) -> str:
             f"build_and_model_s={prep:.0f} verdict={verdict}")
 
 
+@command()
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="bert_tiny")
-    ap.add_argument("--seq", type=int, nargs="+", default=[32, 128])
+    ap.add_argument("--seq", type=positive_int, nargs="+", default=[32, 128])
     ap.add_argument("--stall", type=float, default=0.3, help="probability a channel stalls in a cycle (0..0.99)")
     ap.add_argument("--memory", choices=("ideal", "ddr3"), default="ideal")
     args = ap.parse_args(argv)
     if not 0 <= args.stall < 1:
         ap.error(f"--stall: expected 0 <= p < 1, got {args.stall}")
-    try:
-        base = load_config(args.config)
-        cfgs = [with_seq_len(base, s) for s in args.seq]
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    base = load_config(args.config)
+    cfgs = [with_seq_len(base, s) for s in args.seq]
     ok = True
     for cfg in cfgs:
         line = measure(cfg, args.stall, args.memory)

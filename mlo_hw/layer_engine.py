@@ -154,12 +154,14 @@ class EngineGeometry:
 
 
 def with_seq_len(cfg, seq_len: int):
-    """The config with another sequence length (e.g. bert_tiny at 32 tokens, or a decode step at 1)."""
+    """The config with another sequence length (e.g. bert_tiny at 32 tokens, or a decode step at 1), checked
+    like a loaded config (registers, address width, the part's block RAM)."""
     import dataclasses
-    from .config import _validate
+    from .config import _check_fit, _validate
     new = dataclasses.replace(cfg, name=f"{cfg.name}_s{seq_len}",
                               model=dataclasses.replace(cfg.model, seq_len=seq_len))
     _validate(new)
+    _check_fit(new)
     return new
 
 
