@@ -19,7 +19,9 @@ Every ``seq_len`` row is computed and stored; rows of padding tokens are don't-c
 CTRL.soft_reset (in any phase) and a weight read error abandon the run: the AXI masters issue no new
 burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:`InputReader` and
 :class:`OutputWriter` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
-until then. The input reader and the weight streamer share AR/R through
+until then. An error response on the input (the first failing read beat) or the output (the failing write
+burst) likewise ends the run with ERROR, not DONE; ERROR_ADDR and ERROR_CODE name the first error (a
+weight read's, else the input's, else the output's). The input reader and the weight streamer share AR/R through
 :class:`~mlo_hw.axi_interconnect.ReadPortSwitch` (handed over only when the port is quiet).
 
 Schedule of a layer (one phase after another; ``op`` names the phase)::
@@ -70,6 +72,7 @@ from .mvau import MVAU, MVAUParams
 from .perf import check_fit
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
+from .weight_dma import ERR_BAD_COMMAND
 from .weight_image import HEADER_FIELDS
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "InputReader",
@@ -238,7 +241,10 @@ class InputReader(wiring.Component):
     ``start`` (pulse); ``busy``; writes ``w_addr`` (word) / ``w_en`` (byte lanes) / ``w_data``
     (the chunk replicated over the word). One INCR burst at a time (page bounded). ``chunk`` is
     min(beat bytes, word bytes). ``error`` (sticky until the next start): ``base`` is not beat
-    aligned (nothing is read), or a beat came back with SLVERR/DECERR (the rest is still read).
+    aligned (nothing is read), or a beat came back with SLVERR/DECERR (the rest of that burst is
+    accepted, no further burst is read);
+    ``error_addr``/``error_code`` as the weight DMA's (:mod:`mlo_hw.weight_dma`): the first failing
+    beat's byte address and its RRESP, or ``base`` and ``ERR_BAD_COMMAND``.
     ``cancel`` (pulse, ignored while idle): no new burst; an AR already on offer is held until it is
     accepted (AXI forbids withdrawing it) and the beats of the burst in flight are accepted without
     writing the buffer, then ``busy`` falls. ``start`` wins over a ``cancel`` in the same cycle.
@@ -249,6 +255,7 @@ class InputReader(wiring.Component):
         self.chunk = min(p.data_bytes, word_bytes)
         super().__init__({
             "start": In(1), "cancel": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
+            "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "w_addr": Out(range(max(words, 2))), "w_en": Out(word_bytes), "w_data": Out(8 * word_bytes),
             **axi_read_master_members(p),
         })
@@ -266,6 +273,7 @@ class InputReader(wiring.Component):
         ci = Signal(range(max(chunks, 2)))
         word, lane = Signal.like(self.w_addr), Signal(range(max(wb, 2)))
         stopping = Signal()         # cancelled: finish the burst in flight, then idle
+        beat_addr = Signal(p.addr_bits)     # byte address of the next R beat
         m.d.comb += [self.m_axi_araddr.eq(addr), self.m_axi_arlen.eq(n - 1), self.m_axi_arsize.eq(p.size_log2),
                      self.m_axi_arburst.eq(BURST_INCR), self.m_axi_arid.eq(0),
                      self.w_addr.eq(word), self.w_data.eq(beat.word_select(ci, 8 * c).replicate(wb // c))]
@@ -273,15 +281,17 @@ class InputReader(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 have.eq(0), ci.eq(0), self.error.eq(0), stopping.eq(0)]
+                                 have.eq(0), ci.eq(0), self.error.eq(0), self.error_code.eq(0), stopping.eq(0)]
                     with m.If(self.base[:p.size_log2] != 0):
-                        m.d.sync += self.error.eq(1)
+                        m.d.sync += [self.error.eq(1), self.error_addr.eq(self.base),
+                                     self.error_code.eq(ERR_BAD_COMMAND)]
                     with m.Else():
                         m.next = "AR"
             with m.State("AR"):
                 m.d.comb += [self.busy.eq(1), self.m_axi_arvalid.eq(1)]
                 with m.If(self.m_axi_arready):
-                    m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n)]
+                    m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n),
+                                 beat_addr.eq(addr)]
                     m.next = "R"
             with m.State("R"):
                 # the next beat is taken in the cycle the last chunk of this one is written
@@ -301,12 +311,14 @@ class InputReader(wiring.Component):
                         m.d.sync += [have.eq(0), ci.eq(0)]
                         with m.If(last_beat):
                             m.next = "AR"
-                            with m.If((remaining == 0) | stopping | self.cancel):
+                            with m.If((remaining == 0) | stopping | self.cancel | self.error):
                                 m.next = "IDLE"
                 with m.If(self.m_axi_rvalid & take):
-                    m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast)]
-                    with m.If(self.m_axi_rresp[1]):
-                        m.d.sync += self.error.eq(1)
+                    m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast),
+                                 beat_addr.eq(beat_addr + p.data_bytes)]
+                    with m.If(self.m_axi_rresp[1] & ~self.error):
+                        m.d.sync += [self.error.eq(1), self.error_addr.eq(beat_addr),
+                                     self.error_code.eq(self.m_axi_rresp)]
         with m.If(self.cancel & ~fsm.ongoing("IDLE")):
             m.d.sync += stopping.eq(1)
         return m
@@ -318,19 +330,22 @@ class OutputWriter(wiring.Component):
     ``start`` (pulse); ``busy``; reads ``r_addr`` -> ``r_data`` one cycle later. A beat is gathered
     from ``beat / chunk`` reads, then sent; the burst's B response is awaited before the next AW.
     ``error`` (sticky until the next start): ``base`` is not beat aligned (nothing is written), or a
-    B response was SLVERR/DECERR.
+    B response was SLVERR/DECERR (no further burst is written); ``error_addr`` is then ``base`` (with ``error_code`` ERR_BAD_COMMAND)
+    or the failing burst's first byte address (with its BRESP: a B response covers the whole burst).
     ``cancel`` (pulse, ignored while idle): no new burst. An AW already on offer is held until it is
     accepted (AXI forbids withdrawing it); the burst in flight is completed, as AXI requires every
     beat of an accepted AW, but each beat gathered after the cancel goes out with WSTRB 0 (nothing
     more is written); its B response is taken, then ``busy`` falls. ``start`` wins over a
-    ``cancel`` in the same cycle.
+    ``cancel`` in the same cycle. ``clear`` (pulse) clears ``error``, for a new run that may not reach
+    the store.
     """
 
     def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
         self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
         self.chunk = min(p.data_bytes, word_bytes)
         super().__init__({
-            "start": In(1), "cancel": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
+            "start": In(1), "cancel": In(1), "clear": In(1), "base": In(p.addr_bits), "busy": Out(1),
+            "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "r_addr": Out(range(max(words, 2))), "r_data": In(8 * word_bytes),
             **axi_write_master_members(p),
         })
@@ -349,6 +364,7 @@ class OutputWriter(wiring.Component):
         word, lane, lane_q = Signal.like(self.r_addr), Signal(range(max(wb, 2))), Signal(range(max(wb, 2)))
         stopping = Signal()         # cancelled: finish the burst in flight, then idle
         blank = Signal()            # the beat on offer was gathered after the cancel: WSTRB 0
+        burst_addr = Signal(p.addr_bits)    # first byte address of the burst in flight
         m.d.comb += [self.m_axi_awaddr.eq(addr), self.m_axi_awlen.eq(n - 1), self.m_axi_awsize.eq(p.size_log2),
                      self.m_axi_awburst.eq(BURST_INCR), self.m_axi_awid.eq(0), self.m_axi_wdata.eq(beat),
                      self.m_axi_wstrb.eq(Mux(blank, 0, (1 << p.data_bytes) - 1)), self.m_axi_wlast.eq(left == 1),
@@ -358,16 +374,17 @@ class OutputWriter(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 self.error.eq(0), stopping.eq(0)]
+                                 self.error.eq(0), self.error_code.eq(0), stopping.eq(0)]
                     with m.If(self.base[:p.size_log2] != 0):
-                        m.d.sync += self.error.eq(1)
+                        m.d.sync += [self.error.eq(1), self.error_addr.eq(self.base),
+                                     self.error_code.eq(ERR_BAD_COMMAND)]
                     with m.Else():
                         m.next = "AW"
             with m.State("AW"):
                 m.d.comb += [self.busy.eq(1), self.m_axi_awvalid.eq(1)]
                 with m.If(self.m_axi_awready):
                     m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n), left.eq(n),
-                                 ci.eq(0)]
+                                 ci.eq(0), burst_addr.eq(addr)]
                     m.next = "FILL"
             with m.State("FILL"):
                 m.d.comb += self.busy.eq(1)
@@ -395,14 +412,17 @@ class OutputWriter(wiring.Component):
             with m.State("B"):
                 m.d.comb += [self.busy.eq(1), self.m_axi_bready.eq(1)]
                 with m.If(self.m_axi_bvalid):
-                    with m.If(self.m_axi_bresp[1]):
-                        m.d.sync += self.error.eq(1)
-                    with m.If((remaining == 0) | stopping | self.cancel):
+                    with m.If(self.m_axi_bresp[1] & ~self.error):
+                        m.d.sync += [self.error.eq(1), self.error_addr.eq(burst_addr),
+                                     self.error_code.eq(self.m_axi_bresp)]
+                    with m.If((remaining == 0) | stopping | self.cancel | self.m_axi_bresp[1]):
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "AW"
         with m.If(self.cancel & ~fsm.ongoing("IDLE")):
             m.d.sync += stopping.eq(1)
+        with m.If(self.clear):
+            m.d.sync += [self.error.eq(0), self.error_code.eq(0)]
         return m
 
 
@@ -922,11 +942,14 @@ class LayerEngine(wiring.Component):
         m.d.comb += drained.eq(rport.idle & ~ws.busy & ~inp.busy & ~outw.busy)
         m.d.comb += [regs.busy.eq(busy | ~drained), regs.done.eq(done),
                      regs.error.eq(ws.error | outw.error | inp.error | bad_tokens),
-                     regs.error_addr.eq(ws.error_addr), regs.error_code.eq(Cat(ws.error_code, bad_tokens)),
+                     regs.error_addr.eq(Mux(ws.error, ws.error_addr, Mux(inp.error, inp.error_addr, outw.error_addr))),
+                     regs.error_code.eq(Cat(Mux(ws.error, ws.error_code, Mux(inp.error, inp.error_code, outw.error_code)),
+                                            bad_tokens)),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
                      ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset),
-                     ws.clear.eq(regs.start), inp.cancel.eq(regs.soft_reset), outw.cancel.eq(regs.soft_reset)]
+                     ws.clear.eq(regs.start), inp.cancel.eq(regs.soft_reset), outw.cancel.eq(regs.soft_reset),
+                     outw.clear.eq(regs.start)]
         mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
         mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
         mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",
@@ -1156,7 +1179,7 @@ class LayerEngine(wiring.Component):
                 with m.If(regs.soft_reset):                # the output writer finishes its burst (cancel)
                     abandon()
                 with m.Elif(~outw.busy & ~outw.start):
-                    m.d.comb += done.eq(1)
+                    m.d.comb += done.eq(~outw.error)            # a write error: ERROR, not DONE
                     m.d.sync += op.eq(Op.IDLE)
                     m.next = "IDLE"
         with m.If(flush):

@@ -99,11 +99,11 @@ def register_map(cfg) -> tuple[Register, ...]:
                           max(hi_bits, 1)))
         off += 8
     regs += [
-        _word("ERROR_ADDR_LO", off, "RO", "byte address of the failing AXI beat (or bad command), bits 31:0",
+        _word("ERROR_ADDR_LO", off, "RO", "byte address of the failing read beat, of the first beat of the failing write burst, or of a bad command, bits 31:0",
               0, lo_bits),
         _word("ERROR_ADDR_HI", off + 4, "RO", "... bits 63:32", 0, max(hi_bits, 1)),
         Register("ERROR_CODE", off + 8, "cause of ERROR", (
-            Field("rresp", 0, 2, "RO", 0, "RRESP of the failing beat: 2 SLVERR, 3 DECERR"),
+            Field("rresp", 0, 2, "RO", 0, "RRESP of the failing read beat, or BRESP of the failing write burst: 2 SLVERR, 3 DECERR"),
             Field("bad_command", 2, 1, "RO", 0, "a zero-length or misaligned (not a multiple of the AXI "
                                                 "beat) address"),
             Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"))),

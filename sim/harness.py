@@ -42,7 +42,7 @@ from mlo_hw.weight_image import layout, pack_image
 from .engine_check import Trace
 from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin
 
-__all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "EngineSim",
+__all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
            "HDL"]
 
 HDL = Path(__file__).resolve().parent / "hdl"
@@ -246,65 +246,90 @@ class RunResult:
     trace: Trace | None
     profile: list[dict]         # per (layer, op): cycles, compute, stall
     stats: dict                 # DRAM model counters and the simulated cycles of the whole script
-    wall_s: float               # the harness process, loads and dumps included
+    wall_s: float               # the harness process (all runs of its script), loads and dumps included
+
+
+@dataclass
+class Run:
+    """One engine run of :meth:`EngineSim.run_many`. ``soft_reset_first``: write CTRL.soft_reset and wait
+    ``drain_cycles`` before this run (recovery after an abandoned one)."""
+    x: np.ndarray
+    tokens: int
+    layers: int | None = None
+    err_addr: int | None = None
+    trace: bool = True
+    soft_reset_first: bool = False
+    drain_cycles: int = 2000
 
 
 class EngineSim:
-    """One engine run per call: the image and the input loaded through the backdoor, registers written,
-    START, wait for the interrupt, the output dumped, the trace and the profile read back."""
+    """Engine runs in one simulation: the image loaded through the backdoor, then per run the input loaded,
+    registers written, START, wait for the interrupt, the output dumped, the trace and the profile read
+    back."""
 
     def __init__(self, cfg, model):
         self.cfg, self.model = cfg, model
         self.h = Harness(cfg)
         self.image = pack_image(cfg, model.layers)
 
-    def run(self, x, tokens: int, layers: int | None = None, *, seed: int = 1, stall: float = 0.0,
-            memory: str = "ideal", trace: bool = True, err_addr: int | None = None, image: bytes | None = None,
-            timeout_cycles: int = 50_000_000) -> RunResult:
+    def run(self, x, tokens: int, layers: int | None = None, *, err_addr: int | None = None, trace: bool = True,
+            **kw) -> RunResult:
+        """One run (see :meth:`run_many` for the keyword arguments)."""
+        return self.run_many([Run(x, tokens, layers, err_addr, trace)], **kw)[0]
+
+    def run_many(self, runs: list[Run], *, seed: int = 1, stall: float = 0.0, memory: str = "ideal",
+                 image: bytes | None = None, timeout_cycles: int = 50_000_000) -> list[RunResult]:
+        """``runs`` one after another in one simulation (no reset between them), the DRAM model stalling each
+        channel with probability ``stall`` and timed by ``memory`` (``ideal`` or ``ddr3``)."""
         cfg, h, d = self.cfg, self.h, self.h.dram
-        layers = cfg.model.layers if layers is None else layers
-        seq_len = cfg.model.seq_len
         p = min(255, round(stall * 256))
+        act_bytes = cfg.model.seq_len * cfg.model.hidden * DRAM_DTYPE.itemsize
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
             (tmp / "image.bin").write_bytes(self.image if image is None else image)
-            x_bytes = dram_bytes(x)
-            (tmp / "input.bin").write_bytes(x_bytes)
-            (tmp / "garbage.bin").write_bytes(np.random.default_rng(seed).integers(0, 256, len(x_bytes),
-                                                                                   dtype=np.uint8).tobytes())
             script = [f"dram {k} {v}" for k, v in memory_model(cfg, memory).inputs().items()]
             script += [f"dram seed {seed}", *(f"dram stall_{c} {p}" for c in ("ar", "r", "aw", "w", "b")),
-                       f"dram err_en {int(err_addr is not None)}", f"dram err_addr {err_addr or 0}",
-                       "reset 4", "reseed",
-                       f"load {d.weight_base} {tmp / 'image.bin'}", f"load {d.input_base} {tmp / 'input.bin'}",
-                       f"load {d.output_base} {tmp / 'garbage.bin'}",
+                       "reset 4", "reseed", f"load {d.weight_base} {tmp / 'image.bin'}",
                        f"write {h.reg('WEIGHT_BASE_LO')} {d.weight_base}",
                        f"write {h.reg('INPUT_BASE_LO')} {d.input_base}",
-                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}",
-                       f"write {h.reg('LAYERS')} {layers}", f"write {h.reg('TOKENS')} {tokens}",
-                       "profile /dev/null"]
-            if trace:
-                script.append(f"trace {tmp / 'trace'}")
-            script += [f"write {h.reg('CTRL')} {h.bit('CTRL', 'irq_enable') | h.bit('CTRL', 'start')}",
-                       f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / 'profile.txt'}",
-                       *(f"read {h.reg(r)}" for r in ("STATUS", "ERROR_CODE", "ERROR_ADDR_LO", "CYCLES",
-                                                      "COMPUTE_CYCLES", "STALL_CYCLES")),
-                       "stats", f"dump {d.output_base} {len(x_bytes)} {tmp / 'output.bin'}"]
+                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}"]
+            rng = np.random.default_rng(seed)
+            for i, r in enumerate(runs):
+                (tmp / f"input{i}.bin").write_bytes(dram_bytes(r.x))
+                (tmp / f"garbage{i}.bin").write_bytes(rng.integers(0, 256, act_bytes, dtype=np.uint8).tobytes())
+                script += [f"echo run {i}"]
+                if r.soft_reset_first:
+                    script += [f"write {h.reg('CTRL')} {h.bit('CTRL', 'soft_reset')}", f"wait {r.drain_cycles}"]
+                script += [f"dram err_en {int(r.err_addr is not None)}", f"dram err_addr {r.err_addr or 0}",
+                           f"load {d.input_base} {tmp / f'input{i}.bin'}",
+                           f"load {d.output_base} {tmp / f'garbage{i}.bin'}",
+                           f"write {h.reg('LAYERS')} {cfg.model.layers if r.layers is None else r.layers}",
+                           f"write {h.reg('TOKENS')} {r.tokens}", "profile /dev/null",
+                           f"trace {tmp / f'trace{i}'}" if r.trace else "trace off",
+                           f"write {h.reg('CTRL')} {h.bit('CTRL', 'irq_enable') | h.bit('CTRL', 'start')}",
+                           f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / f'profile{i}.txt'}",
+                           *(f"read {h.reg(n)}" for n in ("STATUS", "ERROR_CODE", "ERROR_ADDR_LO", "CYCLES",
+                                                          "COMPUTE_CYCLES", "STALL_CYCLES")),
+                           "stats", f"dump {d.output_base} {act_bytes} {tmp / f'output{i}.bin'}"]
             t0 = time.time()
             lines = h.run(script)
             wall = time.time() - t0
-            reads = {int(w[1]): int(w[2]) for w in (line.split() for line in lines) if w[0] == "read"}
-            stats = {k: int(v) for k, v in (kv.split("=") for line in lines if line.startswith("stats ")
-                                            for kv in line.split()[1:])}
-            irq = any(line.startswith("irq ") for line in lines)
-            tr = None
-            if trace:
-                def rec(name, cols):
-                    return np.fromfile(tmp / f"trace.{name}.bin", dtype=np.int32).reshape(-1, cols)
-                tr = Trace(rec("mvau", 2 + cfg.folding.pe), rec("probs", 2), rec("ln", 4))
-            profile = [dict(zip(("layer", "op", "cycles", "compute", "stall"), map(int, line.split())))
-                       for line in (tmp / "profile.txt").read_text().splitlines()]
-            output = from_dram((tmp / "output.bin").read_bytes(), seq_len, cfg.model.hidden)
+            marks = [k for k, line in enumerate(lines) if line.startswith("echo run ")] + [len(lines)]
+            return [self._result(tmp, i, r, lines[marks[i]:marks[i + 1]], wall) for i, r in enumerate(runs)]
+
+    def _result(self, tmp: Path, i: int, run: Run, lines: list[str], wall: float) -> RunResult:
+        cfg, h = self.cfg, self.h
+        reads = {int(w[1]): int(w[2]) for w in (line.split() for line in lines) if w[0] == "read"}
+        stats = {k: int(v) for k, v in (kv.split("=") for line in lines if line.startswith("stats ")
+                                        for kv in line.split()[1:])}
+        tr = None
+        if run.trace:
+            def rec(name, cols):
+                return np.fromfile(tmp / f"trace{i}.{name}.bin", dtype=np.int32).reshape(-1, cols)
+            tr = Trace(rec("mvau", 2 + cfg.folding.pe), rec("probs", 2), rec("ln", 4))
+        profile = [dict(zip(("layer", "op", "cycles", "compute", "stall"), map(int, line.split())))
+                   for line in (tmp / f"profile{i}.txt").read_text().splitlines()]
+        output = from_dram((tmp / f"output{i}.bin").read_bytes(), cfg.model.seq_len, cfg.model.hidden)
         return RunResult(output, reads[h.reg("STATUS")], reads[h.reg("ERROR_CODE")], reads[h.reg("ERROR_ADDR_LO")],
-                         reads[h.reg("CYCLES")], reads[h.reg("COMPUTE_CYCLES")], reads[h.reg("STALL_CYCLES")], irq,
-                         tr, profile, stats, wall)
+                         reads[h.reg("CYCLES")], reads[h.reg("COMPUTE_CYCLES")], reads[h.reg("STALL_CYCLES")],
+                         any(line.startswith("irq ") for line in lines), tr, profile, stats, wall)

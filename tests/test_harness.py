@@ -11,7 +11,7 @@ from mlo_hw.golden import int_stack
 from mlo_hw.quantize import build_model, random_inputs
 from mlo_hw.weight_image import layout
 from sim.engine_check import check_run
-from sim.harness import EngineSim
+from sim.harness import EngineSim, Run
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,52 @@ def test_an_injected_read_error_stops_the_run_with_its_address(small):
     assert r.irq, "the engine must stop and interrupt, not hang"
     assert r.status & sim.h.bit("STATUS", "error") and not r.status & sim.h.bit("STATUS", "done"), f"{r.status:#x}"
     assert r.error_addr == addr and r.error_code & 3 == 2, (hex(r.error_addr), r.error_code)
+
+
+def _random_error_beat(cfg, sim, rng, kind):
+    """(kind, byte address) of a random beat the engine moves: of the weights (read), the input (read) or
+    the output (write)."""
+    beat, d, lay = cfg.axi_data_bytes, sim.h.dram, layout(cfg)
+    act_beats = cfg.model.seq_len * cfg.model.hidden * 2 // beat
+    if kind == "weights":
+        sec = rng.choice(lay.sections)
+        addr = d.weight_base + rng.randrange(cfg.model.layers) * lay.stride + sec.offset + \
+            rng.randrange(sec.bytes // beat) * beat
+    else:
+        addr = (d.input_base if kind == "input" else d.output_base) + rng.randrange(act_beats) * beat
+    return kind, addr
+
+
+def test_an_error_response_on_a_random_beat_of_any_channel_stops_the_run_then_soft_reset_recovers(small):
+    """SLVERR on a random weight, input or output beat: the run ends with ERROR (not DONE), the interrupt,
+    ERROR_ADDR naming the beat (a write error: the first beat of its burst, as a B response covers the
+    burst) and ERROR_CODE the response; after CTRL.soft_reset the next run, in the same simulation, is bit
+    exact. Random stalls on every channel throughout."""
+    cfg, sim = small
+    rng = random.Random(11)
+    beat, max_burst = cfg.axi_data_bytes, cfg.memory.max_burst_beats
+    kinds = ["weights", "input", "output"] * 2
+    rng.shuffle(kinds)
+    errors = [_random_error_beat(cfg, sim, rng, kind) for kind in kinds]
+    runs = []
+    for i, (kind, addr) in enumerate(errors):
+        runs += [Run(_input(cfg, sim.model, 40 + i), cfg.model.seq_len, err_addr=addr, trace=False,
+                     soft_reset_first=i > 0),
+                 Run(_input(cfg, sim.model, 60 + i), rng.randint(1, cfg.model.seq_len), soft_reset_first=True)]
+    results = sim.run_many(runs, stall=0.3, seed=4)
+    done, error = sim.h.bit("STATUS", "done"), sim.h.bit("STATUS", "error")
+    for (kind, addr), bad, good, run in zip(errors, results[::2], results[1::2], runs[1::2]):
+        what = f"SLVERR on the {kind} beat at {addr:#x}"
+        assert bad.irq and bad.status & error and not bad.status & done, f"{what}: STATUS {bad.status:#x}"
+        assert bad.error_code & 3 == 2, f"{what}: ERROR_CODE {bad.error_code:#x}"
+        if kind == "output":
+            assert addr - max_burst * beat < bad.error_addr <= addr and bad.error_addr // 4096 == addr // 4096, \
+                f"{what}: ERROR_ADDR {bad.error_addr:#x} is not the start of its burst"
+        else:
+            assert bad.error_addr == addr, f"{what}: ERROR_ADDR {bad.error_addr:#x}"
+        assert good.irq and good.status & done and not good.status & error, f"after {what}: STATUS {good.status:#x}"
+        want, traces = _golden(cfg, sim.model, run.x, run.tokens, cfg.model.layers)
+        check_run(cfg, good.output, want, traces, good.trace, cfg.model.seq_len, cfg.model.layers)
 
 
 def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):

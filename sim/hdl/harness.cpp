@@ -15,6 +15,7 @@
 //   wait N                  N idle cycles
 //   wait_irq N              run until irq is high, at most N cycles; prints "irq CYCLES" or "timeout CYCLES"
 //   stats                   prints "stats cycle=.. rd_beats=.. wr_beats=.. rd_bursts=.. wr_bursts=.."
+//   echo TEXT               prints "echo TEXT" (a marker between the runs of one script)
 // Every line it prints for the caller starts with a keyword; a protocol error of the DRAM model stops the
 // run with "protocol_error cycle=N" and exit status 3; a bad script line exits with status 2.
 //
@@ -244,6 +245,10 @@ int main(int argc, char** argv) {
             uint64_t i = 0;
             while (!top->irq && i < n) { tick(); i++; }
             printf("%s %llu\n", top->irq ? "irq" : "timeout", (unsigned long long)i);
+        } else if (cmd == "echo") {
+            std::string rest;
+            std::getline(in, rest);
+            printf("echo%s\n", rest.c_str());
         } else if (cmd == "stats") {
             printf("stats cycle=%llu rd_beats=%u wr_beats=%u rd_bursts=%u wr_bursts=%u\n",
                    (unsigned long long)cycle, (unsigned)top->rd_beats, (unsigned)top->wr_beats,
