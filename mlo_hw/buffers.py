@@ -249,7 +249,9 @@ class ParamStore(wiring.Component):
     :class:`ParamGeometry`) and ``w_data``; ``w_section_done`` (with ``w_section``) marks a section
     loaded, ``w_section_start`` of the header clears the slot's ``loaded`` bits. Read: ``r_slot``,
     ``r_addr`` (32-bit word inside the slot, ``ParamGeometry.word``) -> ``r_data`` one cycle later.
-    ``loaded[slot]`` has bit i set once ``PARAM_SECTIONS[i]`` of that slot has arrived.
+    ``loaded[slot]`` has bit i set once ``PARAM_SECTIONS[i]`` of that slot has arrived; ``release``
+    (pulse) clears the bits of ``release_slot`` (its layer is done with it, so they never show a previous
+    layer), ``clear`` (pulse) those of both slots (a new run). A section arriving in the same cycle wins.
     """
 
     def __init__(self, cfg):
@@ -262,6 +264,7 @@ class ParamStore(wiring.Component):
             "w_section": In(range(n)), "w_section_start": In(1), "w_section_done": In(1),
             "r_slot": In(1), "r_addr": In(range(g.slot_bytes // 4)), "r_data": Out(32),
             "loaded": Out(data.ArrayLayout(n, 2)),
+            "release": In(1), "release_slot": In(1), "clear": In(1),
         })
 
     def elaborate(self, platform):
@@ -273,6 +276,10 @@ class ParamStore(wiring.Component):
             mem.w_data.eq(self.w_data), mem.r_bank.eq(self.r_slot), mem.r_addr.eq(self.r_addr),
             self.r_data.eq(mem.r_data),
         ]
+        with m.If(self.release):
+            m.d.sync += self.loaded[self.release_slot].eq(0)
+        with m.If(self.clear):
+            m.d.sync += self.loaded.as_value().eq(0)
         loaded = self.loaded[self.w_slot]
         with m.If(self.w_section_start & (self.w_section == 0)):
             m.d.sync += loaded.eq(0)

@@ -906,17 +906,9 @@ class LayerEngine(wiring.Component):
             with m.Else():
                 m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
 
-        # A parameter slot's ``loaded`` bits still show the layer (or run) that used it last until the next
-        # header's first beat clears them: a slot is stale from its last use until that clear is seen.
-        stale = Signal(2)
-        header_bit = PARAM_SECTIONS.index("header")
-        for i in range(2):
-            with m.If(~ws.param_loaded[i][header_bit]):
-                m.d.sync += stale[i].eq(0)
-        with m.If(copy_busy & copy_loaded & copy_last & (copy_kind == COPY_LN2)):
-            m.d.sync += stale.bit_select(slot, 1).eq(1)
-        with m.If(regs.start):
-            m.d.sync += stale.eq(0b11)
+        # the layer's last parameter copy (LN2's) releases its slot: the slot's ``loaded`` bits clear, so they
+        # never show this layer to layer l + 2 (START clears both slots)
+        m.d.comb += ws.param_release.eq(copy_busy & copy_loaded & copy_last & (copy_kind == COPY_LN2))
 
         def wait_for_copy():
             # a phase waiting for its parameter copy: a DMA stall only while the section is not in from DRAM
@@ -1006,7 +998,7 @@ class LayerEngine(wiring.Component):
             with m.State("HEADER_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(1), ws.param_addr.eq(0)]
                 m.d.sync += hdr_idx.eq(0)
-                with m.If(ws.param_loaded[slot][PARAM_SECTIONS.index("header")] & ~stale.bit_select(slot, 1)):
+                with m.If(ws.param_loaded[slot][PARAM_SECTIONS.index("header")]):
                     m.next = "HEADER_READ"
                 abort()
             with m.State("HEADER_READ"):

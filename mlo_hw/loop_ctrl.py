@@ -164,6 +164,7 @@ class WeightStreamer(wiring.Component):
             "bias": Out(data.ArrayLayout(signed(32), g.pe)),
             "mult": Out(data.ArrayLayout(16, g.pe)),
             "param_slot": In(1), "param_addr": In(range(pg.slot_bytes // 4)), "param_data": Out(32),
+            "param_release": In(1),
             "param_loaded": Out(data.ArrayLayout(len(PARAM_SECTIONS), 2)),
             **axi_read_master_members(self.p),
         })
@@ -235,6 +236,8 @@ class WeightStreamer(wiring.Component):
             tiles.waddr.eq(self.waddr), self.wdata.eq(tiles.wdata), tiles.caddr.eq(self.caddr),
             self.bias.eq(tiles.bias), self.mult.eq(tiles.mult),
             params.r_slot.eq(self.param_slot), params.r_addr.eq(self.param_addr), self.param_data.eq(params.r_data),
+            params.release.eq(self.param_release), params.release_slot.eq(self.param_slot),
+            params.clear.eq(self.start | self.clear),
             self.param_loaded.eq(params.loaded),
         ]
         return m

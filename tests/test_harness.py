@@ -150,9 +150,12 @@ def test_bert_tiny_bit_exact_under_random_stalls(seq):
 
 @pytest.mark.slow
 def test_decode_step_seq_len_1_bit_exact():
-    """seq_len = 1 (a decode step: padded to lcm(pe, simd) rows, all but one masked; memory-bound)."""
+    """seq_len = 1 (a decode step: padded to lcm(pe, simd) rows, all but one masked; memory-bound), 5 layers
+    (each parameter slot serves three layers: its loaded bits must never show the previous one)."""
+    import dataclasses
     from mlo_hw.layer_engine import with_seq_len
-    cfg = with_seq_len(load_config("small"), 1)
+    small = load_config("small")
+    cfg = with_seq_len(dataclasses.replace(small, model=dataclasses.replace(small.model, layers=5)), 1)
     sim = EngineSim(cfg, build_model(cfg)[1])
     for seed, stall in ((1, 0.0), (2, 0.4)):
         _run_and_check(cfg, sim, _input(cfg, sim.model, seed), 1, cfg.model.layers, stall=stall, seed=seed)

@@ -125,3 +125,36 @@ def test_other_bus_widths_and_foldings_stream_the_image(bits, folding, tmp_path)
     top = f"memsys_{bits}_{cfg.mac_lanes}"
     simulate(to_verilog(WeightStreamer(cfg), top), top, "tb_memsys",
              streamer_tb_params(cfg, _image(cfg, tmp_path), seeds=range(3)))
+
+
+def test_param_store_release_and_clear_leave_no_previous_layers_bits():
+    """ParamStore.loaded: a released slot shows nothing of the layer that used it (the other slot keeps its
+    bits), clear empties both, and a section arriving in the cycle of a release still counts."""
+    from amaranth.sim import Simulator
+    from mlo_hw.buffers import PARAM_SECTIONS, ParamStore
+    dut = ParamStore(load_config("small"))
+    everything = (1 << len(PARAM_SECTIONS)) - 1
+
+    async def bench(ctx):
+        async def pulse(**signals):
+            for name, value in signals.items():
+                ctx.set(getattr(dut, name), value)
+            await ctx.tick()
+            for name in signals:
+                ctx.set(getattr(dut, name), 0)
+
+        for slot in (0, 1):
+            for i in range(len(PARAM_SECTIONS)):
+                await pulse(w_slot=slot, w_section=i, w_section_done=1)
+        assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [everything, everything]
+        await pulse(release=1, release_slot=0)
+        assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, everything]
+        await pulse(release=1, release_slot=1, w_slot=1, w_section=0, w_section_done=1)
+        assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, 1]
+        await pulse(clear=1)
+        assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, 0]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
