@@ -34,9 +34,7 @@ if P.get("seq_len"):
 REGS = {r["name"]: r for r in P["registers"]}
 BIT = {(r["name"], f["name"]): 1 << f["lsb"] for r in P["registers"] for f in r["fields"]}
 WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x40000, 0x1000, 0x20000    # room for int16 [128, 384]
-S_PAD, H, HEADS = CFG.seq_padded, CFG.model.hidden, CFG.model.heads
-PE, TR = CFG.folding.pe, CFG.folding.tile_rows
-DH = CFG.head_dim
+H, HEADS, PE = CFG.model.hidden, CFG.model.heads, CFG.folding.pe
 ACC_BITS = int(P["acc_bits"])
 
 
