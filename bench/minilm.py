@@ -20,7 +20,6 @@ Last line: ``minilm: sentences=N mean_cos=C ranking_kept=K/N`` (plus `` rtl_bit_
 the exit status is 1 when a sentence is not bit exact).
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from mlo_hw.cli import ArgumentParser, UsageError, positive_int  # noqa: E402
 from mlo_hw.config import ConfigError, load_config  # noqa: E402
 from mlo_hw.layer_engine import with_seq_len  # noqa: E402
 from mlo_hw.minilm import (CALIBRATION, SENTENCES, MiniLMUnavailable, embedded, load_minilm,  # noqa: E402
@@ -92,14 +92,22 @@ def rtl_run(model, cfg, calibration, count: int) -> int:
     return exact
 
 
+def _count(text: str) -> int:
+    """--rtl: 0 (no RTL run) or a positive count."""
+    return 0 if text.strip() == "0" else positive_int(text)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/minilm_l6.yaml")
-    ap.add_argument("--seq-len", type=int, help="override model.seq_len (tokens per sentence, padded)")
-    ap.add_argument("--calib", type=int, default=len(CALIBRATION), help="calibration sentences to use")
-    ap.add_argument("--rtl", type=int, default=0, metavar="N", help="also run the first N sentences on the RTL engine")
-    ap.add_argument("--rtl-seq", type=int, default=32, help="sequence length of the RTL runs (default 32)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--seq-len", type=positive_int, help="override model.seq_len (tokens per sentence, padded)")
+    ap.add_argument("--calib", type=positive_int, default=len(CALIBRATION), help="calibration sentences to use")
+    ap.add_argument("--rtl", type=_count, default=0, metavar="N", help="also run the first N sentences on the RTL engine")
+    ap.add_argument("--rtl-seq", type=positive_int, default=32, help="sequence length of the RTL runs (default 32)")
+    try:
+        args = ap.parse_args(argv)
+    except UsageError as e:
+        sys.exit(f"error: {e}")
     calibration = CALIBRATION[:args.calib]
     try:
         base = load_config(args.config)
