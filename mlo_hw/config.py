@@ -218,10 +218,13 @@ def _finite(x: int | float) -> bool:
 
 
 def _unknown(raw: dict, allowed) -> str | None:
-    """The first key of ``raw`` not in ``allowed`` (a non-string key shown as such), or None."""
+    """The first key of ``raw`` not in ``allowed`` (quoted unless it is a plain name, a non-string key shown as
+    such), or None."""
     for key in raw:
         if key not in allowed:
-            return key if isinstance(key, str) else f"{key!r} (not a string)"
+            if not isinstance(key, str):
+                return f"{key!r} (not a string)"
+            return key if re.fullmatch(r"[\w.\-]+", key) else repr(key)
     return None
 
 

@@ -403,7 +403,7 @@ def bad_config_file(draw) -> bytes:
     return yaml.safe_dump(raw, sort_keys=False).encode()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=bad_config_file())
 def test_elaborate_refuses_malformed_configs(data, tmp_path, monkeypatch, capsys):
     """Any config file: status 2 and one line, or (a valid config) a build; nothing written elsewhere.
@@ -478,7 +478,7 @@ def bad_model(draw) -> tuple[bytes, str | None]:
     return m.SerializeToString(), "is not a list of strings"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=bad_model())
 def test_frontend_refuses_malformed_models(case, tmp_path, capsys):
     data, needle = case
