@@ -92,6 +92,6 @@ def test_engine_bmc_deep():
 # ---- deeper bounded checks of the blocks --------------------------------------------------------------
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name,depth", [("read_dma", 50), ("write_dma", 12), ("regs", 40)])
+@pytest.mark.parametrize("name,depth", [("read_dma", 50), ("write_dma", 13), ("regs", 40)])
 def test_block_bmc_deep(name, depth):
     _passes(name, depth=depth)
