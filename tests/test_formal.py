@@ -1,0 +1,97 @@
+"""Formal AXI checks (SymbiYosys from PyPI): the DMAs, the control registers and the engine's top level
+against the AXI4 master / AXI4-Lite slave properties in formal/props (see docs/formal.md).
+
+Every check also runs on mutants (one AXI output perturbed as the bus sees it) and must catch each.
+Skipped, with the reason, when the formal tools or a solver are not installed. Each check is one
+solver process; run them one at a time on a small machine (no -n with pytest-xdist).
+"""
+
+import pytest
+
+from formal.run import CHECKS, run_check
+from sim.formal import missing_tools
+
+_missing = missing_tools()
+pytestmark = pytest.mark.skipif(bool(_missing), reason="formal tools not installed: " + ", ".join(_missing))
+
+TIMEOUT_S = 900           # a check that runs past this is a failure, not a hang
+
+
+def _passes(name, **kw):
+    r = run_check(name, timeout_s=TIMEOUT_S, **kw)
+    assert r.passed, r.summary()
+    return r
+
+
+def _caught(name, mutant, **kw):
+    r = run_check(name, mutant=mutant, timeout_s=TIMEOUT_S, **kw)
+    assert r.status == "FAIL", f"mutant {mutant} not caught: {r.summary()}"
+    expected = set(CHECKS[name].mutants[mutant])
+    assert expected & set(r.failed), f"mutant {mutant}: expected a failure of {sorted(expected)}: {r.summary()}"
+    return r
+
+
+BLOCKS = ("read_dma", "write_dma", "regs")
+
+
+# ---- the blocks alone: bounded model checking, covers, mutants ------------------------------------------
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_block_bmc(name):
+    _passes(name)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_block_covers_reachable(name):
+    # the environment is not over-constrained: a whole burst (a write and a read for the registers) completes
+    _passes(name, mode="cover", depth=12)
+
+
+@pytest.mark.parametrize("name,mutant", [(c, m) for c in BLOCKS for m in CHECKS[c].mutants])
+def test_block_mutant_caught(name, mutant):
+    _caught(name, mutant)
+
+
+def test_regs_k_induction():
+    # an unbounded proof: ControlRegs meets the AXI4-Lite slave properties in every reachable state
+    _passes("regs", mode="prove")
+
+
+def test_runner_reports_step_and_property():
+    r = run_check("read_dma", mutant="ar_len_unstable", depth=8, timeout_s=TIMEOUT_S)
+    assert r.status == "FAIL" and r.step is not None and r.step < 8
+    assert r.failed == ["a_ar_len_stable"] and r.trace is not None and r.trace.exists()
+    assert "a_ar_len_stable" in r.summary() and f"step {r.step}" in r.summary()
+
+
+# ---- the engine's top level --------------------------------------------------------------------------
+
+ENGINE_SHALLOW = 10       # below the depth of the known AR bug (step 20): passes on the current code
+
+
+def test_engine_bmc_shallow():
+    _passes("engine", depth=ENGINE_SHALLOW)
+
+
+@pytest.mark.parametrize("mutant", list(CHECKS["engine"].mutants))
+def test_engine_mutant_caught(mutant):
+    _caught("engine", mutant, depth=ENGINE_SHALLOW)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "known bug (fix in progress on another branch): after CTRL.soft_reset, or after an AXI error response "
+    "aborts a run, while the weight DMA's AR request is still pending (ARVALID & !ARREADY), a new START "
+    "switches the shared read port's multiplexer to the input reader, so the attributes/address/length of an "
+    "unaccepted AR change (AXI A3.2.1); BMC finds it at step 20 (a_ar_attr_stable on this config). "
+    "Remove this marker when the fix lands."))
+def test_engine_bmc_deep():
+    _passes("engine")
+
+
+# ---- deeper bounded checks of the blocks --------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,depth", [("read_dma", 50), ("write_dma", 13), ("regs", 40)])
+def test_block_bmc_deep(name, depth):
+    _passes(name, depth=depth)
