@@ -79,13 +79,9 @@ def test_engine_mutant_caught(mutant):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "known bug (fix in progress on another branch): after CTRL.soft_reset, or after an AXI error response "
-    "aborts a run, while the weight DMA's AR request is still pending (ARVALID & !ARREADY), a new START "
-    "switches the shared read port's multiplexer to the input reader, so the attributes/address/length of an "
-    "unaccepted AR change (AXI A3.2.1); BMC finds it at step 20 (a_ar_attr_stable on this config). "
-    "Remove this marker when the fix lands."))
 def test_engine_bmc_deep():
+    """Depth 22: before the drain fix (ReadPortSwitch, busy until drained) this failed at step 20 on
+    a_ar_attr_stable (a START after a soft reset switched the read port under a pending AR)."""
     _passes("engine")
 
 
