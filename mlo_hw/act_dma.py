@@ -155,7 +155,7 @@ class WriteDma(wiring.Component):
                 m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats)]
 
         # ---- W side: a registered stage, one beat per cycle -------------------------------------
-        discard = drop | self.error            # issued bursts get WSTRB = 0 beats; data is dropped
+        discard = drop | self.error | self.cancel   # issued bursts get WSTRB = 0 beats from the cancel on
         wvalid = Signal()
         w_beat = Signal(8)
         load = ~wvalid | self.m_axi_wready
@@ -208,7 +208,7 @@ class _ActTransfer(wiring.Component):
         self.max_beats = -(-max_bytes // p.data_bytes)
         self.beats_bits = max(self.max_beats.bit_length(), 1)
         super().__init__({
-            "start": In(1), "cancel": In(1),
+            "start": In(1), "cancel": In(1), "clear": In(1),
             "base": In(p.addr_bits), "length": In(range(max_bytes + 1)),
             "busy": Out(1), "done": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
@@ -243,7 +243,8 @@ class ActReader(_ActTransfer):
     """Reads the input activations: ``length`` bytes from ``base`` -> ``lanes`` stream.
 
     Interface:
-        start (pulse, latches ``base``/``length``), cancel, base (beat aligned), length (bytes, >= 1)
+        start (pulse, latches ``base``/``length``, clears ``error``), cancel, clear (pulse, clears ``error``),
+        base (beat aligned), length (bytes, >= 1)
         lanes: Out stream of ``lanes_layout(p, last=True)``: ``data`` = int8 lanes of one AXI beat,
                ``last`` on the final beat; lanes past ``length`` in the final beat read as 0
         busy, done (pulse after the last beat left), error, error_addr, error_code (see ReadDma)
@@ -264,7 +265,7 @@ class ActReader(_ActTransfer):
         forward_ports(m, self, dma, axi_read_master_members(p))
         pending, _, tail = self._command(m, dma.cmd)
         m.d.comb += [
-            dma.cmd.payload.tag.eq(0), dma.clear.eq(self.start), dma.cancel.eq(self.cancel),
+            dma.cmd.payload.tag.eq(0), dma.clear.eq(self.start | self.clear), dma.cancel.eq(self.cancel),
             self.busy.eq(pending | dma.busy),
             self.error.eq(dma.error), self.error_addr.eq(dma.error_addr), self.error_code.eq(dma.error_code),
         ]
@@ -287,7 +288,8 @@ class ActWriter(_ActTransfer):
     """Writes the output activations: ``lanes`` stream -> ``length`` bytes at ``base``.
 
     Interface:
-        start (pulse, latches ``base``/``length``), cancel, base (beat aligned), length (bytes, >= 1)
+        start (pulse, latches ``base``/``length``, clears ``error``), cancel, clear (pulse, clears ``error``),
+        base (beat aligned), length (bytes, >= 1)
         lanes: In stream of ``lanes_layout(p, last=False)``: int8 lanes of one AXI beat; exactly
                ceil(length / lanes) beats are taken after ``start`` (lanes past ``length`` in the
                final beat are not written: partial WSTRB)
@@ -323,7 +325,7 @@ class ActWriter(_ActTransfer):
             self.lanes.ready.eq(dma.data.ready & (left != 0)),
             dma.data.payload.data.eq(self.lanes.payload.data.as_value()),
             dma.data.payload.strb.eq(Mux((left == 1) & (tail != 0), partial, full)),
-            dma.clear.eq(self.start), dma.cancel.eq(self.cancel),
+            dma.clear.eq(self.start | self.clear), dma.cancel.eq(self.cancel),
             self.busy.eq(pending | dma.busy | (left != 0)),
             self.done.eq(dma.done),
             self.error.eq(dma.error), self.error_addr.eq(dma.error_addr), self.error_code.eq(dma.error_code),

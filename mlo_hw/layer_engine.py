@@ -17,8 +17,8 @@ read at START; outside that range START sets ERROR with ERROR_CODE.bad_tokens an
 TOKENS and beyond, and the padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
 Every ``seq_len`` row is computed and stored; rows of padding tokens are don't-cares for the host.
 CTRL.soft_reset (in any phase) and a weight read error abandon the run: the AXI masters issue no new
-burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:`InputReader` and
-:class:`OutputWriter` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
+burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:`~mlo_hw.engine.activation_io.BufferLoad` and
+:class:`~mlo_hw.engine.activation_io.BufferStore` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
 until then. An error response on the input (the first failing read beat) or the output (the failing write
 burst) likewise ends the run with ERROR, not DONE; ERROR_ADDR and ERROR_CODE name the first error (a
 weight read's, else the input's, else the output's). The input reader and the weight streamer share AR/R through
@@ -60,11 +60,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from . import numerics as nx
-from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members, axi_write_master_members, \
-    axil_slave_members, forward_ports
+from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadPortSwitch
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from .config import ConfigError
+from .engine.activation_io import BufferLoad, BufferStore
 from .gelu import GeluTable
 from .layernorm import LayerNorm
 from .loop_ctrl import WeightStreamer
@@ -72,11 +72,10 @@ from .mvau import MVAU, MVAUParams
 from .perf import check_fit
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
-from .weight_dma import ERR_BAD_COMMAND
 from .weight_image import HEADER_FIELDS
 
-__all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "InputReader",
-           "OutputWriter", "Narrow", "trace_members", "LayerEngine", "EngineTop", "engine_top"]
+__all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "Narrow", "trace_members",
+           "LayerEngine", "EngineTop", "engine_top"]
 
 
 class Op(enum.Enum, shape=4):
@@ -235,197 +234,6 @@ class Serializer(wiring.Component):
         return m
 
 
-class InputReader(wiring.Component):
-    """Reads ``bytes`` from DRAM at ``base`` (beat aligned) into a word buffer, ``chunk`` bytes a cycle.
-
-    ``start`` (pulse); ``busy``; writes ``w_addr`` (word) / ``w_en`` (byte lanes) / ``w_data``
-    (the chunk replicated over the word). One INCR burst at a time (page bounded). ``chunk`` is
-    min(beat bytes, word bytes). ``error`` (sticky until the next start): ``base`` is not beat
-    aligned (nothing is read), or a beat came back with SLVERR/DECERR (the rest of that burst is
-    accepted, no further burst is read);
-    ``error_addr``/``error_code`` as the weight DMA's (:mod:`mlo_hw.weight_dma`): the first failing
-    beat's byte address and its RRESP, or ``base`` and ``ERR_BAD_COMMAND``.
-    ``cancel`` (pulse, ignored while idle): no new burst; an AR already on offer is held until it is
-    accepted (AXI forbids withdrawing it) and the beats of the burst in flight are accepted without
-    writing the buffer, then ``busy`` falls. ``start`` wins over a ``cancel`` in the same cycle.
-    """
-
-    def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
-        self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
-        self.chunk = min(p.data_bytes, word_bytes)
-        super().__init__({
-            "start": In(1), "cancel": In(1), "base": In(p.addr_bits), "busy": Out(1), "error": Out(1),
-            "error_addr": Out(p.addr_bits), "error_code": Out(3),
-            "w_addr": Out(range(max(words, 2))), "w_en": Out(word_bytes), "w_data": Out(8 * word_bytes),
-            **axi_read_master_members(p),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        p, c, wb = self.p, self.chunk, self.word_bytes
-        total_beats = self.total_bytes // p.data_bytes
-        chunks = p.data_bytes // c
-        addr = Signal(p.addr_bits)
-        remaining = Signal(range(total_beats + 1))
-        n = burst_beats(m, p, addr, remaining)
-        beat = Signal(8 * p.data_bytes)
-        have, last_beat = Signal(), Signal()
-        ci = Signal(range(max(chunks, 2)))
-        word, lane = Signal.like(self.w_addr), Signal(range(max(wb, 2)))
-        stopping = Signal()         # cancelled: finish the burst in flight, then idle
-        beat_addr = Signal(p.addr_bits)     # byte address of the next R beat
-        m.d.comb += [self.m_axi_araddr.eq(addr), self.m_axi_arlen.eq(n - 1), self.m_axi_arsize.eq(p.size_log2),
-                     self.m_axi_arburst.eq(BURST_INCR), self.m_axi_arid.eq(0),
-                     self.w_addr.eq(word), self.w_data.eq(beat.word_select(ci, 8 * c).replicate(wb // c))]
-        with m.FSM(name="input") as fsm:
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 have.eq(0), ci.eq(0), self.error.eq(0), self.error_code.eq(0), stopping.eq(0)]
-                    with m.If(self.base[:p.size_log2] != 0):
-                        m.d.sync += [self.error.eq(1), self.error_addr.eq(self.base),
-                                     self.error_code.eq(ERR_BAD_COMMAND)]
-                    with m.Else():
-                        m.next = "AR"
-            with m.State("AR"):
-                m.d.comb += [self.busy.eq(1), self.m_axi_arvalid.eq(1)]
-                with m.If(self.m_axi_arready):
-                    m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n),
-                                 beat_addr.eq(addr)]
-                    m.next = "R"
-            with m.State("R"):
-                # the next beat is taken in the cycle the last chunk of this one is written
-                take = ~have | ((ci == chunks - 1) & ~last_beat)
-                m.d.comb += [self.busy.eq(1), self.m_axi_rready.eq(take)]
-                with m.If(have):
-                    # one chunk of the beat a cycle into the buffer (dropped once cancelled)
-                    m.d.comb += self.w_en.eq(Mux(stopping, 0, Const((1 << c) - 1, wb) << lane))
-                    m.d.sync += ci.eq(ci + 1)
-                    if c == wb:
-                        m.d.sync += word.eq(word + 1)
-                    else:
-                        m.d.sync += lane.eq(lane + c)
-                        with m.If(lane == wb - c):
-                            m.d.sync += [lane.eq(0), word.eq(word + 1)]
-                    with m.If(ci == chunks - 1):
-                        m.d.sync += [have.eq(0), ci.eq(0)]
-                        with m.If(last_beat):
-                            m.next = "AR"
-                            with m.If((remaining == 0) | stopping | self.cancel | self.error):
-                                m.next = "IDLE"
-                with m.If(self.m_axi_rvalid & take):
-                    m.d.sync += [beat.eq(self.m_axi_rdata), have.eq(1), ci.eq(0), last_beat.eq(self.m_axi_rlast),
-                                 beat_addr.eq(beat_addr + p.data_bytes)]
-                    with m.If(self.m_axi_rresp[1] & ~self.error):
-                        m.d.sync += [self.error.eq(1), self.error_addr.eq(beat_addr),
-                                     self.error_code.eq(self.m_axi_rresp)]
-        with m.If(self.cancel & ~fsm.ongoing("IDLE")):
-            m.d.sync += stopping.eq(1)
-        return m
-
-
-class OutputWriter(wiring.Component):
-    """Writes ``bytes`` of a word buffer to DRAM at ``base`` (beat aligned), one INCR burst at a time.
-
-    ``start`` (pulse); ``busy``; reads ``r_addr`` -> ``r_data`` one cycle later. A beat is gathered
-    from ``beat / chunk`` reads, then sent; the burst's B response is awaited before the next AW.
-    ``error`` (sticky until the next start): ``base`` is not beat aligned (nothing is written), or a
-    B response was SLVERR/DECERR (no further burst is written); ``error_addr`` is then ``base`` (with ``error_code`` ERR_BAD_COMMAND)
-    or the failing burst's first byte address (with its BRESP: a B response covers the whole burst).
-    ``cancel`` (pulse, ignored while idle): no new burst. An AW already on offer is held until it is
-    accepted (AXI forbids withdrawing it); the burst in flight is completed, as AXI requires every
-    beat of an accepted AW, but each beat gathered after the cancel goes out with WSTRB 0 (nothing
-    more is written); its B response is taken, then ``busy`` falls. ``start`` wins over a
-    ``cancel`` in the same cycle. ``clear`` (pulse) clears ``error``, for a new run that may not reach
-    the store.
-    """
-
-    def __init__(self, p: AxiParams, word_bytes: int, total_bytes: int, words: int):
-        self.p, self.word_bytes, self.total_bytes = p, word_bytes, total_bytes
-        self.chunk = min(p.data_bytes, word_bytes)
-        super().__init__({
-            "start": In(1), "cancel": In(1), "clear": In(1), "base": In(p.addr_bits), "busy": Out(1),
-            "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
-            "r_addr": Out(range(max(words, 2))), "r_data": In(8 * word_bytes),
-            **axi_write_master_members(p),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        p, c, wb = self.p, self.chunk, self.word_bytes
-        total_beats = self.total_bytes // p.data_bytes
-        chunks = p.data_bytes // c
-        addr = Signal(p.addr_bits)
-        remaining = Signal(range(total_beats + 1))
-        n = burst_beats(m, p, addr, remaining)
-        left = Signal(9)
-        beat = Signal(8 * p.data_bytes)
-        ci = Signal(range(chunks + 1))
-        word, lane, lane_q = Signal.like(self.r_addr), Signal(range(max(wb, 2))), Signal(range(max(wb, 2)))
-        stopping = Signal()         # cancelled: finish the burst in flight, then idle
-        blank = Signal()            # the beat on offer was gathered after the cancel: WSTRB 0
-        burst_addr = Signal(p.addr_bits)    # first byte address of the burst in flight
-        m.d.comb += [self.m_axi_awaddr.eq(addr), self.m_axi_awlen.eq(n - 1), self.m_axi_awsize.eq(p.size_log2),
-                     self.m_axi_awburst.eq(BURST_INCR), self.m_axi_awid.eq(0), self.m_axi_wdata.eq(beat),
-                     self.m_axi_wstrb.eq(Mux(blank, 0, (1 << p.data_bytes) - 1)), self.m_axi_wlast.eq(left == 1),
-                     self.r_addr.eq(word)]
-        chunk_data = self.r_data.word_select(lane_q // c, 8 * c) if c < wb else self.r_data
-        with m.FSM(name="output") as fsm:
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [addr.eq(self.base), remaining.eq(total_beats), word.eq(0), lane.eq(0),
-                                 self.error.eq(0), self.error_code.eq(0), stopping.eq(0)]
-                    with m.If(self.base[:p.size_log2] != 0):
-                        m.d.sync += [self.error.eq(1), self.error_addr.eq(self.base),
-                                     self.error_code.eq(ERR_BAD_COMMAND)]
-                    with m.Else():
-                        m.next = "AW"
-            with m.State("AW"):
-                m.d.comb += [self.busy.eq(1), self.m_axi_awvalid.eq(1)]
-                with m.If(self.m_axi_awready):
-                    m.d.sync += [addr.eq(addr + (n << p.size_log2)), remaining.eq(remaining - n), left.eq(n),
-                                 ci.eq(0), burst_addr.eq(addr)]
-                    m.next = "FILL"
-            with m.State("FILL"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += blank.eq(stopping | self.cancel)     # WSTRB of the beat: fixed before W
-                with m.If(ci != 0):
-                    m.d.sync += beat.word_select((ci - 1)[:len(ci)], 8 * c).eq(chunk_data)
-                with m.If(ci != chunks):
-                    m.d.sync += [ci.eq(ci + 1), lane_q.eq(lane)]
-                    if c == wb:
-                        m.d.sync += word.eq(word + 1)
-                    else:
-                        m.d.sync += lane.eq(lane + c)
-                        with m.If(lane == wb - c):
-                            m.d.sync += [lane.eq(0), word.eq(word + 1)]
-                with m.Else():
-                    m.next = "W"
-            with m.State("W"):
-                m.d.comb += [self.busy.eq(1), self.m_axi_wvalid.eq(1)]
-                with m.If(self.m_axi_wready):
-                    m.d.sync += [left.eq(left - 1), ci.eq(0)]
-                    with m.If(left == 1):
-                        m.next = "B"
-                    with m.Else():
-                        m.next = "FILL"
-            with m.State("B"):
-                m.d.comb += [self.busy.eq(1), self.m_axi_bready.eq(1)]
-                with m.If(self.m_axi_bvalid):
-                    with m.If(self.m_axi_bresp[1] & ~self.error):
-                        m.d.sync += [self.error.eq(1), self.error_addr.eq(burst_addr),
-                                     self.error_code.eq(self.m_axi_bresp)]
-                    with m.If((remaining == 0) | stopping | self.cancel | self.m_axi_bresp[1]):
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "AW"
-        with m.If(self.cancel & ~fsm.ongoing("IDLE")):
-            m.d.sync += stopping.eq(1)
-        with m.If(self.clear):
-            m.d.sync += [self.error.eq(0), self.error_code.eq(0)]
-        return m
-
-
 class Narrow(wiring.Component):
     """The MVAU's activation input: ``lanes`` int16 elements of the residual stream narrowed to int8, or
     ``lanes`` bytes passed through. One register stage, one word a cycle.
@@ -563,8 +371,9 @@ class LayerEngine(wiring.Component):
         score_ser, xreader, lnreader, narrow = (compute[n] for n in ("score_ser", "xreader", "lnreader", "narrow"))
         lns = [compute[f"ln{i}"] for i in range(LN_LANES)]
         pair_sers = [compute[f"pair_ser{i}"] for i in range(LN_LANES)]
-        m.submodules.input = inp = InputReader(ap, RES_BYTES * simd, RES_BYTES * g.tokens * H, words(S * H))
-        m.submodules.output = outw = OutputWriter(ap, RES_BYTES * simd, RES_BYTES * g.tokens * H, words(S * H))
+        # the layer input in, the last layer's output out: X's words to and from DRAM (int16 [tokens, H])
+        m.submodules.input = inp = BufferLoad(ap, nx.RES_BITS * simd, words(S * H))
+        m.submodules.output = outw = BufferStore(ap, nx.RES_BITS * simd, words(S * H))
 
         for name in axil_slave_members(AXIL_ADDR_BITS):
             port, inner = getattr(self, name), getattr(regs, name)
@@ -576,7 +385,7 @@ class LayerEngine(wiring.Component):
 
         # AXI: the input reader owns AR/R while it loads, the weight streamer otherwise (the port changes
         # hands only when it is quiet, see ReadPortSwitch); W is the writer's.
-        m.submodules.read_port = rport = ReadPortSwitch(ap, max_bursts=ws.outstanding + 1)
+        m.submodules.read_port = rport = ReadPortSwitch(ap, max_bursts=max(ws.outstanding, inp.outstanding) + 1)
         loading = Signal()
         m.d.comb += rport.sel.eq(loading)
         forward_ports(m, self, rport, axi_read_master_members(ap))
@@ -856,12 +665,15 @@ class LayerEngine(wiring.Component):
 
         # ---- input and output ----------------------------------------------------------------------------
         xb = bufs["x"]
+        m.d.comb += inp.w.ready.eq(1)                   # X takes a word every cycle
         with m.If(op == Op.LOAD):
-            m.d.comb += [xb.w.addr.eq(inp.w_addr), xb.w.data.eq(inp.w_data),
-                         xb.w.en.eq(Cat(*(inp.w_en[RES_BYTES * i] for i in range(simd))))]
+            m.d.comb += [xb.w.addr.eq(inp.w.payload.addr), xb.w.data.eq(inp.w.payload.data),
+                         xb.w.en.eq(Mux(inp.w.valid, (1 << simd) - 1, 0))]
         with m.If(op == Op.STORE):
-            m.d.comb += [xb.r.addr.eq(outw.r_addr)]
-        m.d.comb += [outw.r_data.eq(xb.r.data), inp.base.eq(regs.input_base), outw.base.eq(regs.output_base)]
+            m.d.comb += [xb.r.addr.eq(outw.r_addr), xb.r.en.eq(outw.r_en)]
+        m.d.comb += [outw.r_data.eq(xb.r.data),
+                     inp.base.eq(regs.input_base), inp.words.eq(words(g.tokens * H)), inp.word_base.eq(0),
+                     outw.base.eq(regs.output_base), outw.words.eq(words(g.tokens * H)), outw.word_base.eq(0)]
 
         # ---- parameter copies (ParamStore -> LayerNorm gains/biases, GELU table) --------------------------
         # A copy is requested while the destination idles (LN1's during O, GELU's during LN1, LN2's during
@@ -941,7 +753,7 @@ class LayerEngine(wiring.Component):
                      regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
                      ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset),
                      ws.clear.eq(regs.start), inp.cancel.eq(regs.soft_reset), outw.cancel.eq(regs.soft_reset),
-                     outw.clear.eq(regs.start)]
+                     inp.clear.eq(regs.start), outw.clear.eq(regs.start)]
         mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
         mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
         mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",

@@ -216,8 +216,9 @@ class BusMonitor:
     """AXI4 checks on the engine's ``m_axi_*`` port in every cycle of a test (sampled after the clock edge):
 
     - an AR, AW or W on offer keeps VALID and its payload until it is accepted (AXI A3.2.1);
-    - an R beat comes only while a read burst is outstanding (RLAST on its last beat); W beats only for
-      an accepted AW (the engine never sends W first; WLAST on the last); B only for a finished burst;
+    - an R beat comes only while a read burst is outstanding (RLAST on its last beat); W beats in burst
+      order, WLAST on each burst's last (a W beat may come before its AW, as AXI allows: A3.3.1, and the
+      write DMA does it); B only for a finished burst;
     - drain: while STATUS.busy (``regs.busy``) is 0, no AR or AW is on offer and no R beat, W beat or B
       response is owed.
 
@@ -233,6 +234,7 @@ class BusMonitor:
         self.dut = dut
         self.first, self.count, self.resets, self.ops = {}, {}, [], set()
         self.reads, self.writes = deque(), deque()     # [beats owed, address] per accepted burst
+        self.w_early = deque()      # WLAST of W beats accepted before their AW (AXI allows it, A3.3.1)
         self.b_owed = self.written_after_reset = 0
         self.ar_wait, self.ar_addr, self.aw_on_offer = 0, None, False
         self.cycle = 0
@@ -251,7 +253,7 @@ class BusMonitor:
         return [a for _, a in self.reads] + ([self.ar_addr] if self.ar_wait else [])
 
     def writes_in_flight(self):
-        return bool(self.writes or self.b_owed or self.aw_on_offer)
+        return bool(self.writes or self.w_early or self.b_owed or self.aw_on_offer)
 
     async def run(self):
         dut = self.dut
@@ -282,7 +284,7 @@ class BusMonitor:
                 held[ch] = payload if payload is not None and accepted[ch] is None else None
             # the drain invariant, on what is owed at the start of this cycle
             if not busy.value and (offered["AR"] or offered["AW"] or offered["W"] or self.reads or self.writes
-                                   or self.b_owed):
+                                   or self.w_early or self.b_owed):
                 self.fail("busy", f"STATUS.busy is 0 with AXI traffic in flight: AR on offer {bool(offered['AR'])}, "
                           f"read bursts owed {len(self.reads)}, AW on offer {bool(offered['AW'])}, "
                           f"write bursts owing W {len(self.writes)}, B owed {self.b_owed}")
@@ -301,15 +303,7 @@ class BusMonitor:
                         self.reads.popleft()
             if accepted["W"] is not None:
                 self.written_after_reset += accepted["W"][1] != 0
-                if not self.writes:
-                    self.fail("W", "W beat with no accepted AW")
-                else:
-                    self.writes[0][0] -= 1
-                    if bool(accepted["W"][2]) != (self.writes[0][0] == 0):
-                        self.fail("WLAST", f"WLAST {accepted['W'][2]} with {self.writes[0][0]} beats left")
-                    if self.writes[0][0] == 0:
-                        self.writes.popleft()
-                        self.b_owed += 1
+                self.w_early.append(accepted["W"][2])      # matched with its burst once that AW is seen
             if port["bvalid"].value and port["bready"].value:
                 if not self.b_owed:
                     self.fail("B", "B response with no finished write burst")
@@ -318,6 +312,16 @@ class BusMonitor:
                 self.reads.append([accepted["AR"][1] + 1, accepted["AR"][0]])
             if accepted["AW"] is not None:
                 self.writes.append([accepted["AW"][1] + 1, accepted["AW"][0]])
+            while self.w_early and self.writes:         # W beats of accepted bursts, in order
+                wlast = self.w_early.popleft()
+                self.writes[0][0] -= 1
+                if bool(wlast) != (self.writes[0][0] == 0):
+                    self.fail("WLAST", f"WLAST {wlast} with {self.writes[0][0]} beats left")
+                if self.writes[0][0] == 0:
+                    self.writes.popleft()
+                    self.b_owed += 1
+            if len(self.w_early) > 256:
+                self.fail("W", f"{len(self.w_early)} W beats with no accepted AW")
             self.ar_wait = self.ar_wait + 1 if held["AR"] is not None else 0
             self.ar_addr = held["AR"][0] if held["AR"] is not None else None
             self.aw_on_offer = held["AW"] is not None
