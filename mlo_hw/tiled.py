@@ -1,0 +1,192 @@
+"""The DRAM-tiled layer schedule, executed in numpy: what the tiled engine moves, in what layout, in what order.
+
+When the activations do not fit on chip, the engine runs each layer in two passes over token blocks of
+``block`` rows (``block`` divides the padded sequence ``S``; ``T = S / block`` blocks), its activations in a
+scratch region of DRAM:
+
+- pass 1, per block t: read X_t (int16 [block, H]); Q_t, K_t, V_t = narrow(X_t) W^T (the Q, K and V weights
+  streamed once per block); write Q_t, K_t and V_t to scratch.
+- pass 2, per block t: read Q_t; per head h read K_h and V_h^T (all S keys) and compute
+  scores -> softmax -> P -> P V_h -> CTX_t; O (weights streamed once per block); read X_t again (the
+  residual); LN1; FFN up; GELU; FFN down; LN2; write X'_t (the next layer's input, or the output).
+
+Every operation is row-wise except attention, whose score rows are still complete (all S keys) before the
+softmax: so the schedule equals :func:`mlo_hw.golden.int_layer` bit for bit (``tests/test_tiled.py``).
+
+Scratch layout (:func:`scratch_layout`, byte offsets from SCRATCH_BASE, each region 4 KiB aligned):
+``x0``, ``x1`` int16 [S, H] row-major (the residual stream, ping-pong between layers: layer l reads
+``x{l%2}``, except layer 0 which reads the input buffer, and writes ``x{(l+1)%2}``, except the last which
+writes the output buffer); ``q`` int8 [S, H] row-major; ``k`` and ``vt`` head-major, each head's
+[S, dh] (K_h) and [dh, S] (V_h^T) in the MVAU's weight-word order (:func:`mlo_hw.weight_image.pack_tile_weights`:
+word (nf, sf) of ``pe * simd`` bytes, byte ``p * simd + s``), so a head streams into the MVAU's weight port
+as a tile. A block's K_h is one contiguous run of ``block * dh`` bytes; its V_h^T is ``dh / pe`` runs of
+``block * pe`` bytes, ``S * pe`` bytes apart.
+
+:func:`tiled_stack` runs the layers on a byte-addressed DRAM and returns the output with every transfer
+(:class:`Transfer`): the DRAM traffic the planner's bound counts, and the access pattern an RTL run of the
+tiled engine must show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import numerics as nx
+from .golden import IntLayer, int_matmul
+from .weight_image import layout, pack_tile_weights, unpack_tile_weights
+
+__all__ = ["PAGE", "ScratchLayout", "scratch_layout", "Transfer", "TiledRun", "tiled_stack", "layer_traffic"]
+
+PAGE = 4096
+
+
+def _page(n: int) -> int:
+    return -(-n // PAGE) * PAGE
+
+
+@dataclass(frozen=True)
+class ScratchLayout:
+    """Byte offsets of the scratch regions (see the module docstring) and the total size."""
+    x0: int
+    x1: int
+    q: int
+    k: int
+    vt: int
+    bytes: int
+
+
+def scratch_layout(cfg) -> ScratchLayout:
+    s, h = cfg.seq_padded, cfg.model.hidden
+    x, a = _page(2 * s * h), _page(s * h)
+    return ScratchLayout(x0=0, x1=x, q=2 * x, k=2 * x + a, vt=2 * x + 2 * a, bytes=2 * x + 3 * a)
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One DRAM transfer of the schedule: ``kind`` "read" or "write", what it moves, where, how many bytes."""
+    layer: int
+    kind: str
+    what: str          # "x", "q", "k", "vt", "residual", "out", or "weights.<section>"
+    addr: int
+    bytes: int
+
+
+@dataclass
+class TiledRun:
+    """What :func:`tiled_stack` returns: the output, every transfer in order, the final DRAM image and where
+    the input, output and scratch regions start in it."""
+    output: np.ndarray
+    transfers: list
+    mem: bytearray
+    input_base: int
+    output_base: int
+    scratch_base: int
+
+
+class _Dram:
+    def __init__(self, size: int):
+        self.mem = bytearray(size)
+        self.log: list[Transfer] = []
+        self.layer = 0
+
+    def read(self, what, addr, n) -> bytes:
+        self.log.append(Transfer(self.layer, "read", what, addr, n))
+        return bytes(self.mem[addr:addr + n])
+
+    def write(self, what, addr, data: bytes):
+        self.log.append(Transfer(self.layer, "write", what, addr, len(data)))
+        self.mem[addr:addr + len(data)] = data
+
+
+def _linear(x, m, bits=8):
+    return nx.requant(int_matmul(x, m.w.T) + m.bias, m.mult, m.shift, bits)
+
+
+def _i16(t) -> bytes:
+    return np.asarray(t).astype("<i2").tobytes()
+
+
+def _i8(t) -> bytes:
+    return np.asarray(t).astype(np.int8).tobytes()
+
+
+def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: int = 0):
+    """Run ``layers`` on int16 ``x`` [S, H] (S = ``cfg.seq_padded``) in blocks of ``block`` rows through a
+    simulated DRAM (weights at ``weight_base``, then input, output and scratch); returns (output int64
+    [S, H], the transfers, the DRAM image: a :class:`TiledRun`)."""
+    s, h, heads = cfg.seq_padded, cfg.model.hidden, cfg.model.heads
+    dh, pe, simd = cfg.head_dim, cfg.folding.pe, cfg.folding.simd
+    unit = np.lcm(pe, simd)
+    if block <= 0 or s % block or block % unit:
+        raise ValueError(f"block: {block} rows must divide seq {s} and be a multiple of lcm(pe, simd) = {unit}")
+    x = np.asarray(x, np.int64)
+    assert x.shape == (s, h), (x.shape, (s, h))
+    lay, sc = layout(cfg), scratch_layout(cfg)
+    act = _page(2 * s * h)
+    inp = _page(weight_base + lay.total_bytes)
+    out, scratch = inp + act, inp + 2 * act
+    dram = _Dram(scratch + sc.bytes)
+    dram.mem[inp:inp + 2 * s * h] = _i16(x)
+    mask = np.asarray(mask, bool)
+    rows = lambda base, t, width: (base + t * block * width, block * width)        # noqa: E731
+    for li, p in enumerate(layers):
+        dram.layer = li
+        wbase = weight_base + li * lay.stride
+        src = inp if li == 0 else scratch + (sc.x1 if li % 2 else sc.x0)
+        dst = out if li == len(layers) - 1 else scratch + (sc.x0 if li % 2 else sc.x1)
+        for name in ("header", "narrow", "ln1", "gelu", "ln2"):     # the small sections: once per layer
+            dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
+        for t in range(s // block):                                 # pass 1: Q, K, V of every block
+            for name in ("q", "k", "v"):
+                dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
+            xt = np.frombuffer(dram.read("x", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
+            x8 = nx.narrow(xt, p.narrow_in)
+            q, k, v = (_linear(x8, getattr(p, n)) for n in ("q", "k", "v"))
+            dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
+            for hh in range(heads):
+                kh = k[:, hh * dh:(hh + 1) * dh]                    # [block, dh]: rows t*block.. of K_h
+                dram.write("k", scratch + sc.k + hh * s * dh + t * block * dh, _i8(pack_tile_weights(kh, pe, simd)))
+                vt = v[:, hh * dh:(hh + 1) * dh].T                  # [dh, block]: columns of V_h^T
+                packed = pack_tile_weights(vt, pe, simd).reshape(dh // pe, block // simd, pe * simd)
+                for nf in range(dh // pe):
+                    at = scratch + sc.vt + hh * s * dh + nf * s * pe + t * block * pe
+                    dram.write("vt", at, _i8(packed[nf]))
+        for t in range(s // block):                                 # pass 2: the rest, per query block
+            for name in ("o", "ffn_up", "ffn_down"):
+                dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
+            q = np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
+            ctx = np.zeros((block, h), np.int64)
+            for hh in range(heads):
+                kflat = np.frombuffer(dram.read("k", scratch + sc.k + hh * s * dh, s * dh), np.int8)
+                vflat = np.frombuffer(dram.read("vt", scratch + sc.vt + hh * s * dh, s * dh), np.int8)
+                kh = unpack_tile_weights(kflat, s, dh, pe, simd).astype(np.int64)
+                vth = unpack_tile_weights(vflat, dh, s, pe, simd).astype(np.int64)
+                scores = int_matmul(q[:, hh * dh:(hh + 1) * dh], kh.T)
+                probs = nx.softmax(scores[None], mask[None, None, :], p.softmax_mult, p.softmax_shift)[0]
+                ctx[:, hh * dh:(hh + 1) * dh] = nx.requant(int_matmul(probs, vth.T), p.ctx_mult, p.ctx_shift)
+            attn = _linear(ctx, p.o, nx.RES_BITS)
+            xt = np.frombuffer(dram.read("residual", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
+            ln1 = nx.layernorm(xt + attn, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS)
+            act_ = nx.table_lookup(_linear(nx.narrow(ln1, p.narrow_ln1), p.ffn_up), p.gelu)
+            down = _linear(act_, p.ffn_down, nx.RES_BITS)
+            y = nx.layernorm(ln1 + down, p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS)
+            dram.write("out" if dst == out else "x", rows(dst, t, 2 * h)[0], _i16(y))
+    y = np.frombuffer(bytes(dram.mem[out:out + 2 * s * h]), "<i2").reshape(s, h).astype(np.int64)
+    return TiledRun(y, dram.log, dram.mem, inp, out, scratch)
+
+
+def layer_traffic(log: list[Transfer], layer: int) -> dict[str, int]:
+    """Bytes of one layer's transfers: weights read, activations read, activations written."""
+    t = {"weights_read": 0, "activations_read": 0, "activations_written": 0}
+    for tr in log:
+        if tr.layer != layer:
+            continue
+        if tr.kind == "write":
+            t["activations_written"] += tr.bytes
+        elif tr.what.startswith("weights."):
+            t["weights_read"] += tr.bytes
+        else:
+            t["activations_read"] += tr.bytes
+    return t
