@@ -42,7 +42,9 @@ class TileGeometry:
     chan_bytes: int          # bias int32[tile_rows] + mult uint32[tile_rows]
 
     @classmethod
-    def from_config(cls, cfg) -> "TileGeometry":
+    def from_config(cls, cfg, raw_tile_bytes: int = 0) -> "TileGeometry":
+        """``raw_tile_bytes``: a bank must also hold a raw tile (weights only) of that size (a head's K_h or
+        V_h^T in the DRAM-tiled schedule)."""
         lay = layout(cfg)
         f, b = cfg.folding, cfg.axi_data_bytes
         mats = [s for s in lay.sections if s.tile_rows]
@@ -57,7 +59,8 @@ class TileGeometry:
         if (4 * f.tile_rows) % b or max(b, 4 * f.pe) % min(b, 4 * f.pe):
             raise ConfigError(f"folding.tile_rows: the bias block ({4 * f.tile_rows} bytes) is not a whole "
                               f"number of {b}-byte AXI beats; lower memory.axi_data_bits")
-        return cls(b, word, f.pe, f.tile_rows, max(f.tile_rows * s.cols for s in mats), 8 * f.tile_rows)
+        return cls(b, word, f.pe, f.tile_rows, max([f.tile_rows * s.cols for s in mats] + [raw_tile_bytes]),
+                   8 * f.tile_rows)
 
     def weight_beats(self, cols: int) -> int:
         return self.tile_rows * cols // self.beat_bytes
@@ -158,8 +161,8 @@ class TileBuffer(wiring.Component):
     both banks. Throughput: one beat written and one word read per cycle.
     """
 
-    def __init__(self, cfg, tag_bits: int = 5):
-        g = self.geometry = TileGeometry.from_config(cfg)
+    def __init__(self, cfg, tag_bits: int = 5, raw_tile_bytes: int = 0):
+        g = self.geometry = TileGeometry.from_config(cfg, raw_tile_bytes)
         self.tag_bits = tag_bits
         beat_bits = 8 * g.beat_bytes
         super().__init__({

@@ -1,11 +1,16 @@
 """The layer loop: which weight bytes to fetch next, and the memory system that fetches them.
 
-:class:`LoopController` walks the weight image schedule of :func:`mlo_hw.weight_image.layout` for
-layers 0..L-1: for every section in consumption order, one DMA command per weight tile (matrix
-sections) or one per small section, at ``weight_base + l * stride + section offset + t * tile_bytes``.
-A tile command is issued only when the tile buffer grants a bank (``claim``/``can_claim``), so the
-next tile, also the first of layer l+1, streams in while the previous one computes; small sections
-go straight to the parameter store. Commands are tagged ``section | parity << 4``.
+:func:`fetch_program` lists, for one layer, everything the MVAU's weight port and the parameter store take
+from DRAM, in the order they are consumed: :class:`Fetch` entries of ``count`` commands each. The on-chip
+engine's program is the weight image's sections in order (:func:`mlo_hw.weight_image.layout`). The DRAM-tiled
+schedule's (``blocks`` > 1, see :mod:`mlo_hw.tiled`) is: the small sections; then Q, K, V once per token block;
+then per block, each head's K_h and V_h^T from scratch DRAM (raw tiles: weights only) followed by O, FFN up,
+FFN down. :class:`LoopController` walks the program for layers 0..L-1: one DMA command per tile (or per small
+section) at ``weight_base + l * stride + offset + i * step``, or ``scratch_base + offset + head * S * dh``
+for the per-head entries, looping over blocks and heads as the entries say. A tile command is issued only
+when the tile buffer grants a bank (``claim``/``can_claim``), so the next tile, also the first of layer
+l+1, streams in while the previous one computes; small sections go straight to the parameter store.
+Commands are tagged ``section | parity << 4`` (section: the index in :data:`FETCH_SECTIONS`).
 
 :class:`WeightStreamer` is the memory system: loop controller + :class:`~mlo_hw.weight_dma.ReadDma`
 + :class:`~mlo_hw.buffers.TileBuffer` + :class:`~mlo_hw.buffers.ParamStore`, with an AXI4 read
@@ -14,6 +19,8 @@ master (``m_axi_*``) towards DRAM and the buffers' read ports towards compute.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -21,10 +28,11 @@ from amaranth.lib.wiring import In, Out
 from .axi import AxiParams, axi_read_master_members
 from .buffers import PARAM_SECTIONS, index_range, ParamGeometry, ParamStore, TileBuffer, TileGeometry
 from .weight_dma import ReadDma, command_layout
+from .config import ConfigError
 from .weight_image import SECTION_ORDER, layout
 
-__all__ = ["SECTION_BITS", "TAG_BITS", "LAYER_BITS", "section_id", "Schedule", "LoopController",
-           "WeightStreamer"]
+__all__ = ["SECTION_BITS", "TAG_BITS", "LAYER_BITS", "FETCH_SECTIONS", "section_id", "Fetch", "fetch_program",
+           "LoopController", "WeightStreamer"]
 
 SECTION_BITS = 4
 TAG_BITS = SECTION_BITS + 1          # section index, then the layer's parity
@@ -32,43 +40,76 @@ LAYER_BITS = 16
 BEATS_BITS = 16
 
 
+FETCH_SECTIONS = SECTION_ORDER + ("k_head", "vt_head")    # weight-image sections, then a head's K_h / V_h^T
+
+
 def section_id(name: str) -> int:
-    return SECTION_ORDER.index(name)
+    return FETCH_SECTIONS.index(name)
 
 
-class Schedule:
-    """The per-layer fetch schedule in beats: one entry per section of the weight image layout."""
+@dataclass(frozen=True)
+class Fetch:
+    """One entry of a layer's fetch program: ``count`` commands of ``beats`` beats, ``step`` bytes apart, from
+    ``offset`` bytes into the layer's weights (or into scratch, plus ``head * head_bytes`` if ``per_head``).
+    After its last command the walk goes back to entry ``loop_heads`` while heads remain, else to
+    ``loop_blocks`` while token blocks remain (-1: no loop), else on."""
+    section: str
+    offset: int
+    beats: int
+    count: int
+    step: int
+    tile: bool                  # into the tile buffer (else the parameter store)
+    weight_beats: int = 0       # beats of weights at the start of each command (the rest: bias, mult)
+    scratch: bool = False
+    per_head: bool = False
+    loop_heads: int = -1
+    loop_blocks: int = -1
 
-    def __init__(self, cfg):
-        lay = layout(cfg)
-        b = cfg.axi_data_bytes
-        self.stride = lay.stride
-        self.beat_bytes = b
-        # (offset, beats per command, commands, step between commands, is a tile section)
-        self.entries = [(s.offset, (s.tile_bytes or s.bytes) // b, s.tiles or 1, s.tile_bytes, bool(s.tile_rows))
-                        for s in lay.sections]
-        if any(s.offset % b or (s.tile_bytes or s.bytes) % b for s in lay.sections):
-            raise ValueError("weight image: sections must be whole AXI beats")
 
-    @property
-    def max_beats(self) -> int:
-        return max(e[1] for e in self.entries)
+def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
+    """One layer's fetches in consumption order: the weight image's sections (``blocks`` = 1, the on-chip
+    engine), or the DRAM-tiled schedule of ``blocks`` token blocks (module docstring, :mod:`mlo_hw.tiled`)."""
+    lay, b = layout(cfg), cfg.axi_data_bytes
+    if any(s.offset % b or (s.tile_bytes or s.bytes) % b for s in lay.sections):
+        raise ValueError("weight image: sections must be whole AXI beats")
+
+    def section(name, **kw):
+        s = lay[name]
+        return Fetch(name, s.offset, (s.tile_bytes or s.bytes) // b, s.tiles or 1, s.tile_bytes,
+                     bool(s.tile_rows), s.tile_rows * s.cols // b if s.tile_rows else 0, **kw)
+    if blocks == 1:
+        return tuple(section(s.name) for s in lay.sections)
+    from .tiled import scratch_layout
+    sc, head = scratch_layout(cfg), cfg.seq_padded * cfg.head_dim
+    if head % b:
+        raise ConfigError(f"memory.axi_data_bits: a head's K ({head} bytes) is not a whole number of {b}-byte beats")
+    small = [section(n) for n in SECTION_ORDER if not lay[n].tile_rows]
+    pass1 = len(small)
+    pass2 = pass1 + 3
+    raw = dict(beats=head // b, count=1, step=0, tile=True, weight_beats=head // b, scratch=True, per_head=True)
+    return tuple(small + [section("q"), section("k"), section("v", loop_blocks=pass1),
+                          Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
+                          section("o"), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
 
 
 class LoopController(wiring.Component):
-    """Layer counter and address generator.
+    """Layer, block and head counters and the address generator of a fetch program (:func:`fetch_program`).
 
-    ``start`` (pulse) fetches ``layers`` layers from ``weight_base``; ``busy`` until every beat has
-    been delivered, then ``done`` pulses for one cycle (not after an error or ``cancel``).
-    ``dma_error`` stops issuing; ``cancel`` stops at once. One command per cycle at most.
+    ``start`` (pulse) fetches ``layers`` layers from ``weight_base`` (and ``scratch_base`` for the per-head
+    entries); ``busy`` until every beat has been delivered, then ``done`` pulses for one cycle (not after
+    an error or ``cancel``). ``dma_error`` stops issuing; ``cancel`` stops at once. One command per cycle
+    at most; a tile command waits for ``can_claim`` and pulses ``claim`` when it is taken.
     """
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, blocks: int = 1):
+        self.cfg, self.blocks = cfg, blocks
         self.p = AxiParams.from_config(cfg)
-        self.schedule = Schedule(cfg)
+        self.program = fetch_program(cfg, blocks)
+        self.stride = layout(cfg).stride
+        self.head_bytes = cfg.seq_padded * cfg.head_dim
         super().__init__({
             "start": In(1), "cancel": In(1), "layers": In(LAYER_BITS), "weight_base": In(self.p.addr_bits),
+            "scratch_base": In(self.p.addr_bits),
             "cmd": Out(stream.Signature(command_layout(self.p, BEATS_BITS, TAG_BITS))),
             "claim": Out(1), "can_claim": In(1), "dma_busy": In(1), "dma_error": In(1),
             "busy": Out(1), "done": Out(1), "layer": Out(LAYER_BITS),
@@ -76,47 +117,65 @@ class LoopController(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        sch = self.schedule
-        n = len(sch.entries)
+        prog, heads = self.program, self.cfg.model.heads
+        n = len(prog)
         entry = Signal(range(n))
-        tile = Signal(index_range(max(e[2] for e in sch.entries)))
-        layer_base = Signal(self.p.addr_bits)
-        tile_off = Signal(self.p.addr_bits)
-        offset, beats, count, step, is_tile = (Signal(self.p.addr_bits), Signal(BEATS_BITS), Signal.like(tile),
-                                               Signal(range(max(e[3] for e in sch.entries) + 1)), Signal())
+        tile = Signal(index_range(max(e.count for e in prog)))
+        block, head = Signal(index_range(self.blocks)), Signal(index_range(heads))
+        layer_base, tile_off, head_off = (Signal(self.p.addr_bits) for _ in range(3))
+        e = {"offset": Signal(self.p.addr_bits), "beats": Signal(BEATS_BITS), "last": Signal.like(tile),
+             "step": Signal(range(max(e.step for e in prog) + 1)), "tile": Signal(), "scratch": Signal(),
+             "per_head": Signal(), "loop_heads": Signal(), "loop_blocks": Signal(),
+             "heads_to": Signal(range(n)), "blocks_to": Signal(range(n)), "section": Signal(SECTION_BITS)}
         with m.Switch(entry):
-            for i, (off, bts, cnt, stp, til) in enumerate(sch.entries):
+            for i, f in enumerate(prog):
                 with m.Case(i):
-                    m.d.comb += [offset.eq(off), beats.eq(bts), count.eq(cnt - 1), step.eq(stp), is_tile.eq(til)]
+                    m.d.comb += [e["offset"].eq(f.offset), e["beats"].eq(f.beats), e["last"].eq(f.count - 1),
+                                 e["step"].eq(f.step), e["tile"].eq(f.tile), e["scratch"].eq(f.scratch),
+                                 e["per_head"].eq(f.per_head), e["section"].eq(section_id(f.section)),
+                                 e["loop_heads"].eq(f.loop_heads >= 0), e["heads_to"].eq(max(f.loop_heads, 0)),
+                                 e["loop_blocks"].eq(f.loop_blocks >= 0), e["blocks_to"].eq(max(f.loop_blocks, 0))]
 
         c = self.cmd.payload
-        m.d.comb += [c.addr.eq(layer_base + offset + tile_off), c.beats.eq(beats),
-                     c.tag.eq(entry | (self.layer[0] << SECTION_BITS))]
+        m.d.comb += [c.addr.eq(Mux(e["scratch"], self.scratch_base, layer_base) + e["offset"] + tile_off
+                               + Mux(e["per_head"], head_off, 0)),
+                     c.beats.eq(e["beats"]), c.tag.eq(e["section"] | (self.layer[0] << SECTION_BITS))]
 
         with m.FSM(name="loop"):
             with m.State("IDLE"):
                 with m.If(self.start & ~self.cancel):
-                    m.d.sync += [self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0),
-                                 layer_base.eq(self.weight_base)]
+                    m.d.sync += [self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
+                                 head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base)]
                     with m.If(self.layers == 0):
                         m.next = "FINISH"
                     with m.Else():
                         m.next = "ISSUE"
             with m.State("ISSUE"):
-                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(~self.dma_error & (~is_tile | self.can_claim))]
+                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(~self.dma_error & (~e["tile"] | self.can_claim))]
                 with m.If(self.cancel | self.dma_error):
                     m.next = "DRAIN"
                 with m.Elif(self.cmd.valid & self.cmd.ready):
-                    m.d.comb += self.claim.eq(is_tile)
-                    with m.If(tile != count):
-                        m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + step)]
+                    m.d.comb += self.claim.eq(e["tile"])
+                    with m.If(tile != e["last"]):
+                        m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + e["step"])]
                     with m.Else():
-                        m.d.sync += [tile.eq(0), tile_off.eq(0), entry.eq(entry + 1)]
-                        with m.If(entry == n - 1):
-                            m.d.sync += [entry.eq(0), self.layer.eq(self.layer + 1),
-                                         layer_base.eq(layer_base + sch.stride)]
-                            with m.If(self.layer == self.layers - 1):
-                                m.next = "FINISH"
+                        m.d.sync += [tile.eq(0), tile_off.eq(0)]
+                        with m.If(e["loop_heads"] & (head != heads - 1)):
+                            m.d.sync += [head.eq(head + 1), head_off.eq(head_off + self.head_bytes),
+                                         entry.eq(e["heads_to"])]
+                        with m.Elif(e["loop_blocks"] & (block != self.blocks - 1)):
+                            m.d.sync += [block.eq(block + 1), entry.eq(e["blocks_to"])]
+                        with m.Else():
+                            m.d.sync += entry.eq(entry + 1)
+                            with m.If(e["loop_heads"]):
+                                m.d.sync += [head.eq(0), head_off.eq(0)]
+                            with m.If(e["loop_blocks"]):
+                                m.d.sync += block.eq(0)
+                            with m.If(entry == n - 1):
+                                m.d.sync += [entry.eq(0), self.layer.eq(self.layer + 1),
+                                             layer_base.eq(layer_base + self.stride)]
+                                with m.If(self.layer == self.layers - 1):
+                                    m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(self.cancel | self.dma_error):
@@ -142,20 +201,23 @@ class WeightStreamer(wiring.Component):
     Tile side (see :class:`~mlo_hw.buffers.TileBuffer`): ``tile_ready``, ``tile_tag``
     (section | parity << 4), ``tile_release``, ``waddr``/``wdata``, ``caddr``/``bias``/``mult``.
     Parameter side (see :class:`~mlo_hw.buffers.ParamStore`): ``param_slot``, ``param_addr``,
-    ``param_data``, ``param_loaded``.
+    ``param_data``, ``param_loaded``. ``blocks`` > 1: the DRAM-tiled fetch program (:func:`fetch_program`),
+    whose per-head K_h / V_h^T come from ``scratch_base``; the tile buffer's banks then hold a head's as well.
     """
 
-    def __init__(self, cfg, outstanding: int = 8):
-        self.cfg = cfg
+    def __init__(self, cfg, outstanding: int = 8, blocks: int = 1):
+        self.cfg, self.blocks = cfg, blocks
         self.p = AxiParams.from_config(cfg)
         self.outstanding = outstanding
-        self.tiles = TileGeometry.from_config(cfg)
+        self.program = fetch_program(cfg, blocks)
+        self.raw_tile_bytes = cfg.seq_padded * cfg.head_dim if blocks > 1 else 0
+        self.tiles = TileGeometry.from_config(cfg, self.raw_tile_bytes)
         self.params = ParamGeometry.from_config(cfg)
         g = self.tiles
         pg = self.params
         super().__init__({
             "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS),
-            "weight_base": In(self.p.addr_bits),
+            "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
             "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1),
@@ -172,9 +234,9 @@ class WeightStreamer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg, p = self.cfg, self.p
-        m.submodules.loop = loop = LoopController(cfg)
+        m.submodules.loop = loop = LoopController(cfg, self.blocks)
         m.submodules.dma = dma = ReadDma(p, beats_bits=BEATS_BITS, tag_bits=TAG_BITS, outstanding=self.outstanding)
-        m.submodules.tiles = tiles = TileBuffer(cfg, tag_bits=TAG_BITS)
+        m.submodules.tiles = tiles = TileBuffer(cfg, tag_bits=TAG_BITS, raw_tile_bytes=self.raw_tile_bytes)
         m.submodules.params = params = ParamStore(cfg)
 
         # AXI master ports
@@ -189,7 +251,7 @@ class WeightStreamer(wiring.Component):
         wiring.connect(m, loop.cmd, dma.cmd)
         m.d.comb += [
             loop.start.eq(self.start), loop.cancel.eq(self.cancel), loop.layers.eq(self.layers),
-            loop.weight_base.eq(self.weight_base), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
+            loop.weight_base.eq(self.weight_base), loop.scratch_base.eq(self.scratch_base), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
             loop.dma_busy.eq(dma.busy), loop.dma_error.eq(dma.error),
             dma.cancel.eq(self.cancel), dma.clear.eq(self.start | self.clear), tiles.flush.eq(flush),
             self.busy.eq(loop.busy), self.done.eq(loop.done), self.layer.eq(loop.layer),
@@ -201,24 +263,23 @@ class WeightStreamer(wiring.Component):
         beat = dma.beats.payload
         section = beat.tag[:SECTION_BITS]
         parity = beat.tag[SECTION_BITS]
-        sch = Schedule(cfg)
-        index = Signal(range(sch.max_beats + 1))          # beat index inside its command
+        max_beats = max(f.beats for f in self.program)
+        index = Signal(range(max_beats + 1))              # beat index inside its command
         with m.If(dma.beats.valid & dma.beats.ready):
             m.d.sync += index.eq(Mux(beat.last, 0, index + 1))
         with m.If(flush):                                 # an error or cancel may have cut a command short
             m.d.sync += index.eq(0)
-        is_tile, weight_beats, param_base, param_id = (Signal(), Signal(range(sch.max_beats + 1)),
+        is_tile, weight_beats, param_base, param_id = (Signal(), Signal(range(max_beats + 1)),
                                                        Signal(range(self.params.slot_bytes // p.data_bytes)),
                                                        Signal(index_range(len(PARAM_SECTIONS))))
-        lay = layout(cfg)
         with m.Switch(section):
-            for s in lay.sections:
-                with m.Case(section_id(s.name)):
-                    if s.tile_rows:
-                        m.d.comb += [is_tile.eq(1), weight_beats.eq(self.tiles.weight_beats(s.cols))]
+            for f in {f.section: f for f in self.program}.values():
+                with m.Case(section_id(f.section)):
+                    if f.tile:
+                        m.d.comb += [is_tile.eq(1), weight_beats.eq(f.weight_beats)]
                     else:
-                        m.d.comb += [param_base.eq(self.params.offsets[s.name] // p.data_bytes),
-                                     param_id.eq(PARAM_SECTIONS.index(s.name))]
+                        m.d.comb += [param_base.eq(self.params.offsets[f.section] // p.data_bytes),
+                                     param_id.eq(PARAM_SECTIONS.index(f.section))]
         tw = tiles.w.payload
         m.d.comb += [
             tw.data.eq(beat.data), tw.last.eq(beat.last), tw.tag.eq(beat.tag), tw.chan.eq(index >= weight_beats),

@@ -154,8 +154,6 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
                     at = scratch + sc.vt + hh * s * dh + nf * s * pe + t * block * pe
                     dram.write("vt", at, _i8(packed[nf]))
         for t in range(s // block):                                 # pass 2: the rest, per query block
-            for name in ("o", "ffn_up", "ffn_down"):
-                dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
             q = np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
             ctx = np.zeros((block, h), np.int64)
             for hh in range(heads):
@@ -166,6 +164,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
                 scores = int_matmul(q[:, hh * dh:(hh + 1) * dh], kh.T)
                 probs = nx.softmax(scores[None], mask[None, None, :], p.softmax_mult, p.softmax_shift)[0]
                 ctx[:, hh * dh:(hh + 1) * dh] = nx.requant(int_matmul(probs, vth.T), p.ctx_mult, p.ctx_shift)
+            for name in ("o", "ffn_up", "ffn_down"):                # after the heads, as the MVAU takes them
+                dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
             attn = _linear(ctx, p.o, nx.RES_BITS)
             xt = np.frombuffer(dram.read("residual", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
             ln1 = nx.layernorm(xt + attn, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS)

@@ -11,7 +11,7 @@ from amaranth.lib import wiring
 
 from mlo_hw.config import load_config
 from mlo_hw.regs import ControlRegs, as_dict as regs_dict
-from mlo_hw.loop_ctrl import Schedule, WeightStreamer, streamer_tb_params
+from mlo_hw.loop_ctrl import WeightStreamer, fetch_program, streamer_tb_params
 from mlo_hw.buffers import TileGeometry
 from mlo_hw.quantize import build_model
 from mlo_hw.synth import synth_verilog
@@ -35,9 +35,9 @@ def test_memsys_streams_the_weight_image(tmp_path):
 
 def test_schedule_follows_the_layout():
     cfg = load_config("bert_tiny")
-    lay, sch = layout(cfg), Schedule(cfg)
-    assert [e[0] for e in sch.entries] == [s.offset for s in lay.sections]
-    assert sum(e[1] * e[2] for e in sch.entries) * cfg.axi_data_bytes == lay.layer_bytes
+    lay, prog = layout(cfg), fetch_program(cfg)
+    assert [f.offset for f in prog] == [s.offset for s in lay.sections]
+    assert sum(f.beats * f.count for f in prog) * cfg.axi_data_bytes == lay.layer_bytes
     assert TileGeometry.from_config(cfg).max_weight_words == 4096 // 64
 
 
@@ -158,3 +158,45 @@ def test_param_store_release_and_clear_leave_no_previous_layers_bits():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
+
+
+@pytest.mark.parametrize("blocks", [1, 2])
+def test_fetch_program_commands_match_the_tiled_schedule(blocks):
+    """The loop controller's commands (address, beats, tag) for two layers equal the weight and K/V reads of
+    mlo_hw.tiled's schedule, expanded into one command per tile, in order (blocks = 1: the on-chip program,
+    the weight image in order)."""
+    import numpy as np
+    from mlo_hw.loop_ctrl import BEATS_BITS, LoopController, SECTION_BITS, section_id
+    from mlo_hw.tiled import tiled_stack
+    cfg = load_config("small")
+    s, h = cfg.seq_padded, cfg.model.hidden
+    weight_base = 0x20000
+    _, model = build_model(cfg)
+    lay, b = layout(cfg), cfg.axi_data_bytes
+    want = []
+    if blocks == 1:
+        for li in range(cfg.model.layers):
+            for sec in lay.sections:
+                for t in range(sec.tiles or 1):
+                    want.append((weight_base + li * lay.stride + sec.offset + t * sec.tile_bytes,
+                                 (sec.tile_bytes or sec.bytes) // b, section_id(sec.name) | (li % 2) << SECTION_BITS))
+        scratch = 0
+    else:
+        run = tiled_stack(cfg, model.layers, np.zeros((s, h), np.int64), np.ones(s, bool), s // blocks, weight_base)
+        scratch = run.scratch_base
+        for tr in run.transfers:
+            tag = lambda name: section_id(name) | (tr.layer % 2) << SECTION_BITS       # noqa: E731
+            if tr.kind == "read" and tr.what.startswith("weights."):
+                sec = lay[tr.what[len("weights."):]]
+                for t in range(sec.tiles or 1):
+                    want.append((tr.addr + t * sec.tile_bytes, (sec.tile_bytes or sec.bytes) // b, tag(sec.name)))
+            elif tr.kind == "read" and tr.what in ("k", "vt"):
+                want.append((tr.addr, tr.bytes // b, tag({"k": "k_head", "vt": "vt_head"}[tr.what])))
+    top = f"loop_ctrl_small_b{blocks}"
+    dut = LoopController(cfg, blocks)
+    v = to_verilog(dut, top)
+    assert lint(v, top) == []
+    tiles = {str(section_id(f.section)): f.tile for f in dut.program}
+    simulate(v, top, "tb_fetch", {"commands": want, "addr_bits": dut.p.addr_bits, "beats_bits": BEATS_BITS,
+                                  "layers": cfg.model.layers, "weight_base": weight_base, "scratch_base": scratch,
+                                  "tile_tags": tiles})
