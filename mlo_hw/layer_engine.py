@@ -24,7 +24,9 @@ burst) likewise ends the run with ERROR, not DONE; ERROR_ADDR and ERROR_CODE nam
 weight read's, else the input's, else the output's). The input reader and the weight streamer share AR/R through
 :class:`~mlo_hw.axi_interconnect.ReadPortSwitch` (handed over only when the port is quiet).
 
-Schedule of a layer (one phase after another; ``op`` names the phase)::
+Schedule of a layer (one phase after another). The sequencer has one state variable, its FSM: a state names
+the phase and its step (``Q_TILE_WAIT``, ``Q_LATCH``, ``Q_JOB``, ``Q_WAIT``, ..., ``SCORES_JOB``, ``LN1_RUN``),
+and ``op``, which every datapath multiplexer selects on, is decoded from it::
 
     Q, K, V   tiles of tile_rows channels: per tile every token row of X streams through the MVAU
               (narrowed per channel from int16 to int8 by the header's ``narrow`` shifts);
@@ -739,7 +741,6 @@ class LayerEngine(wiring.Component):
         busy = Signal()
         done = Signal()
         stall = Signal()
-        matrix_seq = [Op.Q, Op.K, Op.V]
         # STATUS.busy: a run, or AXI transactions still in flight after it was abandoned (a soft reset or an
         # error): no AR pending, no R beat, W beat or B response owed. CTRL.start is ignored until then.
         drained = Signal()
@@ -763,20 +764,17 @@ class LayerEngine(wiring.Component):
         cmd = mvau.cmd.payload
 
         def start_matrix(o):
-            m.d.sync += [op.eq(o), tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0),
+            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0),
                          res_count.eq(0), res_tile.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
                          k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0), job_rf.eq(nfg),
                          expected.eq(S * mat_rows[o] // pe), p_reads.eq(0), read_set.eq(0), latch_set.eq(0),
                          jobs_pending.eq(0)]
             if o in dst_cols:
                 m.d.sync += res_row_step.eq(words(dst_cols[o]))
-
-        def start_ln(o):
-            m.d.sync += op.eq(o)
+            m.next = f"{o.name}_TILE_WAIT"
 
         def abandon():
             # the blocks are reset now and at the next start; the AXI masters drain what is in flight
-            m.d.sync += op.eq(Op.IDLE)
             m.d.comb += flush.eq(1)
             m.next = "IDLE"
 
@@ -785,6 +783,133 @@ class LayerEngine(wiring.Component):
             with m.If(regs.soft_reset | ws.error):
                 abandon()
 
+        def matrix_states(o, then):
+            """A weight matrix: per tile, wait for it, latch its bias/mult, issue the job (all S vectors), and
+            release the bank once the MVAU has read its last weight word (the last tile: once every result
+            is written); then ``then()``."""
+            cols, name = mat_cols[o], o.name
+            with m.State(f"{name}_TILE_WAIT"):
+                m.d.comb += [op.eq(o), busy.eq(1), stall.eq(~ws.tile_ready)]
+                m.d.sync += latch_idx.eq(0)
+                with m.If(ws.tile_ready):
+                    m.next = f"{name}_LATCH"
+                abort()
+            with m.State(f"{name}_LATCH"):
+                # the tile's bias/mult into the free parameter set (the previous job may still read the other)
+                m.d.comb += [op.eq(o), busy.eq(1), ws.caddr.eq(latch_idx)]
+                with m.If(jobs_pending < 2):
+                    m.d.sync += latch_idx.eq(latch_idx + 1)
+                    for i in range(2):
+                        for j in range(nfg):
+                            with m.If((latch_set == i) & (latch_idx == j + 1)):
+                                m.d.sync += plat[i][j].eq(Cat(ws.bias.as_value(), ws.mult.as_value()))
+                    with m.If(latch_idx == nfg):
+                        m.next = f"{name}_JOB"
+                abort()
+            with m.State(f"{name}_JOB"):
+                m.d.comb += [op.eq(o), busy.eq(1), mvau.cmd.valid.eq(1),
+                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(tr // pe), cmd.vectors.eq(S),
+                             cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
+                             cmd.act_unsigned.eq(o == Op.FFN_DOWN),      # uint8 GELU codes
+                             cmd.wide.eq(o in (Op.O, Op.FFN_DOWN)),      # int16 residual stream
+                             xreader.base.eq(CTX_BASE if o == Op.O else 0), xreader.stride.eq(words(cols)),
+                             xreader.words.eq(words(cols)), xreader.vectors.eq(S)]
+                with m.If(mvau.cmd.ready):
+                    m.d.comb += [xreader.start.eq(1), job_accept.eq(1)]
+                    m.d.sync += [issued.eq(0), latch_set.eq(~latch_set)]
+                    m.next = f"{name}_WAIT"
+                abort()
+            with m.State(f"{name}_WAIT"):
+                m.d.comb += [op.eq(o), busy.eq(1)]
+                with m.If(tile != tiles):
+                    with m.If(issued == S * nfg * words(cols)):
+                        m.d.comb += ws.tile_release.eq(1)
+                        m.d.sync += tile.eq(tile + 1)
+                        m.next = f"{name}_TILE_WAIT"
+                with m.Elif(res_count == expected):
+                    m.d.comb += ws.tile_release.eq(1)
+                    m.d.sync += tile.eq(tile + 1)
+                    then()
+                abort()
+
+        def attention_states(o, job_rows, cols, then):
+            """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h), its operands on chip."""
+            with m.State(f"{o.name}_JOB"):
+                m.d.comb += [op.eq(o), busy.eq(1), mvau.cmd.valid.eq(1),
+                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(job_rows // pe), cmd.vectors.eq(S),
+                             xreader.vectors.eq(S)]
+                if o == Op.SCORES:
+                    m.d.comb += [cmd.raw.eq(1), xreader.base.eq(head_kword), xreader.stride.eq(words(H)),
+                                 xreader.words.eq(words(dh))]
+                else:
+                    m.d.comb += [cmd.shift.eq(hdr["ctx_shift"]), cmd.act_unsigned.eq(1),
+                                 xreader.base.eq(0), xreader.stride.eq(words(S)), xreader.words.eq(words(S))]
+                with m.If(mvau.cmd.ready):
+                    m.d.comb += xreader.start.eq(1)
+                    m.d.sync += [issued.eq(0), res_count.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0),
+                                 res_row.eq(0), k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0),
+                                 p_count.eq(0), p_word.eq(0), p_lane.eq(0), att_sf.eq(0), att_nf.eq(0), att_row.eq(0),
+                                 att_cf.eq(words(cols)), att_rf.eq(job_rows // pe),
+                                 att_stride.eq(words(H) if o == Op.SCORES else words(S)),
+                                 job_rf.eq(job_rows // pe)]
+                    if o == Op.PV:
+                        m.d.sync += [expected.eq(S * dh // pe), res_row_step.eq(words(H)), chan_word.eq(head_kword)]
+                    m.next = f"{o.name}_WAIT"
+                abort()
+            with m.State(f"{o.name}_WAIT"):
+                m.d.comb += [op.eq(o), busy.eq(1)]
+                with m.If((p_count == S * S) if o == Op.SCORES else (res_count == expected)):
+                    then()
+                abort()
+
+        def next_head():
+            m.d.sync += [head.eq(head + 1), head_kword.eq(head_kword + words(dh)),
+                         head_vrow.eq(head_vrow + (dh // pe) * words(S))]
+            with m.If(head == g.heads - 1):
+                start_matrix(Op.O)
+                request_copy(COPY_LN1)
+            with m.Else():
+                m.next = "SCORES_JOB"
+
+        def params_state(o):
+            """The matrix ``o`` (Q, or FFN up) starts once its parameter copy (the narrowing shifts, or the GELU
+            table) is done."""
+            with m.State(f"{o.name}_PARAMS"):
+                m.d.comb += op.eq(o)
+                wait_for_copy()
+                with m.If(copy_done):
+                    start_matrix(o)
+                abort()
+
+        def layernorm_states(o, then):
+            """LayerNorm ``o`` over all S rows, once its gains and biases (copied during the phase before) are in."""
+            with m.State(f"{o.name}_PARAMS"):
+                m.d.comb += op.eq(o)
+                wait_for_copy()
+                m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
+                             lnreader.vectors.eq(1)]
+                with m.If(copy_done):
+                    m.d.comb += [lnreader.start.eq(1), ln_start.eq(1)]
+                    if o == Op.LN1:
+                        request_copy(COPY_GELU)
+                    m.next = f"{o.name}_RUN"
+                abort()
+            with m.State(f"{o.name}_RUN"):
+                m.d.comb += [op.eq(o), busy.eq(1)]
+                with m.If(ln_words == words(S * H)):
+                    then()
+                abort()
+
+        def end_of_layer():
+            m.d.sync += layer.eq(layer + 1)
+            with m.If(layer == layers - 1):
+                m.d.comb += outw.start.eq(~regs.soft_reset)    # abort() wins
+                m.next = "STORE"
+            with m.Else():
+                m.next = "HEADER_WAIT"
+
+        # One state variable: the FSM's state names the phase and its step; ``op`` (which every datapath
+        # multiplexer selects on) is decoded from it.
         with m.FSM(name="seq"):
             with m.State("IDLE"):
                 m.d.comb += flush.eq(regs.start | regs.soft_reset)
@@ -793,16 +918,15 @@ class LayerEngine(wiring.Component):
                     with m.If((regs.tokens == 0) | (regs.tokens > g.tokens)):
                         m.d.sync += bad_tokens.eq(1)
                     with m.Else():
-                        m.d.sync += [op.eq(Op.LOAD), layer.eq(0), layers.eq(regs.layers)]
+                        m.d.sync += [layer.eq(0), layers.eq(regs.layers)]
                         m.d.comb += inp.start.eq(1)
                         m.next = "LOAD"
             with m.State("LOAD"):
-                m.d.comb += [busy.eq(1), loading.eq(1)]
+                m.d.comb += [op.eq(Op.LOAD), busy.eq(1), loading.eq(1)]
                 with m.If(regs.soft_reset):                # the input reader finishes its burst (cancel)
                     abandon()
                 with m.Elif(~inp.busy & ~inp.start):
                     with m.If(inp.error):               # a misaligned INPUT_BASE or a read error: no run
-                        m.d.sync += op.eq(Op.IDLE)
                         m.next = "IDLE"
                     with m.Else():
                         m.d.comb += ws.start.eq(1)
@@ -823,168 +947,46 @@ class LayerEngine(wiring.Component):
                 with m.If(hdr_idx == len(HEADER_FIELDS)):
                     # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                     request_copy(COPY_NARROW)
-                    m.d.sync += op.eq(Op.Q)
-                    m.next = "MATRIX_PARAMS"
+                    m.next = "Q_PARAMS"
                 abort()
-            with m.State("TILE_WAIT"):
-                m.d.comb += [busy.eq(1), stall.eq(~ws.tile_ready)]
-                m.d.sync += latch_idx.eq(0)
-                with m.If(ws.tile_ready):
-                    m.next = "LATCH"
-                abort()
-            with m.State("LATCH"):
-                # the tile's bias/mult into the free parameter set (the previous job may still read the other)
-                m.d.comb += [busy.eq(1), ws.caddr.eq(latch_idx)]
-                with m.If(jobs_pending < 2):
-                    m.d.sync += latch_idx.eq(latch_idx + 1)
-                    for i in range(2):
-                        for j in range(nfg):
-                            with m.If((latch_set == i) & (latch_idx == j + 1)):
-                                m.d.sync += plat[i][j].eq(Cat(ws.bias.as_value(), ws.mult.as_value()))
-                    with m.If(latch_idx == nfg):
-                        m.next = "JOB"
-                abort()
-            with m.State("JOB"):
-                # one MVAU job: a weight tile over all S vectors, or an attention product of one head
-                m.d.comb += [busy.eq(1), mvau.cmd.valid.eq(1)]
-                with m.Switch(op):
-                    for o in mat_cols:
-                        with m.Case(o):
-                            m.d.comb += [cmd.col_folds.eq(mat_cols[o] // simd), cmd.row_folds.eq(tr // pe),
-                                         cmd.vectors.eq(S), cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
-                                         cmd.act_unsigned.eq(o == Op.FFN_DOWN),     # uint8 GELU codes
-                                         cmd.wide.eq(o in (Op.O, Op.FFN_DOWN)),     # int16 residual stream
-                                         xreader.base.eq(CTX_BASE if o == Op.O else 0),
-                                         xreader.stride.eq(words(mat_cols[o])),
-                                         xreader.words.eq(words(mat_cols[o]))]
-                    with m.Case(Op.SCORES):
-                        m.d.comb += [cmd.col_folds.eq(dh // simd), cmd.row_folds.eq(S // pe), cmd.vectors.eq(S),
-                                     cmd.raw.eq(1), xreader.base.eq(head_kword), xreader.stride.eq(words(H)),
-                                     xreader.words.eq(words(dh))]
-                    with m.Case(Op.PV):
-                        m.d.comb += [cmd.col_folds.eq(S // simd), cmd.row_folds.eq(dh // pe), cmd.vectors.eq(S),
-                                     cmd.shift.eq(hdr["ctx_shift"]), cmd.act_unsigned.eq(1),
-                                     xreader.base.eq(0), xreader.stride.eq(words(S)), xreader.words.eq(words(S))]
-                m.d.comb += xreader.vectors.eq(S)
-                with m.If(mvau.cmd.ready):
-                    m.d.comb += xreader.start.eq(1)
-                    m.d.sync += issued.eq(0)
-                    with m.If(~is_matrix_op):
-                        m.d.sync += [res_count.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
-                                     k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0),
-                                     p_count.eq(0), p_word.eq(0), p_lane.eq(0),
-                                     att_sf.eq(0), att_nf.eq(0), att_row.eq(0)]
-                    with m.Else():
-                        m.d.comb += job_accept.eq(1)
-                        m.d.sync += latch_set.eq(~latch_set)
-                    with m.Switch(op):
-                        with m.Case(Op.SCORES):
-                            m.d.sync += [att_cf.eq(words(dh)), att_rf.eq(S // pe), att_stride.eq(words(H)),
-                                         job_rf.eq(S // pe)]
-                        with m.Case(Op.PV):
-                            m.d.sync += [att_cf.eq(words(S)), att_rf.eq(dh // pe), att_stride.eq(words(S)),
-                                         job_rf.eq(dh // pe), expected.eq(S * dh // pe),
-                                         res_row_step.eq(words(H)), chan_word.eq(head_kword)]
-                    m.next = "JOB_WAIT"
-                abort()
-            with m.State("JOB_WAIT"):
-                m.d.comb += busy.eq(1)
-                with m.If(op == Op.SCORES):
-                    with m.If(p_count == S * S):
-                        m.d.sync += op.eq(Op.PV)
-                        m.next = "JOB"
-                with m.Elif(op == Op.PV):
-                    with m.If(res_count == expected):
-                        m.d.sync += [head.eq(head + 1), head_kword.eq(head_kword + words(dh)),
-                                     head_vrow.eq(head_vrow + (dh // pe) * words(S))]
-                        with m.If(head == g.heads - 1):
-                            start_matrix(Op.O)
-                            request_copy(COPY_LN1)
-                            m.next = "TILE_WAIT"
-                        with m.Else():
-                            m.d.sync += op.eq(Op.SCORES)
-                            m.next = "JOB"
-                with m.Elif(tile != tiles):
-                    # not the last tile: release the bank once the MVAU has read its last weight word
-                    steps = Signal.like(issued)
-                    with m.Switch(op):
-                        for o in mat_cols:
-                            with m.Case(o):
-                                m.d.comb += steps.eq(S * nfg * words(mat_cols[o]))
-                    with m.If(issued == steps):
-                        m.d.comb += ws.tile_release.eq(1)
-                        m.d.sync += tile.eq(tile + 1)
-                        m.next = "TILE_WAIT"
-                with m.Elif(res_count == expected):
-                    m.d.comb += ws.tile_release.eq(1)
-                    m.d.sync += tile.eq(tile + 1)
-                    with m.If(1):
-                        with m.Switch(op):
-                            with m.Case(Op.Q):
-                                start_matrix(Op.K)
-                                m.next = "TILE_WAIT"
-                            with m.Case(Op.K):
-                                start_matrix(Op.V)
-                                m.next = "TILE_WAIT"
-                            with m.Case(Op.V):
-                                m.d.sync += [op.eq(Op.SCORES), head.eq(0), head_kword.eq(0), head_vrow.eq(0)]
-                                m.next = "JOB"
-                            with m.Case(Op.O):
-                                start_ln(Op.LN1)
-                                m.next = "LN_PARAMS"
-                            with m.Case(Op.FFN_UP):
-                                start_matrix(Op.FFN_DOWN)
-                                request_copy(COPY_LN2)
-                                m.next = "TILE_WAIT"
-                            with m.Case(Op.FFN_DOWN):
-                                start_ln(Op.LN2)
-                                m.next = "LN_PARAMS"
-                abort()
-            with m.State("LN_PARAMS"):
-                # wait for the LayerNorm's gains and biases (copied during the previous phase)
-                wait_for_copy()
-                m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
-                             lnreader.vectors.eq(1)]
-                with m.If(copy_done):
-                    m.d.comb += [lnreader.start.eq(1), ln_start.eq(1)]
-                    with m.If(~is_ln2):
-                        request_copy(COPY_GELU)
-                    m.next = "LN_RUN"
-                abort()
-            with m.State("LN_RUN"):
-                m.d.comb += busy.eq(1)
-                with m.If(ln_words == words(S * H)):
-                    with m.If(is_ln2):
-                        m.d.sync += layer.eq(layer + 1)
-                        with m.If(layer == layers - 1):
-                            m.d.sync += op.eq(Op.STORE)
-                            m.d.comb += outw.start.eq(~regs.soft_reset)    # abort() below wins
-                            m.next = "STORE"
-                        with m.Else():
-                            m.d.sync += op.eq(Op.IDLE)
-                            m.next = "HEADER_WAIT"
-                    with m.Else():
-                        m.d.sync += op.eq(Op.FFN_UP)
-                        m.next = "MATRIX_PARAMS"
-                abort()
-            with m.State("MATRIX_PARAMS"):
-                # the matrix ``op`` names (Q, or FFN up) starts once its parameter copy (narrowing shifts,
-                # or the GELU table) is done
-                wait_for_copy()
-                with m.If(copy_done):
-                    with m.Switch(op):
-                        for o in (Op.Q, Op.FFN_UP):
-                            with m.Case(o):
-                                start_matrix(o)
-                    m.next = "TILE_WAIT"
-                abort()
+            params_state(Op.Q)
+            matrix_states(Op.Q, lambda: start_matrix(Op.K))
+            matrix_states(Op.K, lambda: start_matrix(Op.V))
+
+            def to_attention():
+                m.d.sync += [head.eq(0), head_kword.eq(0), head_vrow.eq(0)]
+                m.next = "SCORES_JOB"
+            matrix_states(Op.V, to_attention)
+
+            def to_pv():
+                m.next = "PV_JOB"
+            attention_states(Op.SCORES, S, dh, to_pv)
+            attention_states(Op.PV, dh, S, next_head)
+
+            def to_ln1():
+                m.next = "LN1_PARAMS"
+            matrix_states(Op.O, to_ln1)
+
+            def to_ffn_up():
+                m.next = "FFN_UP_PARAMS"
+            layernorm_states(Op.LN1, to_ffn_up)
+            params_state(Op.FFN_UP)
+
+            def to_ffn_down():
+                start_matrix(Op.FFN_DOWN)
+                request_copy(COPY_LN2)
+            matrix_states(Op.FFN_UP, to_ffn_down)
+
+            def to_ln2():
+                m.next = "LN2_PARAMS"
+            matrix_states(Op.FFN_DOWN, to_ln2)
+            layernorm_states(Op.LN2, end_of_layer)
             with m.State("STORE"):
-                m.d.comb += busy.eq(1)
+                m.d.comb += [op.eq(Op.STORE), busy.eq(1)]
                 with m.If(regs.soft_reset):                # the output writer finishes its burst (cancel)
                     abandon()
                 with m.Elif(~outw.busy & ~outw.start):
                     m.d.comb += done.eq(~outw.error)            # a write error: ERROR, not DONE
-                    m.d.sync += op.eq(Op.IDLE)
                     m.next = "IDLE"
         with m.If(flush):
             m.d.sync += [copy_busy.eq(0), copy_done.eq(0)]
