@@ -4,11 +4,13 @@
 
 Runs the engine RTL in the full-stack harness (sim/harness.py: the DRAM model in the simulated design)
 on one input with every token valid, checks it tensor by tensor against the golden model, and prints
-per layer: measured cycles, the roofline bound (``mlo_hw.perf.layer_bound``: the sum over tiles of
-max(compute, DMA) plus the attention products), their ratio, the compute-busy and DMA-stall counters,
+per layer: measured cycles, the roofline bound of the config's plan (``mlo_hw.plan``: for the on-chip engine
+``mlo_hw.perf.layer_bound``, the sum over tiles of max(compute, DMA) plus the attention products), their
+ratio, the compute-busy and DMA-stall counters,
 then the cycles per phase. ``--memory ideal`` answers every beat at once (no stalls); ``--memory ddr3``
 applies the DRAM timing model (``sim.harness.ddr3``: read latency, row misses, refresh, turnaround and the
-DRAM's data rate). Input load and output store are counted in the total only. The last two lines:
+DRAM's data rate). Input load and output store are counted in the total only (and so is their transfer time in
+the total bound: every DRAM byte is counted). The last two lines:
 ``dma: bytes=B beats=N bus_fraction=F dram_fraction=D`` (bytes moved over the AXI port, the share of the
 run's cycles with a beat on it, and the share of the DRAM's data time they took) and ``total: measured=N bound=M ratio=R memory=ideal|ddr3``.
 """
@@ -28,15 +30,16 @@ from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.golden import int_stack  # noqa: E402
 from mlo_hw.layer_engine import Op, with_seq_len  # noqa: E402
-from mlo_hw.perf import layer_bound, matrix_costs  # noqa: E402
+from mlo_hw.perf import matrix_costs  # noqa: E402
+from mlo_hw.plan import plan  # noqa: E402
 from mlo_hw.quantize import build_model, random_inputs  # noqa: E402
 from sim.engine_check import check_run  # noqa: E402
 from sim.harness import EngineSim, memory_model  # noqa: E402
 
 
 def total_bound(cfg) -> int:
-    """Roofline bound of a run of every layer (input load and output store not counted)."""
-    return layer_bound(cfg) * cfg.model.layers
+    """Roofline bound of a run of every layer, every DRAM byte counted (the plan's, :mod:`mlo_hw.plan`)."""
+    return plan(cfg).cycles
 
 
 def measure(cfg, memory: str):
@@ -67,7 +70,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     r = measure(cfg, args.memory)
     wall = time.time() - t0
-    bound = layer_bound(cfg)
+    bound = plan(cfg).layer_cycles
     per_layer = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
     per_op = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
     for ph in r.profile:

@@ -108,6 +108,7 @@ class Target:
     part: str = "xc7a35ticsg324-1L"
     board: str = "arty_a7_35"
     clock_mhz: float = 100.0
+    bram36_budget: float | None = None     # block RAM the plan may use (default: the part's; see mlo_hw.plan)
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,11 @@ def _build(section: str, cls, raw: Any):
         elif want == "str":
             if not isinstance(value, str):
                 raise ConfigError(f"{section}.{name}: expected a string, got {value!r}")
+        elif want == "float | None":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not _finite(value)):
+                raise ConfigError(f"{section}.{name}: expected a finite number or null, got {value!r}")
+            value = None if value is None else float(value)
         elif want == "str | None":
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{section}.{name}: expected a string or null, got {value!r}")
@@ -262,6 +268,8 @@ def _validate(cfg: Config):
                                      f"{', '.join(BOARD_PARTS)}")
     _require(BOARD_PARTS[t.board] == family, f"target.board: {t.board} carries an {BOARD_PARTS[t.board]}, "
                                              f"not the config's part {t.part}")
+    _require(t.bram36_budget is None or t.bram36_budget > 0,
+             f"target.bram36_budget: expected a positive number of BRAM36 (or null: the part's), got {t.bram36_budget}")
     _require(w.source in ("random", "onnx"), f"weights.source: expected 'random' or 'onnx', got {w.source!r}")
     _require(w.source != "onnx" or w.onnx, "weights.onnx: required when weights.source is 'onnx'")
     _require(w.seed >= 0, f"weights.seed: expected a non-negative integer, got {w.seed}")
@@ -292,14 +300,14 @@ def _check_limits(cfg: Config):
 
 
 def _check_fit(cfg: Config):
-    """The engine's on-chip buffers against the part's block RAM (configs the engine can build)."""
+    """A plan that fits the block RAM budget exists (all on chip, or activations in DRAM: mlo_hw.plan)."""
     from .layer_engine import EngineGeometry
-    from .perf import check_fit
+    from .plan import plan
     try:
         EngineGeometry.from_config(cfg)
     except ConfigError:
         return          # e.g. int4 weights for the golden model: the engine refuses it when built
-    check_fit(cfg)
+    plan(cfg)
 
 
 def config_from_dict(raw: Any, name: str = "config") -> Config:

@@ -19,8 +19,9 @@ import numpy as np
 
 from . import numerics as nx
 from .cli import ArgumentParser, command, folder, staged_folder
-from .config import PARTS, load_config
-from .perf import layer_bound, matrix_costs, onchip_bram36, onchip_plan
+from .config import load_config
+from .perf import check_fit, layer_bound, matrix_costs
+from .plan import format_plan, plan
 from .quantize import build_model, dram_bytes, random_inputs, run_int
 from .weight_image import layout, pack_image, write_manifest
 
@@ -46,17 +47,11 @@ def report(cfg, rtl_note: str) -> str:
              "| section | offset | bytes | tiles | tile bytes |", "|---|---:|---:|---:|---:|"]
     for s in lay.sections:
         lines.append(f"| {s.name} | {s.offset} | {s.bytes} | {s.tiles or ''} | {s.tile_bytes or ''} |")
-    plan, brams = onchip_plan(cfg), onchip_bram36(cfg)
-    total, total_brams = sum(plan.values()), sum(brams.values())
-    avail = PARTS[cfg.part_family]["BRAM36"]
-    lines += ["", "## On-chip memory plan", "",
-              "Activations stay on chip between layers (see mlo_hw/layer_engine.py and docs/engine.md); "
-              "BRAM36 are counted by width and depth (a wide memory needs block RAMs side by side).", "",
-              "| buffer | bytes | BRAM36 |", "|---|---:|---:|"]
-    lines += [f"| {k} | {v} | {brams[k]:g} |" for k, v in plan.items()]
-    lines += [f"| **total** | **{total}** | **{total_brams:g}** ({100 * total_brams / avail:.0f}% of "
-              f"{cfg.part_family}'s {avail}) |"]
-    lines += ["", "## Analytical cycle bound per layer", "",
+    lines += ["", "## Memory plan (mlo_hw.plan)", "",
+              "What stays on chip, what lives in DRAM, the DRAM traffic and the cycle bound counting every DRAM "
+              "byte; BRAM36 are counted by width and depth (a wide memory needs block RAMs side by side).", ""]
+    lines += format_plan(plan(cfg))
+    lines += ["", "## Analytical cycle bound per layer, all on chip", "",
               "Per tile max(compute, DMA) cycles, summed over tiles; attention products are compute only.", "",
               "| matrix | tiles | compute/tile | DMA/tile | bound | bytes/cycle needed |", "|---|---:|---:|---:|---:|---:|"]
     for c in matrix_costs(cfg):
@@ -104,6 +99,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg = load_config(args.config)
+    check_fit(cfg)          # a plan with activations in DRAM: refused before anything is built
     out = args.output or Path("build") / cfg.name
     with staged_folder(out, "-o", BUILD_MARKS) as tmp:
         write_build(cfg, tmp)

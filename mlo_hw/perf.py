@@ -113,13 +113,12 @@ def onchip_bram36(cfg) -> dict[str, float]:
 
 
 def check_fit(cfg):
-    """Raise ConfigError naming the numbers when the engine's memories exceed the part's block RAM."""
-    from .config import PARTS, ConfigError
-    need = sum(onchip_bram36(cfg).values())
-    have = PARTS[cfg.part_family]["BRAM36"]
-    if need > have:
-        plan = onchip_bram36(cfg)
-        big = ", ".join(f"{k} {v:g}" for k, v in sorted(plan.items(), key=lambda kv: -kv[1])[:4])
-        raise ConfigError(f"target.part: the engine needs {need:g} BRAM36 ({big}, ...) at seq_len "
-                          f"{cfg.model.seq_len}, hidden {cfg.model.hidden}, intermediate {cfg.model.intermediate}; "
-                          f"{cfg.target.part} has {have}")
+    """Raise ConfigError with one line unless the engine this version builds (all activations on chip) fits the
+    plan's budget: a config whose plan keeps activations in DRAM is refused honestly (see mlo_hw.plan)."""
+    from .config import ConfigError
+    from .plan import plan
+    p = plan(cfg)
+    if p.mode != "on-chip":
+        raise ConfigError(f"target.part: {cfg.name} needs activations in DRAM ({p.bram36:g} BRAM36 tiled in blocks of "
+                          f"{p.block} rows; all on chip needs {sum(onchip_bram36(cfg).values()):g} of {p.budget:g}); "
+                          f"this version builds the on-chip engine only")

@@ -171,7 +171,7 @@ CASES = [
     ("boards-board-other-part", "boards", ["--config", "c.yaml"],
      {"c.yaml": cfg_text(("target.board", "nexys_video"))}, "target.board: nexys_video carries an xc7a200t"),
     ("block-ram", "elaborate", ["--config", "c.yaml"], {"c.yaml": cfg_text(("model.seq_len", 512))},
-     "target.part: the engine needs"),
+     "target.part: bert_tiny needs activations in DRAM"),
     ("seed-negative", "elaborate", ["--config", "c.yaml"], {"c.yaml": cfg_text(("weights.seed", -1))},
      "weights.seed: expected a non-negative integer"),
     ("hierarchy-empty", "elaborate", ["--config", "c.yaml"], {"c.yaml": cfg_text(("loop_body_hierarchy", []))},

@@ -1,0 +1,231 @@
+"""The tiling planner: what stays on chip, what lives in DRAM, the tile size, and the cycle bound of the plan.
+
+``python -m mlo_hw.plan --config CONFIG`` prints the plan; :func:`plan` is what the config loader, the engine,
+the report and ``bench/cycles.py`` use.
+
+Two modes. **On chip** (today's engine): every activation stays on chip between layers; the DRAM traffic is
+the weight image per layer plus the input read and the output write once per run. **Tiled** (the schedule of
+:mod:`mlo_hw.tiled`, ``docs/tiling.md``): each layer runs in two passes over token blocks of ``B`` rows, its
+activations in scratch DRAM; on chip only block-sized buffers remain, plus a tile buffer that also holds a
+head's K_h or V_h^T. The planner keeps everything on chip whenever that fits the budget (``target.bram36_budget``,
+default the part's block RAM), else picks the block size with the lowest bound that fits; a config that fits
+neither way is rejected with one line naming the numbers.
+
+The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
+
+- on chip, per layer: :func:`mlo_hw.perf.layer_bound` (per weight tile max(compute, DMA), attention products
+  compute only); per run: layers x that + (input + output bytes) / beat (the load precedes the first layer,
+  the store follows the last).
+- tiled, per layer: per block and phase, max(the phase's weight tiles' sum of max(compute, DMA), all the
+  phase's DRAM bytes / beat). Phases: pass 1 (Q, K, V tiles; X_t in, Q_t K_t V_t out), attention (per head a
+  K_h and a V_h^T raw tile; Q_t in), the rest (O, FFN up, FFN down tiles; X_t in again, X'_t out). The small
+  parameter sections are counted once per layer, in the first phase's bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+
+from . import numerics as nx
+from .config import PARTS, ConfigError
+from .perf import bram36, layer_bound, matrix_costs, onchip_memories
+from .tiled import scratch_layout
+from .weight_image import layout
+
+__all__ = ["Buffer", "Plan", "plan", "block_choices", "tiled_memories", "format_plan", "main"]
+
+SMALL_SECTIONS = ("header", "narrow", "ln1", "gelu", "ln2")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    width: int          # bits of a word
+    depth: int          # words
+    bram36: float
+
+    @property
+    def bytes(self) -> int:
+        return self.width * self.depth // 8
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str                   # "on-chip" or "tiled"
+    block: int                  # token rows per block (S when on chip)
+    blocks: int                 # T = S / block
+    budget: float               # BRAM36 the plan must fit
+    buffers: tuple              # on-chip Buffers
+    scratch_bytes: int          # DRAM scratch for the activations (0 on chip)
+    weights_read: int           # bytes per layer
+    activations_read: int       # bytes per layer (on chip: 0; the run's input read is in ``io_bytes``)
+    activations_written: int    # bytes per layer
+    io_bytes: int               # on chip: the input read and the output write of a run (tiled: in the layers)
+    layer_cycles: int           # the bound per layer
+    cycles: int                 # the bound per run of every layer
+    beat_bytes: int
+    clock_mhz: float
+
+    @property
+    def bram36(self) -> float:
+        return sum(b.bram36 for b in self.buffers)
+
+    @property
+    def layer_bytes(self) -> int:
+        return self.weights_read + self.activations_read + self.activations_written
+
+    @property
+    def bytes_per_cycle(self) -> float:
+        """The DRAM bandwidth the bound needs, in bytes per cycle (the port carries ``beat_bytes``)."""
+        return self.layer_bytes / self.layer_cycles
+
+
+def block_choices(cfg) -> list[int]:
+    """Token-block sizes the tiled schedule allows: multiples of lcm(PE, SIMD) that divide the padded sequence."""
+    s, unit = cfg.seq_padded, math.lcm(cfg.folding.pe, cfg.folding.simd)
+    return [b for b in range(unit, s, unit) if s % b == 0]
+
+
+def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
+    """The on-chip memories of the tiled engine at ``block`` rows, as (width bits, depth) like
+    :func:`mlo_hw.perf.onchip_memories`: X and Y int16 [2 block, H] (a block computes while the next moves),
+    P [block, S], WORK (PE banks) the larger of K_t + V_t [2 block, H] and CTX or F [block, max(H, I)] bytes,
+    the tile buffer two banks of the larger of a weight tile and a head's K_h (S x dh), the rest as on chip."""
+    mems = onchip_memories(cfg)
+    f, m = cfg.folding, cfg.model
+    simd, pe, s, h = f.simd, f.pe, cfg.seq_padded, m.hidden
+    word = 8 * simd
+    work_bytes = max(2 * block * h, block * max(h, m.intermediate))
+    tile_words = mems["weight_tiles"][1] // 2
+    raw_words = s * cfg.head_dim // (pe * simd)
+    out = {"x": (nx.RES_BITS * simd, 2 * block * h // simd), "y": (nx.RES_BITS * simd, 2 * block * h // simd),
+           "p": (word, block * s // simd),
+           **{f"work{b}": (word, work_bytes // simd // pe) for b in range(pe)},
+           "weight_tiles": (8 * pe * simd, 2 * max(tile_words, raw_words))}
+    for name in ("params", "softmax_scores", "softmax_exps", "layernorm_rows", "mvau_vectors"):
+        out[name] = mems[name]
+    return out
+
+
+def _buffers(mems) -> tuple:
+    merged: dict[str, list] = {}
+    for name, (w, d) in mems.items():
+        key = "work" if name.startswith("work") else name
+        b = merged.setdefault(key, [w, 0, 0.0])
+        b[1] += d
+        b[2] += bram36(w, d)
+    return tuple(Buffer(k, w, d, n) for k, (w, d, n) in merged.items())
+
+
+def _budget(cfg) -> float:
+    have = PARTS[cfg.part_family]["BRAM36"]
+    b = cfg.target.bram36_budget
+    return have if b is None else b
+
+
+def _tiled_traffic(cfg, block: int) -> tuple[int, int, int]:
+    s, h = cfg.seq_padded, cfg.model.hidden
+    lay, t = layout(cfg), s // block
+    small = sum(lay[n].bytes for n in SMALL_SECTIONS)
+    weights = small + t * sum(lay[m.name].bytes for m in cfg.matrices)
+    act_read = 2 * s * h + s * h + t * 2 * s * h + 2 * s * h      # X, Q, K/V^T per query block, X again
+    act_written = 3 * s * h + 2 * s * h                           # Q, K, V^T, X'
+    return weights, act_read, act_written
+
+
+def _tiled_layer_cycles(cfg, block: int) -> int:
+    s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
+    lanes, beat = cfg.mac_lanes, cfg.axi_data_bytes
+    lay = layout(cfg)
+    costs = {c.matrix: c for c in matrix_costs(cfg, block)}     # per tile: compute at ``block`` vectors, DMA
+
+    def phase(matrices, raw_tiles, act_bytes):
+        tiles = sum(costs[mm].tiles * max(costs[mm].compute, costs[mm].dma) for mm in matrices)
+        tiles += raw_tiles * max(block * s * dh // lanes, -(-s * dh // beat))
+        dram = sum(lay[mm].bytes for mm in matrices) + raw_tiles * s * dh + act_bytes
+        return max(tiles, -(-dram // beat))
+    small = sum(lay[n].bytes for n in SMALL_SECTIONS)
+    pass1 = phase(("q", "k", "v"), 0, 5 * block * h)
+    attention = phase((), 2 * heads, block * h)
+    rest = phase(("o", "ffn_up", "ffn_down"), 0, 4 * block * h)
+    first = phase(("q", "k", "v"), 0, 5 * block * h + small)
+    return first + (s // block - 1) * pass1 + (s // block) * (attention + rest)
+
+
+def _tiled_plan(cfg, block: int, budget: float) -> Plan:
+    w, ar, aw = _tiled_traffic(cfg, block)
+    layer_cycles = _tiled_layer_cycles(cfg, block)
+    return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
+                scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, cfg.model.layers * layer_cycles,
+                cfg.axi_data_bytes, cfg.target.clock_mhz)
+
+
+def _onchip_plan(cfg, budget: float) -> Plan:
+    s, h, beat = cfg.seq_padded, cfg.model.hidden, cfg.axi_data_bytes
+    io = 2 * (-(-2 * cfg.model.seq_len * h // beat) * beat)
+    per_layer = layer_bound(cfg)
+    return Plan("on-chip", s, 1, budget, _buffers(onchip_memories(cfg)), 0, layout(cfg).layer_bytes, 0, 0, io,
+                per_layer, cfg.model.layers * per_layer + io // beat, beat, cfg.target.clock_mhz)
+
+
+def plan(cfg) -> Plan:
+    """The plan for ``cfg`` (module docstring); ConfigError with one line when nothing fits the budget."""
+    budget = _budget(cfg)
+    onchip = _onchip_plan(cfg, budget)
+    if onchip.bram36 <= budget:
+        return onchip
+    tiled = [_tiled_plan(cfg, b, budget) for b in block_choices(cfg)]
+    fits = [p for p in tiled if p.bram36 <= budget]
+    if fits:
+        return min(fits, key=lambda p: (p.cycles, -p.block))
+    smallest = min(tiled, key=lambda p: p.bram36) if tiled else onchip
+    big = ", ".join(f"{b.name} {b.bram36:g}" for b in sorted(smallest.buffers, key=lambda b: -b.bram36)[:3])
+    where = "target.bram36_budget" if cfg.target.bram36_budget is not None else "target.part"
+    raise ConfigError(f"{where}: no plan fits {budget:g} BRAM36 ({cfg.target.part}): all on chip needs "
+                      f"{onchip.bram36:g}, activations in DRAM at least {smallest.bram36:g} (block of "
+                      f"{smallest.block} rows: {big}, ...) at seq_len {cfg.model.seq_len}, hidden {cfg.model.hidden}, "
+                      f"intermediate {cfg.model.intermediate}")
+
+
+def format_plan(p: Plan, markdown: bool = True) -> list[str]:
+    """The plan as report lines (Markdown tables)."""
+    port = p.beat_bytes * p.clock_mhz
+    need = p.bytes_per_cycle * p.clock_mhz
+    mode = ("all activations on chip (no scratch DRAM)" if p.mode == "on-chip" else
+            f"activations in DRAM, token blocks of {p.block} rows ({p.blocks} blocks), scratch {p.scratch_bytes} bytes")
+    lines = [f"Mode: {p.mode}: {mode}. Budget {p.budget:g} BRAM36; the plan uses {p.bram36:g}.", "",
+             "| on-chip buffer | width | depth | bytes | BRAM36 |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {b.name} | {b.width} | {b.depth} | {b.bytes} | {b.bram36:g} |" for b in p.buffers]
+    lines += [f"| **total** | | | **{sum(b.bytes for b in p.buffers)}** | **{p.bram36:g}** |", "",
+              "| DRAM traffic per layer | bytes |", "|---|---:|",
+              f"| weights read | {p.weights_read} |", f"| activations read | {p.activations_read} |",
+              f"| activations written | {p.activations_written} |"]
+    if p.io_bytes:
+        lines.append(f"| input read + output written (once per run) | {p.io_bytes} |")
+    lines += ["", f"Bound: {p.layer_cycles} cycles per layer, {p.cycles} per run (every DRAM byte counted); it "
+                  f"needs {p.bytes_per_cycle:.2f} bytes per cycle ({need:.0f} MB/s at {p.clock_mhz:g} MHz) of the "
+                  f"port's {p.beat_bytes} ({port:.0f} MB/s)."]
+    return lines
+
+
+def _main(argv=None) -> int:
+    from .cli import ArgumentParser
+    from .config import load_config
+    ap = ArgumentParser(prog="python -m mlo_hw.plan", description="print the tiling plan of a config")
+    ap.add_argument("--config", default="bert_tiny", help="a config file or the name of a shipped one")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    print(f"# plan: {cfg.name} on {cfg.target.part}")
+    print("\n".join(format_plan(plan(cfg))))
+    return 0
+
+
+def main(argv=None) -> int:
+    from .cli import command
+    return command()(_main)(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
