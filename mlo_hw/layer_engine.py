@@ -67,6 +67,7 @@ from .axi_interconnect import ReadPortSwitch
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from .config import ConfigError
 from .engine.activation_io import BufferLoad, BufferStore
+from .engine.param_copier import SHIFT_LANE_BITS, CopyKind, ParamCopier
 from .gelu import GeluTable
 from .layernorm import LayerNorm
 from .loop_ctrl import WeightStreamer
@@ -99,7 +100,6 @@ class Op(enum.Enum, shape=4):
 
 LN_LANES = 2            # LayerNorm blocks working on alternate rows (each takes one element a cycle)
 RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
-SHIFT_LANE_BITS = 4     # one narrowing shift (0..NARROW_SHIFT_MAX)
 MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN}
 
 
@@ -677,60 +677,24 @@ class LayerEngine(wiring.Component):
                      inp.base.eq(regs.input_base), inp.words.eq(words(g.tokens * H)), inp.word_base.eq(0),
                      outw.base.eq(regs.output_base), outw.words.eq(words(g.tokens * H)), outw.word_base.eq(0)]
 
-        # ---- parameter copies (ParamStore -> LayerNorm gains/biases, GELU table) --------------------------
-        # A copy is requested while the destination idles (LN1's during O, GELU's during LN1, LN2's during
-        # FFN down) and runs as soon as its section has arrived; the phase that needs it waits for copy_done.
+        # ---- parameter copies (ParamStore -> LayerNorm gains/biases, GELU table, narrowing shifts) ----------
         pgeo = ParamGeometry.from_config(cfg)
-        COPY_LN1, COPY_GELU, COPY_LN2, COPY_NARROW = 0, 1, 2, 3
-        copy_idx = Signal(range(max(2 * H, 1 << ab) + 2))
-        copy_prev = Signal.like(copy_idx)
-        copy_on, copy_busy, copy_done = Signal(), Signal(), Signal()
-        copy_kind = Signal(2)
-        m.d.sync += [copy_prev.eq(copy_idx), copy_on.eq(0)]
-        m.d.comb += ws.param_slot.eq(slot)
-        copy_loaded = Signal()
-        copy_last = Signal()
-        with m.Switch(copy_kind):
-            for kind, section, n in ((COPY_LN1, "ln1", 2 * H), (COPY_GELU, "gelu", 1 << ab), (COPY_LN2, "ln2", 2 * H),
-                                     (COPY_NARROW, "narrow", 2 * H)):
-                bytewise = section in ("gelu", "narrow")
-                with m.Case(kind):
-                    m.d.comb += [copy_loaded.eq(ws.param_loaded[slot][PARAM_SECTIONS.index(section)]),
-                                 copy_last.eq(copy_idx == n)]
-                    with m.If(copy_busy):
-                        m.d.comb += ws.param_addr.eq(pgeo.word(section) + (copy_idx >> 2 if bytewise else copy_idx))
-        for ln in lns:
-            m.d.comb += [ln.param.addr.eq(copy_prev), ln.param.data.eq(ws.param_data),
-                         ln.param.en.eq(copy_on & (copy_kind != COPY_GELU))]
-        copy_byte = ws.param_data.word_select(copy_prev[:2], 8)
-        m.d.comb += [gelu.table_w.addr.eq(copy_prev), gelu.table_w.en.eq(copy_on & (copy_kind == COPY_GELU)),
-                     gelu.table_w.data.eq(copy_byte)]
-        # the narrowing shifts, one per channel, fill shift_mem's words lane by lane
-        shift_word = Signal(range(max(2 * words(H), 2)))
-        shift_lane = Signal(range(max(simd, 2)))
-        with m.If(copy_on & (copy_kind == COPY_NARROW)):
-            m.d.comb += [shift_w.addr.eq(shift_word), shift_w.data.eq(copy_byte[:SHIFT_LANE_BITS].replicate(simd)),
-                         shift_w.en.eq(1 << shift_lane)]
-            m.d.sync += shift_lane.eq(shift_lane + 1)
-            with m.If(shift_lane == simd - 1):
-                m.d.sync += [shift_lane.eq(0), shift_word.eq(shift_word + 1)]
-        with m.If(copy_busy & copy_loaded):
-            with m.If(copy_last):
-                m.d.sync += [copy_busy.eq(0), copy_done.eq(1)]
-            with m.Else():
-                m.d.sync += [copy_idx.eq(copy_idx + 1), copy_on.eq(1)]
-
-        # the layer's last parameter copy (LN2's) releases its slot: the slot's ``loaded`` bits clear, so they
-        # never show this layer to layer l + 2 (START clears both slots)
-        m.d.comb += ws.param_release.eq(copy_busy & copy_loaded & copy_last & (copy_kind == COPY_LN2))
+        m.submodules.copier = copier = ParamCopier.from_config(cfg)
+        m.d.comb += [ws.param_slot.eq(slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
+                     copier.loaded.eq(ws.param_loaded[slot]), copier.flush.eq(flush),
+                     ws.param_release.eq(copier.release),       # LN2's copy: the slot is done with
+                     shift_w.addr.eq(copier.shift.addr), shift_w.data.eq(copier.shift.data),
+                     shift_w.en.eq(copier.shift.en)]
+        wiring.connect(m, copier.gelu, gelu.table_w)
+        wiring.connect(m, copier.ln, *(ln.param for ln in lns))
+        copy_done = copier.done
 
         def wait_for_copy():
             # a phase waiting for its parameter copy: a DMA stall only while the section is not in from DRAM
-            m.d.comb += [busy.eq(1), stall.eq(copy_busy & ~copy_loaded)]
+            m.d.comb += [busy.eq(1), stall.eq(copier.waiting)]
 
         def request_copy(kind):
-            m.d.sync += [copy_busy.eq(1), copy_done.eq(0), copy_idx.eq(0), copy_kind.eq(kind), shift_word.eq(0),
-                         shift_lane.eq(0)]
+            m.d.comb += [copier.request.eq(1), copier.kind.eq(kind)]
 
         # ---- the sequencer -----------------------------------------------------------------------------
         tile = Signal(range(max(I, H) // tr + 1))
@@ -867,7 +831,7 @@ class LayerEngine(wiring.Component):
                          head_vrow.eq(head_vrow + (dh // pe) * words(S))]
             with m.If(head == g.heads - 1):
                 start_matrix(Op.O)
-                request_copy(COPY_LN1)
+                request_copy(CopyKind.LN1)
             with m.Else():
                 m.next = "SCORES_JOB"
 
@@ -891,7 +855,7 @@ class LayerEngine(wiring.Component):
                 with m.If(copy_done):
                     m.d.comb += [lnreader.start.eq(1), ln_start.eq(1)]
                     if o == Op.LN1:
-                        request_copy(COPY_GELU)
+                        request_copy(CopyKind.GELU)
                     m.next = f"{o.name}_RUN"
                 abort()
             with m.State(f"{o.name}_RUN"):
@@ -946,7 +910,7 @@ class LayerEngine(wiring.Component):
                             m.d.sync += hdr[f].eq(ws.param_data)
                 with m.If(hdr_idx == len(HEADER_FIELDS)):
                     # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
-                    request_copy(COPY_NARROW)
+                    request_copy(CopyKind.NARROW)
                     m.next = "Q_PARAMS"
                 abort()
             params_state(Op.Q)
@@ -974,7 +938,7 @@ class LayerEngine(wiring.Component):
 
             def to_ffn_down():
                 start_matrix(Op.FFN_DOWN)
-                request_copy(COPY_LN2)
+                request_copy(CopyKind.LN2)
             matrix_states(Op.FFN_UP, to_ffn_down)
 
             def to_ln2():
@@ -988,8 +952,6 @@ class LayerEngine(wiring.Component):
                 with m.Elif(~outw.busy & ~outw.start):
                     m.d.comb += done.eq(~outw.error)            # a write error: ERROR, not DONE
                     m.next = "IDLE"
-        with m.If(flush):
-            m.d.sync += [copy_busy.eq(0), copy_done.eq(0)]
         if self.trace:
             m.d.comb += [self.trace_mvau_valid.eq(mvau.o.valid & mvau.o.ready), self.trace_mvau_data.eq(mvau.o.payload),
                          self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),

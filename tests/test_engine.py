@@ -59,9 +59,11 @@ def test_unsupported_folding_rejected_with_a_clear_message():
         EngineGeometry.from_config(dataclasses.replace(cfg, numerics=dataclasses.replace(cfg.numerics, act_bits=6)))
 
 
-def test_a_config_that_does_not_fit_the_part_is_rejected_with_the_numbers():
-    with pytest.raises(ConfigError, match=r"target.part: the engine needs [\d.]+ BRAM36 .* xc7a35ticsg324-1L has 50"):
-        with_seq_len(load_config("bert_tiny"), 512)
+def test_a_config_whose_activations_do_not_fit_on_chip_is_refused_by_the_engine_with_the_numbers():
+    cfg = with_seq_len(load_config("bert_tiny"), 512)       # plans (activations in DRAM), the engine refuses
+    with pytest.raises(ConfigError, match=r"target.part: bert_tiny_s512 needs activations in DRAM \([\d.]+ BRAM36 tiled "
+                                          r"in blocks of \d+ rows; all on chip needs [\d.]+ of 50\)"):
+        LayerEngine(cfg)
 
 
 def test_elaborate_writes_the_rtl_file_list_and_register_map(tmp_path):

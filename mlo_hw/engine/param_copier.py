@@ -1,0 +1,121 @@
+"""The parameter copier: a section of the current layer's ParamStore slot into the block that uses it.
+
+The small per-layer sections (:data:`mlo_hw.buffers.PARAM_SECTIONS`) stream from DRAM into the ParamStore
+(:mod:`mlo_hw.loop_ctrl`) ahead of the layer; before a phase needs them, they are copied into their block:
+LN1's and LN2's gains and biases into the LayerNorm lanes, the GELU table into the table, the narrowing
+shifts (one 4-bit shift per channel: the layer input's, then LN1's output's) into the operand side's shift
+memory. A copy is requested while its destination idles (LN1's during O, GELU's during LN1, LN2's during FFN
+down, the shifts after the header) and runs as soon as its section has arrived.
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal, signed, unsigned
+from amaranth.lib import enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..buffers import PARAM_SECTIONS, ParamGeometry
+from ..gelu import TableWriteSignature
+from ..layernorm import ParamWriteSignature
+
+__all__ = ["CopyKind", "ShiftWriteSignature", "ParamCopier", "SHIFT_LANE_BITS"]
+
+SHIFT_LANE_BITS = 4     # one narrowing shift (0..NARROW_SHIFT_MAX)
+
+
+class CopyKind(enum.Enum, shape=2):
+    LN1 = 0
+    GELU = 1
+    LN2 = 2
+    NARROW = 3
+
+
+SECTION = {CopyKind.LN1: "ln1", CopyKind.GELU: "gelu", CopyKind.LN2: "ln2", CopyKind.NARROW: "narrow"}
+
+
+class ShiftWriteSignature(wiring.Signature):
+    """The shift memory's write port seen from the writer: ``en`` (one bit per lane) writes ``data`` (the shift
+    replicated over the ``lanes`` lanes) into word ``addr``."""
+
+    def __init__(self, words: int, lanes: int):
+        super().__init__({"addr": Out(range(max(words, 2))), "data": Out(SHIFT_LANE_BITS * lanes), "en": Out(lanes)})
+
+
+class ParamCopier(wiring.Component):
+    """Copies one section of the ParamStore slot in use to its destination, one element a cycle.
+
+    Interface:
+        request (pulse) with kind (:class:`CopyKind`): start a copy (a request while a copy runs restarts it);
+        flush (pulse): abandon it (``busy`` and ``done`` fall).
+        busy; done (from the copy's end until the next request or flush); waiting (``busy`` while the section
+        has not arrived from DRAM: the engine counts it as a DMA stall); release (pulse, the end of LN2's copy:
+        the slot is done with, its ``loaded`` bits may clear).
+        ParamStore side: ``param_addr`` (32-bit word in the slot) -> ``param_data`` one cycle later;
+        ``loaded`` (the slot's bits, one per :data:`PARAM_SECTIONS`).
+        ``ln``: the LayerNorm lanes' gain/bias write port (word i = element i: gains then biases);
+        ``gelu``: the GELU table's write port (byte i = entry i); ``shift``: the shift memory's write port
+        (channel c of the layer input at word c // lanes, lane c % lanes; LN1's output's from word H / lanes on).
+
+    Timing: once the section is loaded, element i is read in cycle i and written in cycle i + 1; a section of
+    n elements takes n + 1 cycles from the first read to ``done``.
+    """
+
+    def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8):
+        self.hidden, self.lanes, self.pgeo, self.act_bits = hidden, lanes, pgeo, act_bits
+        self.count = {CopyKind.LN1: 2 * hidden, CopyKind.GELU: 1 << act_bits, CopyKind.LN2: 2 * hidden,
+                      CopyKind.NARROW: 2 * hidden}
+        super().__init__({
+            "request": In(1), "kind": In(CopyKind), "flush": In(1),
+            "busy": Out(1), "done": Out(1), "waiting": Out(1), "release": Out(1),
+            "param_addr": Out(range(pgeo.slot_bytes // 4)), "param_data": In(32),
+            "loaded": In(len(PARAM_SECTIONS)),
+            "ln": Out(ParamWriteSignature(hidden)),
+            "gelu": Out(TableWriteSignature(1 << act_bits, unsigned(act_bits))),
+            "shift": Out(ShiftWriteSignature(2 * hidden // lanes, lanes)),
+        })
+
+    @classmethod
+    def from_config(cls, cfg) -> "ParamCopier":
+        return cls(cfg.model.hidden, cfg.folding.simd, ParamGeometry.from_config(cfg), cfg.numerics.act_bits)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.lanes
+        kind = Signal(CopyKind)
+        idx = Signal(range(max(self.count.values()) + 2))      # the element being read
+        prev = Signal.like(idx)                                 # the element being written (read last cycle)
+        write = Signal()                                        # ``prev`` is valid: write it this cycle
+        loaded, last = Signal(), Signal()
+        m.d.sync += [prev.eq(idx), write.eq(0)]
+        with m.Switch(kind):
+            for k, section in SECTION.items():
+                bytewise = section in ("gelu", "narrow")
+                with m.Case(k):
+                    m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k])]
+                    with m.If(self.busy):
+                        m.d.comb += self.param_addr.eq(self.pgeo.word(section) + (idx >> 2 if bytewise else idx))
+        byte = self.param_data.word_select(prev[:2], 8)
+        m.d.comb += [self.ln.addr.eq(prev), self.ln.data.eq(self.param_data.as_signed()),
+                     self.ln.en.eq(write & ((kind == CopyKind.LN1) | (kind == CopyKind.LN2))),
+                     self.gelu.addr.eq(prev), self.gelu.data.eq(byte), self.gelu.en.eq(write & (kind == CopyKind.GELU))]
+        # the narrowing shifts, one per channel, fill the shift memory's words lane by lane
+        word, lane = Signal.like(self.shift.addr), Signal(range(max(lanes, 2)))
+        m.d.comb += [self.shift.addr.eq(word), self.shift.data.eq(byte[:SHIFT_LANE_BITS].replicate(lanes))]
+        with m.If(write & (kind == CopyKind.NARROW)):
+            m.d.comb += self.shift.en.eq(1 << lane)
+            m.d.sync += lane.eq(lane + 1)
+            with m.If(lane == lanes - 1):
+                m.d.sync += [lane.eq(0), word.eq(word + 1)]
+
+        m.d.comb += [self.waiting.eq(self.busy & ~loaded),
+                     self.release.eq(self.busy & loaded & last & (kind == CopyKind.LN2))]
+        with m.If(self.busy & loaded):
+            with m.If(last):
+                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+            with m.Else():
+                m.d.sync += [idx.eq(idx + 1), write.eq(1)]
+        with m.If(self.request):
+            m.d.sync += [self.busy.eq(1), self.done.eq(0), idx.eq(0), kind.eq(self.kind), word.eq(0), lane.eq(0)]
+        with m.If(self.flush):
+            m.d.sync += [self.busy.eq(0), self.done.eq(0)]
+        return m
