@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, unsigned
 from amaranth.hdl import ResetInserter
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -67,9 +66,10 @@ from .axi_interconnect import ReadPortSwitch
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from .config import ConfigError
 from .engine.activation_io import BufferLoad, BufferStore
+from .engine.vector_io import Serializer, VectorReader
+from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.param_copier import SHIFT_LANE_BITS, CopyKind, ParamCopier
 from .gelu import GeluTable
-from .layernorm import LayerNorm
 from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
 from .perf import check_fit
@@ -98,7 +98,6 @@ class Op(enum.Enum, shape=4):
     STORE = 12
 
 
-LN_LANES = 2            # LayerNorm blocks working on alternate rows (each takes one element a cycle)
 RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
 MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN}
 
@@ -167,73 +166,6 @@ def with_seq_len(cfg, seq_len: int):
     _validate(new)
     _check_fit(new)
     return new
-
-
-class VectorReader(wiring.Component):
-    """Streams ``vectors`` x ``words`` words of a memory: word ``base + v * stride + w``.
-
-    ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1). The memory read
-    port is driven through ``addr``/``en`` and answers on ``data`` one cycle later (block RAM).
-    ``o``: one word per cycle while ``o.ready``; ``busy`` until the last word has left.
-    """
-
-    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int):
-        self.max_words, self.max_vectors = max_words, max_vectors
-        super().__init__({
-            "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
-            "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
-            "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
-            "o": Out(stream.Signature(word_bits)),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        active = Signal()
-        w = Signal(range(max(self.max_words, 2)))
-        v = Signal(range(max(self.max_vectors, 2)))
-        row = Signal.like(self.addr)
-        words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
-        advance = Signal()
-        take = Signal()
-        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active),
-                     self.addr.eq(row + w), self.en.eq(advance), self.o.payload.eq(self.data),
-                     self.busy.eq(active | self.o.valid)]
-        with m.If(advance):
-            m.d.sync += self.o.valid.eq(take)
-        with m.If(take):
-            m.d.sync += w.eq(w + 1)
-            with m.If(w == words - 1):
-                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride)]
-                with m.If(v == vectors - 1):
-                    m.d.sync += active.eq(0)
-        with m.If(self.start):
-            m.d.sync += [active.eq(1), w.eq(0), v.eq(0), row.eq(self.base), words.eq(self.words),
-                         vectors.eq(self.vectors), stride.eq(self.stride)]
-        return m
-
-
-class Serializer(wiring.Component):
-    """``lanes`` lanes of ``bits`` in, one lane per beat out (lane 0 first). One element per cycle."""
-
-    def __init__(self, lanes: int, bits: int):
-        self.lanes, self.bits = lanes, bits
-        super().__init__({"i": In(stream.Signature(lanes * bits)), "o": Out(stream.Signature(bits))})
-
-    def elaborate(self, platform):
-        m = Module()
-        word = Signal(self.lanes * self.bits)
-        idx = Signal(range(self.lanes))
-        full = Signal()
-        last = idx == self.lanes - 1
-        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word.word_select(idx, self.bits)),
-                     self.i.ready.eq(~full | (self.o.ready & last))]
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += idx.eq(idx + 1)
-            with m.If(last):
-                m.d.sync += [full.eq(0), idx.eq(0)]
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
-        return m
 
 
 class Narrow(wiring.Component):
@@ -361,18 +293,14 @@ class LayerEngine(wiring.Component):
         flush = Signal()            # resets the compute blocks at start and soft reset
         compute = {}
         for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
-                            *((f"ln{i}", LayerNorm.from_config(cfg)) for i in range(LN_LANES)),
-                            *((f"pair_ser{i}", Serializer(simd, 2 * nx.RES_BITS)) for i in range(LN_LANES)),
+                            ("layernorm", LayerNormLanes.from_config(cfg)),
                             ("gelu", GeluTable.from_config(cfg)), ("score_ser", Serializer(pe, mp.acc_bits)),
                             ("xreader", VectorReader(g.addr_bits, res_bits, words(max(H, I, S)), S)),
-                            ("narrow", Narrow(simd)),
-                            ("lnreader", VectorReader(g.addr_bits, 2 * res_bits, words(S * H), 1))):
+                            ("narrow", Narrow(simd))):
             m.submodules[name] = ResetInserter({"sync": flush})(block)
             compute[name] = block
         mvau, softmax, gelu = compute["mvau"], compute["softmax"], compute["gelu"]
-        score_ser, xreader, lnreader, narrow = (compute[n] for n in ("score_ser", "xreader", "lnreader", "narrow"))
-        lns = [compute[f"ln{i}"] for i in range(LN_LANES)]
-        pair_sers = [compute[f"pair_ser{i}"] for i in range(LN_LANES)]
+        score_ser, xreader, narrow, ln_lanes = (compute[n] for n in ("score_ser", "xreader", "narrow", "layernorm"))
         # the layer input in, the last layer's output out: X's words to and from DRAM (int16 [tokens, H])
         m.submodules.input = inp = BufferLoad(ap, nx.RES_BITS * simd, words(S * H))
         m.submodules.output = outw = BufferStore(ap, nx.RES_BITS * simd, words(S * H))
@@ -601,69 +529,24 @@ class LayerEngine(wiring.Component):
         # ---- LayerNorm: int16 pairs (a, b) from X and Y, output written back in place -------------------
         # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
         # -> X (a row is read whole before its output overwrites it)
-        ln_dst = {Op.LN1: "y", Op.LN2: "x"}
         rb = nx.RES_BITS
 
         def pairs(a_word, b_word):
             return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
 
-        with m.If((op == Op.LN1) | (op == Op.LN2)):
-            for name in ("x", "y"):
-                m.d.comb += [bufs[name].r.addr.eq(lnreader.addr), bufs[name].r.en.eq(lnreader.en)]
-            m.d.comb += lnreader.data.eq(Mux(op == Op.LN1, pairs(bufs["x"].r.data, bufs["y"].r.data),
-                                             pairs(bufs["y"].r.data, bufs["x"].r.data)))
-        # rows go to the LayerNorm lanes in turn (row r to lane r % LN_LANES)
-        rd_w = Signal(range(max(words(H), 2)))
-        rd_lane = Signal(range(max(LN_LANES, 2)))
         is_ln2 = op == Op.LN2
-        # a row's words wait in its lane's FIFO (one row deep), so the lanes work at the same time
-        lane_fifos = []
-        for i in range(LN_LANES):
-            f = SyncFIFOBuffered(width=2 * res_bits, depth=max(words(H), 2))
-            m.submodules[f"ln_fifo{i}"] = ResetInserter({"sync": flush})(f)
-            lane_fifos.append(f)
-        for i, (ps, ln, f) in enumerate(zip(pair_sers, lns, lane_fifos)):
-            m.d.comb += [f.w_en.eq(lnreader.o.valid & (rd_lane == i)), f.w_data.eq(lnreader.o.payload),
-                         ps.i.valid.eq(f.r_rdy), ps.i.payload.eq(f.r_data), f.r_en.eq(ps.i.ready),
-                         ln.i.valid.eq(ps.o.valid), ln.i.payload.eq(ps.o.payload), ps.o.ready.eq(ln.i.ready),
-                         ln.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"]))]
-        m.d.comb += lnreader.o.ready.eq(Array(f.w_rdy for f in lane_fifos)[rd_lane])
-        with m.If(lnreader.o.valid & lnreader.o.ready):
-            m.d.sync += rd_w.eq(rd_w + 1)
-            with m.If(rd_w == words(H) - 1):
-                m.d.sync += [rd_w.eq(0), rd_lane.eq(Mux(rd_lane == LN_LANES - 1, 0, rd_lane + 1))]
-        # each lane's outputs are gathered into whole words; one buffer write a cycle, lane 0 first
-        ln_words = Signal(range(words(S * H) + 1))             # words written in this LayerNorm phase
-        ln_start = Signal()
-        granted = Const(0)
-        for i, ln in enumerate(lns):
-            word = Signal(res_bits, name=f"ln{i}_word")
-            idx = Signal(range(max(simd, 2)), name=f"ln{i}_idx")
-            full = Signal(name=f"ln{i}_full")
-            addr = Signal(range(words(S * H) + 1), name=f"ln{i}_addr")
-            col = Signal(range(max(words(H), 2)), name=f"ln{i}_col")
-            grant = full & ~granted
-            granted = granted | full
-            m.d.comb += ln.o.ready.eq(~full | grant)
-            with m.If(grant):
-                with m.Switch(op):
-                    for o, name in ln_dst.items():
-                        with m.Case(o):
-                            b = bufs[name]
-                            m.d.comb += [b.w.addr.eq(addr), b.w.data.eq(word), b.w.en.eq((1 << simd) - 1)]
-                m.d.sync += [full.eq(0), col.eq(col + 1), addr.eq(addr + 1)]
-                with m.If(col == words(H) - 1):
-                    m.d.sync += [col.eq(0), addr.eq(addr + 1 + (LN_LANES - 1) * words(H))]
-            with m.If(ln.o.valid & ln.o.ready):
-                m.d.sync += [word.word_select(idx, rb).eq(ln.o.payload), idx.eq(idx + 1)]
-                with m.If(idx == simd - 1):
-                    m.d.sync += [idx.eq(0), full.eq(1)]
-            with m.If(ln_start):
-                m.d.sync += [full.eq(0), idx.eq(0), col.eq(0), addr.eq(i * words(H))]
-        with m.If(granted):                                    # one word written this cycle
-            m.d.sync += ln_words.eq(ln_words + 1)
-        with m.If(ln_start):
-            m.d.sync += [ln_words.eq(0), rd_w.eq(0), rd_lane.eq(0)]
+        m.d.comb += [ln_lanes.rows.eq(S), ln_lanes.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"])),
+                     ln_lanes.w.ready.eq(1)]
+        for o, a_buf, b_buf in ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
+            with m.If(op == o):
+                for name in ("x", "y"):
+                    m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]
+                m.d.comb += ln_lanes.rd_data.eq(pairs(bufs[a_buf].r.data, bufs[b_buf].r.data))
+                with m.If(ln_lanes.w.valid):               # the output overwrites the row's b buffer
+                    b = bufs[b_buf]
+                    m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
+                                 b.w.en.eq((1 << simd) - 1)]
+        ln_words, ln_start = ln_lanes.written, ln_lanes.start
 
         # ---- input and output ----------------------------------------------------------------------------
         xb = bufs["x"]
@@ -686,7 +569,7 @@ class LayerEngine(wiring.Component):
                      shift_w.addr.eq(copier.shift.addr), shift_w.data.eq(copier.shift.data),
                      shift_w.en.eq(copier.shift.en)]
         wiring.connect(m, copier.gelu, gelu.table_w)
-        wiring.connect(m, copier.ln, *(ln.param for ln in lns))
+        wiring.connect(m, copier.ln, ln_lanes.param)
         copy_done = copier.done
 
         def wait_for_copy():
@@ -850,10 +733,8 @@ class LayerEngine(wiring.Component):
             with m.State(f"{o.name}_PARAMS"):
                 m.d.comb += op.eq(o)
                 wait_for_copy()
-                m.d.comb += [lnreader.base.eq(0), lnreader.stride.eq(0), lnreader.words.eq(words(S * H)),
-                             lnreader.vectors.eq(1)]
                 with m.If(copy_done):
-                    m.d.comb += [lnreader.start.eq(1), ln_start.eq(1)]
+                    m.d.comb += ln_start.eq(1)
                     if o == Op.LN1:
                         request_copy(CopyKind.GELU)
                     m.next = f"{o.name}_RUN"
@@ -956,8 +837,7 @@ class LayerEngine(wiring.Component):
             m.d.comb += [self.trace_mvau_valid.eq(mvau.o.valid & mvau.o.ready), self.trace_mvau_data.eq(mvau.o.payload),
                          self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),
                          self.trace_probs_data.eq(softmax.o.payload),
-                         self.trace_ln_valid.eq(Cat(*(ln.o.valid & ln.o.ready for ln in lns))),
-                         self.trace_ln_data.eq(Cat(*(ln.o.payload for ln in lns))),
+                         self.trace_ln_valid.eq(ln_lanes.taps.valid), self.trace_ln_data.eq(ln_lanes.taps.data),
                          self.trace_compute.eq(regs.compute_busy), self.trace_stall.eq(regs.dma_stall)]
         return m
 

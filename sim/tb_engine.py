@@ -85,8 +85,8 @@ class Monitor:
         dut = self.dut
         mv_v, mv_r, mv_p = dut.mvau.o__valid, dut.mvau.o__ready, dut.mvau.o__payload
         sm_v, sm_r, sm_p = dut.softmax.o__valid, dut.softmax.o__ready, dut.softmax.o__payload
-        lns = [(getattr(dut, f"ln{i}").o__valid, getattr(dut, f"ln{i}").o__ready, getattr(dut, f"ln{i}").o__payload)
-               for i in range(LN_LANES)]
+        lane_blocks = [getattr(dut.layernorm, f"ln{i}") for i in range(LN_LANES)]
+        lns = [(ln.o__valid, ln.o__ready, ln.o__payload) for ln in lane_blocks]
         while self.running:
             await RisingEdge(dut.clk)
             await ReadOnly()

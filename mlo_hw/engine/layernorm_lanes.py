@@ -1,0 +1,122 @@
+"""The LayerNorm lanes: rows of (a, b) int16 pairs from a buffer, LayerNorm(a + b) written back as whole words.
+
+The engine's two LayerNorms (LN1: a = X, b = Y -> Y; LN2: a = Y, b = X -> X) read two buffers word by word
+side by side and write one of them back in place (a row is read whole before its output overwrites it). One
+:class:`~mlo_hw.layernorm.LayerNorm` takes one element a cycle and needs a while for each row's statistics,
+so ``lanes`` of them work on alternate rows (row r in lane r % lanes), each fed from a one-row FIFO.
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from .. import numerics as nx
+from ..layernorm import SHIFT_BITS, LayerNorm, ParamWriteSignature
+from .activation_io import word_write_layout
+from .vector_io import Serializer, VectorReader
+
+__all__ = ["LN_LANES", "LayerNormLanes"]
+
+LN_LANES = 2            # LayerNorm blocks working on alternate rows (each takes one element a cycle)
+
+
+class LayerNormLanes(wiring.Component):
+    """``rows`` rows of ``hidden`` (a, b) int16 pairs in, LayerNorm(a + b) int16 out, ``simd`` elements a word.
+
+    Interface:
+        start (pulse): latches ``rows`` (1 .. ``max_rows``) and restarts the counters; the read begins the
+        next cycle. ``shift``: the LayerNorm output shift (hold it during the run). ``param``: the gain/bias
+        write port, broadcast to every lane (:class:`~mlo_hw.layernorm.ParamWriteSignature`).
+        ``rd_addr``/``rd_en`` -> ``rd_data`` one cycle later: pair word j, row-major from word 0, ``hidden /
+        simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half.
+        ``w``: a stream of ``{addr, data}`` word writes, row r's word c at ``r * hidden / simd + c``, lane 0
+        first when several words are complete; ``written``: words written since ``start``.
+        ``taps``: each lane's output handshake and element (for a tracing testbench).
+
+    Timing: the reader delivers one word a cycle while the current row's lane FIFO has room; each lane emits
+    one element a cycle once its row's statistics are done (about 3 hidden + 150 cycles a row), so the two
+    lanes keep about ``2 hidden / (3 hidden + 150)`` elements a cycle. Backpressure on ``w`` stalls the lanes
+    without losing a word. The engine resets the whole component on a soft reset.
+    """
+
+    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int = LN_LANES):
+        self.hidden, self.simd, self.max_rows, self.lanes = hidden, simd, max_rows, lanes
+        self.row_words = hidden // simd
+        max_words = max_rows * self.row_words
+        rb = nx.RES_BITS
+        super().__init__({
+            "start": In(1), "rows": In(range(max_rows + 1)), "shift": In(SHIFT_BITS),
+            "param": In(ParamWriteSignature(hidden)),
+            "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd),
+            "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
+            "written": Out(range(max_words + 1)),
+            "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb, lanes)})),
+        })
+
+    @classmethod
+    def from_config(cls, cfg) -> "LayerNormLanes":
+        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded)
+
+    def elaborate(self, platform):
+        m = Module()
+        rb, simd, rw, n = nx.RES_BITS, self.simd, self.row_words, self.lanes
+        max_words = self.max_rows * rw
+        m.submodules.reader = reader = VectorReader(len(self.rd_addr), 2 * rb * simd, max_words, 1)
+        m.d.comb += [reader.start.eq(self.start), reader.base.eq(0), reader.stride.eq(0),
+                     reader.words.eq(self.rows * rw), reader.vectors.eq(1),
+                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
+
+        # ---- rows to the lanes in turn: a row's words wait in its lane's FIFO, so the lanes work together
+        lns, fifos = [], []
+        for i in range(n):
+            m.submodules[f"fifo{i}"] = fifo = SyncFIFOBuffered(width=2 * rb * simd, depth=max(rw, 2))
+            m.submodules[f"pairs{i}"] = pairs = Serializer(simd, 2 * rb)
+            m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden)
+            m.d.comb += [pairs.i.valid.eq(fifo.r_rdy), pairs.i.payload.eq(fifo.r_data), fifo.r_en.eq(pairs.i.ready),
+                         ln.param.addr.eq(self.param.addr), ln.param.data.eq(self.param.data),
+                         ln.param.en.eq(self.param.en), ln.shift.eq(self.shift)]
+            wiring.connect(m, pairs.o, ln.i)
+            lns.append(ln)
+            fifos.append(fifo)
+        col, lane = Signal(range(max(rw, 2))), Signal(range(max(n, 2)))
+        for i, fifo in enumerate(fifos):
+            m.d.comb += [fifo.w_en.eq(reader.o.valid & (lane == i)), fifo.w_data.eq(reader.o.payload)]
+        m.d.comb += reader.o.ready.eq(Array(f.w_rdy for f in fifos)[lane])
+        with m.If(reader.o.valid & reader.o.ready):
+            m.d.sync += col.eq(col + 1)
+            with m.If(col == rw - 1):
+                m.d.sync += [col.eq(0), lane.eq(Mux(lane == n - 1, 0, lane + 1))]
+
+        # ---- each lane gathers its elements into whole words; one word leaves a cycle, lane 0 first ---------
+        full = Signal(n)
+        first = Signal(n)                               # the full lane with the lowest index
+        m.d.comb += [first[i].eq(full[i] & ~full[:i].any()) for i in range(n)]
+        m.d.comb += self.w.valid.eq(full.any())
+        for i, ln in enumerate(lns):
+            word = Signal(rb * simd, name=f"word{i}")
+            idx = Signal(range(max(simd, 2)), name=f"idx{i}")
+            addr = Signal.like(self.w.payload.addr, name=f"addr{i}")
+            wcol = Signal(range(max(rw, 2)), name=f"col{i}")
+            leave = first[i] & self.w.ready
+            m.d.comb += [ln.o.ready.eq(~full[i] | leave),
+                         self.taps.valid[i].eq(ln.o.valid & ln.o.ready), self.taps.data[i].eq(ln.o.payload)]
+            with m.If(first[i]):
+                m.d.comb += [self.w.payload.addr.eq(addr), self.w.payload.data.eq(word)]
+            with m.If(leave):
+                m.d.sync += [full[i].eq(0), wcol.eq(wcol + 1), addr.eq(addr + 1)]
+                with m.If(wcol == rw - 1):
+                    m.d.sync += [wcol.eq(0), addr.eq(addr + 1 + (n - 1) * rw)]
+            with m.If(ln.o.valid & ln.o.ready):
+                m.d.sync += [word.word_select(idx, rb).eq(ln.o.payload), idx.eq(idx + 1)]
+                with m.If(idx == simd - 1):
+                    m.d.sync += [idx.eq(0), full[i].eq(1)]
+            with m.If(self.start):
+                m.d.sync += [full[i].eq(0), idx.eq(0), wcol.eq(0), addr.eq(i * rw)]
+        with m.If(self.w.valid & self.w.ready):
+            m.d.sync += self.written.eq(self.written + 1)
+        with m.If(self.start):
+            m.d.sync += [self.written.eq(0), col.eq(0), lane.eq(0)]
+        return m

@@ -1,0 +1,76 @@
+"""Word streams out of a buffer and lanes into elements: the engine's vector reader and serializer."""
+
+from __future__ import annotations
+
+from amaranth import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["VectorReader", "Serializer"]
+
+
+class VectorReader(wiring.Component):
+    """Streams ``vectors`` x ``words`` words of a memory: word ``base + v * stride + w``.
+
+    ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1). The memory read
+    port is driven through ``addr``/``en`` and answers on ``data`` one cycle later (block RAM).
+    ``o``: one word per cycle while ``o.ready``; ``busy`` until the last word has left.
+    """
+
+    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int):
+        self.max_words, self.max_vectors = max_words, max_vectors
+        super().__init__({
+            "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
+            "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
+            "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
+            "o": Out(stream.Signature(word_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        active = Signal()
+        w = Signal(range(max(self.max_words, 2)))
+        v = Signal(range(max(self.max_vectors, 2)))
+        row = Signal.like(self.addr)
+        words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
+        advance = Signal()
+        take = Signal()
+        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active),
+                     self.addr.eq(row + w), self.en.eq(advance), self.o.payload.eq(self.data),
+                     self.busy.eq(active | self.o.valid)]
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(take)
+        with m.If(take):
+            m.d.sync += w.eq(w + 1)
+            with m.If(w == words - 1):
+                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride)]
+                with m.If(v == vectors - 1):
+                    m.d.sync += active.eq(0)
+        with m.If(self.start):
+            m.d.sync += [active.eq(1), w.eq(0), v.eq(0), row.eq(self.base), words.eq(self.words),
+                         vectors.eq(self.vectors), stride.eq(self.stride)]
+        return m
+
+
+class Serializer(wiring.Component):
+    """``lanes`` lanes of ``bits`` in, one lane per beat out (lane 0 first). One element per cycle."""
+
+    def __init__(self, lanes: int, bits: int):
+        self.lanes, self.bits = lanes, bits
+        super().__init__({"i": In(stream.Signature(lanes * bits)), "o": Out(stream.Signature(bits))})
+
+    def elaborate(self, platform):
+        m = Module()
+        word = Signal(self.lanes * self.bits)
+        idx = Signal(range(self.lanes))
+        full = Signal()
+        last = idx == self.lanes - 1
+        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word.word_select(idx, self.bits)),
+                     self.i.ready.eq(~full | (self.o.ready & last))]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += idx.eq(idx + 1)
+            with m.If(last):
+                m.d.sync += [full.eq(0), idx.eq(0)]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
+        return m

@@ -1,0 +1,27 @@
+"""The LayerNorm lanes alone (mlo_hw/engine/layernorm_lanes.py): cocotb + Verilator bit-exact against
+numerics.layernorm under random backpressure, lint, and a slow synthesis."""
+import pytest
+
+from mlo_hw.config import load_config
+from mlo_hw.engine.layernorm_lanes import LayerNormLanes
+from mlo_hw.synth import synth_verilog
+from sim.runner import lint, simulate, to_verilog
+
+
+@pytest.mark.parametrize("name,max_rows", [("small", 8), ("bert_tiny", 6)])
+def test_rows_are_layernormed_bit_exact(name, max_rows):
+    cfg = load_config(name)
+    dut = LayerNormLanes(cfg.model.hidden, cfg.folding.simd, max_rows)
+    top = f"ln_lanes_{name}"
+    v = to_verilog(dut, top)
+    assert lint(v, top) == []
+    simulate(v, top, "tb_layernorm_lanes", {"hidden": cfg.model.hidden, "simd": cfg.folding.simd,
+                                            "max_rows": max_rows})
+
+
+@pytest.mark.slow
+def test_layernorm_lanes_synthesize_without_latches():
+    cfg = load_config("bert_tiny")
+    r = synth_verilog(to_verilog(LayerNormLanes.from_config(cfg), "ln_lanes_syn"), "ln_lanes_syn")
+    print("LayerNormLanes bert_tiny:", r.used, "logic depth", r.logic_depth)
+    assert r.latches == 0
