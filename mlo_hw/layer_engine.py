@@ -69,6 +69,7 @@ from .engine.activation_io import BufferLoad, BufferStore
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.param_copier import SHIFT_LANE_BITS, CopyKind, ParamCopier
+from .engine.result_writer import Placement, ResultWriter
 from .gelu import GeluTable
 from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
@@ -450,62 +451,20 @@ class LayerEngine(wiring.Component):
             with m.Default():
                 m.d.comb += [mvau.o.ready.eq(1), res_valid.eq(mvau.o.valid), res_data.eq(mvau_bytes)]
 
-        # result writer: beat = PE channels (chan_word*simd + nf*pe ...) of token s
-        job_rf = Signal(range(max(S, dh, tr) // pe + 1))      # output beats per vector
-        res_count = Signal(range(S * max(S, I) // pe + 1))
-        res_tile = Signal(range(S * (tr // pe) + 1))
-        res_nf = Signal.like(job_rf)
-        res_cw = Signal(range(words(max(S, I)) + 1))
-        res_cl = Signal(range(simd))
-        res_row = Signal(range(words(S * I) + 1))             # s * C/simd
-        res_row_step = Signal.like(res_row)
-        chan_word = Signal(range(words(max(H, I)) + 1))         # first column word of the tile / head
-        k_bank = Signal(range(pe))
-        k_row = Signal(range(words(S * H) // pe + 1))
-        vt_base = Signal(range(words(S * H) // pe + 1))       # V^T row of the tile's first channel group
-        vt_nf = Signal.like(vt_base)
-        res_sw = Signal(range(words(S) + 1))
-        res_sl = Signal(range(simd))
-        lanes = (Const((1 << pe) - 1, simd) << res_cl)[:simd]
-        rep = res_data.replicate(simd // pe)
-        res_addr = res_row + chan_word + res_cw
-        with m.If(res_valid):
-            with m.Switch(op):
-                for o, name in {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}.items():
-                    with m.Case(o):
-                        b = bufs[name]
-                        m.d.comb += [b.w.addr.eq(res_addr), b.w.data.eq(res_wide.replicate(simd // pe)),
-                                     b.w.en.eq(lanes)]
-                for o, base in {Op.PV: CTX_BASE, Op.FFN_UP: F_BASE}.items():
-                    with m.Case(o):
-                        work.write(m, base + res_addr, rep, lanes)
-                with m.Case(Op.K):
-                    for i, b in enumerate(work.banks):
-                        m.d.comb += [b.w.addr.eq(K_LOCAL + k_row + chan_word + res_cw), b.w.data.eq(rep),
-                                     b.w.en.eq(Mux(k_bank == i, lanes, 0))]
-                with m.Case(Op.V):
-                    for i, b in enumerate(work.banks):
-                        m.d.comb += [b.w.addr.eq(V_LOCAL + vt_base + vt_nf + res_sw),
-                                     b.w.data.eq(res_data[8 * i: 8 * i + 8].replicate(simd)),
-                                     b.w.en.eq(1 << res_sl)]
-            m.d.sync += [res_count.eq(res_count + 1), res_nf.eq(res_nf + 1), res_cl.eq(res_cl + pe),
-                         vt_nf.eq(vt_nf + words(S))]
-            with m.If(res_cl == simd - pe):
-                m.d.sync += [res_cl.eq(0), res_cw.eq(res_cw + 1)]
-            with m.If(res_nf == job_rf - 1):
-                m.d.sync += [res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(res_row + res_row_step),
-                             vt_nf.eq(0), k_bank.eq(k_bank + 1), res_sl.eq(res_sl + 1)]
-                with m.If(k_bank == pe - 1):
-                    m.d.sync += [k_bank.eq(0), k_row.eq(k_row + words(H))]
-                with m.If(res_sl == simd - 1):
-                    m.d.sync += [res_sl.eq(0), res_sw.eq(res_sw + 1)]
-            # matrices: the writer moves on to the next tile's channels by itself (jobs overlap)
-            with m.If(is_matrix_op):
-                m.d.sync += res_tile.eq(res_tile + 1)
-                with m.If(res_tile == S * nfg - 1):
-                    m.d.sync += [res_tile.eq(0), res_row.eq(0), k_bank.eq(0), k_row.eq(0), res_sw.eq(0),
-                                 res_sl.eq(0), chan_word.eq(chan_word + words(tr)),
-                                 vt_base.eq(vt_base + nfg * words(S))]
+        # the result writer places each beat (PE channels of one vector) in its consumer's layout
+        m.submodules.results = writer = ResultWriter(
+            pe=pe, simd=simd, seq=S, hidden=H, intermediate=I, tile_rows=tr, k_local=K_LOCAL, v_local=V_LOCAL,
+            bank_words=g.work_words // pe)
+        m.d.comb += [writer.i.valid.eq(res_valid), writer.i.payload.bytes.eq(res_data),
+                     writer.i.payload.wide.eq(res_wide)]
+        for i, b in enumerate(work.banks):
+            m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
+                         b.w.en.eq(writer.banks[i].en)]
+        for o, name in {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}.items():
+            with m.If(op == o):
+                b = bufs[name]
+                m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
+        res_count = writer.count
 
         # ---- scores -> softmax -> P ---------------------------------------------------------------------
         key = Signal(range(S))
@@ -607,17 +566,21 @@ class LayerEngine(wiring.Component):
         mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",
                      Op.FFN_UP: "ffn_up_shift", Op.FFN_DOWN: "ffn_down_shift"}
         dst_cols = {Op.Q: H, Op.PV: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
-        expected = Signal.like(res_count)
+        expected = Signal.like(writer.count)
         cmd = mvau.cmd.payload
 
+        placement = {Op.Q: Placement.ROWS16, Op.K: Placement.K, Op.V: Placement.VT, Op.O: Placement.ROWS16,
+                     Op.FFN_UP: Placement.ROWS8, Op.FFN_DOWN: Placement.ROWS16}
+
+        def start_writer(where, beats, row_step, chan_word=0, base=0, tiles=0):
+            c = writer.cfg
+            m.d.comb += [writer.start.eq(1), c.placement.eq(where), c.beats.eq(beats), c.row_step.eq(row_step),
+                         c.chan_word.eq(chan_word), c.base.eq(base), c.tiles.eq(tiles)]
+
         def start_matrix(o):
-            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), chan_word.eq(0), vt_base.eq(0),
-                         res_count.eq(0), res_tile.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0), res_row.eq(0),
-                         k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0), job_rf.eq(nfg),
-                         expected.eq(S * mat_rows[o] // pe), p_reads.eq(0), read_set.eq(0), latch_set.eq(0),
-                         jobs_pending.eq(0)]
-            if o in dst_cols:
-                m.d.sync += res_row_step.eq(words(dst_cols[o]))
+            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), expected.eq(S * mat_rows[o] // pe),
+                         p_reads.eq(0), read_set.eq(0), latch_set.eq(0), jobs_pending.eq(0)]
+            start_writer(placement[o], nfg, words(dst_cols.get(o, H)), base=F_BASE if o == Op.FFN_UP else 0, tiles=1)
             m.next = f"{o.name}_TILE_WAIT"
 
         def abandon():
@@ -693,14 +656,12 @@ class LayerEngine(wiring.Component):
                                  xreader.base.eq(0), xreader.stride.eq(words(S)), xreader.words.eq(words(S))]
                 with m.If(mvau.cmd.ready):
                     m.d.comb += xreader.start.eq(1)
-                    m.d.sync += [issued.eq(0), res_count.eq(0), res_nf.eq(0), res_cw.eq(0), res_cl.eq(0),
-                                 res_row.eq(0), k_bank.eq(0), k_row.eq(0), vt_nf.eq(0), res_sw.eq(0), res_sl.eq(0),
-                                 p_count.eq(0), p_word.eq(0), p_lane.eq(0), att_sf.eq(0), att_nf.eq(0), att_row.eq(0),
-                                 att_cf.eq(words(cols)), att_rf.eq(job_rows // pe),
-                                 att_stride.eq(words(H) if o == Op.SCORES else words(S)),
-                                 job_rf.eq(job_rows // pe)]
+                    m.d.sync += [issued.eq(0), p_count.eq(0), p_word.eq(0), p_lane.eq(0), att_sf.eq(0), att_nf.eq(0),
+                                 att_row.eq(0), att_cf.eq(words(cols)), att_rf.eq(job_rows // pe),
+                                 att_stride.eq(words(H) if o == Op.SCORES else words(S))]
                     if o == Op.PV:
-                        m.d.sync += [expected.eq(S * dh // pe), res_row_step.eq(words(H)), chan_word.eq(head_kword)]
+                        m.d.sync += expected.eq(S * dh // pe)
+                        start_writer(Placement.ROWS8, dh // pe, words(H), chan_word=head_kword, base=CTX_BASE)
                     m.next = f"{o.name}_WAIT"
                 abort()
             with m.State(f"{o.name}_WAIT"):
