@@ -68,7 +68,8 @@ from .config import ConfigError
 from .engine.activation_io import BufferLoad, BufferStore
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
-from .engine.param_copier import SHIFT_LANE_BITS, CopyKind, ParamCopier
+from .engine.activation_operand import ActivationOperand, Narrow
+from .engine.param_copier import CopyKind, ParamCopier
 from .engine.result_writer import Placement, ResultWriter
 from .gelu import GeluTable
 from .loop_ctrl import WeightStreamer
@@ -169,42 +170,6 @@ def with_seq_len(cfg, seq_len: int):
     return new
 
 
-class Narrow(wiring.Component):
-    """The MVAU's activation input: ``lanes`` int16 elements of the residual stream narrowed to int8, or
-    ``lanes`` bytes passed through. One register stage, one word a cycle.
-
-    ``i`` payload: ``data`` (``lanes`` x 16 bits, lane 0 in the LSBs), ``shift`` (``lanes`` x 4 bits) and
-    ``bypass``. Lane s of ``o`` is ``numerics.narrow(data[s], shift[s])`` =
-    ``sat_8(rshift_round(data[s], shift[s]))``, or the low byte of ``data[s]`` when ``bypass``.
-    ``o.payload`` is valid with ``o.valid``; ``i.ready`` is high when the register is empty or drains.
-    """
-
-    def __init__(self, lanes: int):
-        self.lanes = lanes
-        super().__init__({
-            "i": In(stream.Signature(data.StructLayout({
-                "data": unsigned(nx.RES_BITS * lanes), "shift": unsigned(SHIFT_LANE_BITS * lanes),
-                "bypass": unsigned(1)}))),
-            "o": Out(stream.Signature(unsigned(8 * lanes))),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += self.o.valid.eq(1)
-            for s in range(self.lanes):
-                x = self.i.payload.data.word_select(s, nx.RES_BITS).as_signed()
-                k = self.i.payload.shift.word_select(s, SHIFT_LANE_BITS)
-                # rshift_round(x, k) = floor((floor(2x / 2**k) + 1) / 2) for every k >= 0
-                rounded = (((x << 1) >> k) + 1) >> 1
-                sat = Mux(rounded < -128, -128, Mux(rounded > 127, 127, rounded))
-                m.d.sync += self.o.payload.word_select(s, 8).eq(Mux(self.i.payload.bypass, x[:8], sat[:8]))
-        return m
-
-
 class _Buffer:
     """A word memory (``lanes`` elements of ``lane_bits`` a word, one write enable per element) with one
     read and one write port."""
@@ -296,12 +261,11 @@ class LayerEngine(wiring.Component):
         for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
                             ("layernorm", LayerNormLanes.from_config(cfg)),
                             ("gelu", GeluTable.from_config(cfg)), ("score_ser", Serializer(pe, mp.acc_bits)),
-                            ("xreader", VectorReader(g.addr_bits, res_bits, words(max(H, I, S)), S)),
-                            ("narrow", Narrow(simd))):
+                            ("operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S))):
             m.submodules[name] = ResetInserter({"sync": flush})(block)
             compute[name] = block
         mvau, softmax, gelu = compute["mvau"], compute["softmax"], compute["gelu"]
-        score_ser, xreader, narrow, ln_lanes = (compute[n] for n in ("score_ser", "xreader", "narrow", "layernorm"))
+        score_ser, operand, ln_lanes = (compute[n] for n in ("score_ser", "operand", "layernorm"))
         # the layer input in, the last layer's output out: X's words to and from DRAM (int16 [tokens, H])
         m.submodules.input = inp = BufferLoad(ap, nx.RES_BITS * simd, words(S * H))
         m.submodules.output = outw = BufferStore(ap, nx.RES_BITS * simd, words(S * H))
@@ -401,10 +365,8 @@ class LayerEngine(wiring.Component):
                 m.d.comb += [mvau.weights.data.eq(ws.wdata),
                              mvau.params.data.eq(Array(Array(row) for row in plat)[p_set][p_addr])]
 
-        # x stream: the vector reader on the op's source buffer, then the narrowing stage. X and Y words hold
-        # int16 elements: Q/K/V and FFN up narrow them per channel (shifts of the ``narrow`` section, copied
-        # into ``shift_mem`` at the layer's start: words 0.. for the layer input, words(H).. for LN1's output);
-        # SCORES reads Q (int8 values in Y) and the byte buffers (P, WORK) pass through.
+        # the x stream: the op's source buffer through the activation operand (narrowed per channel for Q, K, V
+        # and FFN up); the byte buffers' words are spread into its int16 lanes
         def spread(byte_word):
             return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(simd)))
 
@@ -413,27 +375,11 @@ class LayerEngine(wiring.Component):
             for o, name in src.items():
                 with m.Case(o):
                     b = bufs[name]
-                    m.d.comb += [b.r.addr.eq(xreader.addr), b.r.en.eq(xreader.en),
-                                 xreader.data.eq(b.r.data if name != "p" else spread(b.r.data))]
+                    m.d.comb += [b.r.addr.eq(operand.rd_addr), b.r.en.eq(operand.rd_en),
+                                 operand.rd_data.eq(b.r.data if name != "p" else spread(b.r.data))]
             with m.Case(Op.O, Op.FFN_DOWN):
-                m.d.comb += xreader.data.eq(spread(work.read(m, xreader.addr, xreader.en)))
-        shift_mem = Memory(shape=unsigned(SHIFT_LANE_BITS * simd), depth=2 * words(H), init=[])
-        m.submodules.shift_mem = shift_mem
-        shift_w = shift_mem.write_port(granularity=SHIFT_LANE_BITS)
-        shift_r = shift_mem.read_port(domain="comb")
-        x_col = Signal(range(max(words(H), 2)))             # column word of the x beat on offer
-        narrowed = Signal()
-        m.d.comb += narrowed.eq(Cat(*(op == o for o in (Op.Q, Op.K, Op.V, Op.FFN_UP))).any())
-        m.d.comb += shift_r.addr.eq(Mux(op == Op.FFN_UP, words(H), 0) + x_col)
-        with m.If(xreader.o.valid & xreader.o.ready & narrowed):
-            m.d.sync += x_col.eq(Mux(x_col == words(H) - 1, 0, x_col + 1))
-        with m.If(xreader.start):
-            m.d.sync += x_col.eq(0)
-        m.d.comb += [narrow.i.valid.eq(xreader.o.valid), narrow.i.payload.data.eq(xreader.o.payload),
-                     narrow.i.payload.shift.eq(shift_r.data), narrow.i.payload.bypass.eq(~narrowed),
-                     xreader.o.ready.eq(narrow.i.ready),
-                     mvau.x.valid.eq(narrow.o.valid), mvau.x.payload.eq(narrow.o.payload),
-                     narrow.o.ready.eq(mvau.x.ready)]
+                m.d.comb += operand.rd_data.eq(spread(work.read(m, operand.rd_addr, operand.rd_en)))
+        wiring.connect(m, operand.o, mvau.x)
 
         # ---- MVAU results -------------------------------------------------------------------------------
         res_valid = Signal()
@@ -524,9 +470,8 @@ class LayerEngine(wiring.Component):
         m.submodules.copier = copier = ParamCopier.from_config(cfg)
         m.d.comb += [ws.param_slot.eq(slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
                      copier.loaded.eq(ws.param_loaded[slot]), copier.flush.eq(flush),
-                     ws.param_release.eq(copier.release),       # LN2's copy: the slot is done with
-                     shift_w.addr.eq(copier.shift.addr), shift_w.data.eq(copier.shift.data),
-                     shift_w.en.eq(copier.shift.en)]
+                     ws.param_release.eq(copier.release)]       # LN2's copy: the slot is done with
+        wiring.connect(m, copier.shift, operand.shift)
         wiring.connect(m, copier.gelu, gelu.table_w)
         wiring.connect(m, copier.ln, ln_lanes.param)
         copy_done = copier.done
@@ -577,6 +522,11 @@ class LayerEngine(wiring.Component):
             m.d.comb += [writer.start.eq(1), c.placement.eq(where), c.beats.eq(beats), c.row_step.eq(row_step),
                          c.chan_word.eq(chan_word), c.base.eq(base), c.tiles.eq(tiles)]
 
+        def operand_command(base, stride, n_words, narrowed=False, shift_base=0):
+            c = operand.cmd
+            m.d.comb += [c.base.eq(base), c.stride.eq(stride), c.words.eq(n_words), c.vectors.eq(S),
+                         c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
+
         def start_matrix(o):
             m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), expected.eq(S * mat_rows[o] // pe),
                          p_reads.eq(0), read_set.eq(0), latch_set.eq(0), jobs_pending.eq(0)]
@@ -621,11 +571,11 @@ class LayerEngine(wiring.Component):
                              cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(tr // pe), cmd.vectors.eq(S),
                              cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
                              cmd.act_unsigned.eq(o == Op.FFN_DOWN),      # uint8 GELU codes
-                             cmd.wide.eq(o in (Op.O, Op.FFN_DOWN)),      # int16 residual stream
-                             xreader.base.eq(CTX_BASE if o == Op.O else 0), xreader.stride.eq(words(cols)),
-                             xreader.words.eq(words(cols)), xreader.vectors.eq(S)]
+                             cmd.wide.eq(o in (Op.O, Op.FFN_DOWN))]     # int16 residual stream
+                operand_command(CTX_BASE if o == Op.O else 0, words(cols), words(cols),
+                                narrowed=o in (Op.Q, Op.K, Op.V, Op.FFN_UP), shift_base=words(H) if o == Op.FFN_UP else 0)
                 with m.If(mvau.cmd.ready):
-                    m.d.comb += [xreader.start.eq(1), job_accept.eq(1)]
+                    m.d.comb += [operand.start.eq(1), job_accept.eq(1)]
                     m.d.sync += [issued.eq(0), latch_set.eq(~latch_set)]
                     m.next = f"{name}_WAIT"
                 abort()
@@ -646,16 +596,15 @@ class LayerEngine(wiring.Component):
             """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h), its operands on chip."""
             with m.State(f"{o.name}_JOB"):
                 m.d.comb += [op.eq(o), busy.eq(1), mvau.cmd.valid.eq(1),
-                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(job_rows // pe), cmd.vectors.eq(S),
-                             xreader.vectors.eq(S)]
+                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(job_rows // pe), cmd.vectors.eq(S)]
                 if o == Op.SCORES:
-                    m.d.comb += [cmd.raw.eq(1), xreader.base.eq(head_kword), xreader.stride.eq(words(H)),
-                                 xreader.words.eq(words(dh))]
+                    m.d.comb += cmd.raw.eq(1)
+                    operand_command(head_kword, words(H), words(dh))
                 else:
-                    m.d.comb += [cmd.shift.eq(hdr["ctx_shift"]), cmd.act_unsigned.eq(1),
-                                 xreader.base.eq(0), xreader.stride.eq(words(S)), xreader.words.eq(words(S))]
+                    m.d.comb += [cmd.shift.eq(hdr["ctx_shift"]), cmd.act_unsigned.eq(1)]
+                    operand_command(0, words(S), words(S))
                 with m.If(mvau.cmd.ready):
-                    m.d.comb += xreader.start.eq(1)
+                    m.d.comb += operand.start.eq(1)
                     m.d.sync += [issued.eq(0), p_count.eq(0), p_word.eq(0), p_lane.eq(0), att_sf.eq(0), att_nf.eq(0),
                                  att_row.eq(0), att_cf.eq(words(cols)), att_rf.eq(job_rows // pe),
                                  att_stride.eq(words(H) if o == Op.SCORES else words(S))]

@@ -1,4 +1,4 @@
-"""The engine's narrowing stage (``layer_engine.Narrow``) against ``numerics.narrow``, bit for bit, with
+"""The engine's narrowing stage (``engine.activation_operand.Narrow``) against ``numerics.narrow``, bit for bit, with
 random valid/ready: random int16 lanes (with the extremes), random shifts 0..15, and bypassed words
 (the low byte of each lane passes through). Params: ``lanes``, ``seed``, ``words``, ``corrupt`` (compare
 against shift + 1: the run must fail)."""
@@ -8,7 +8,7 @@ import cocotb
 import numpy as np
 
 from mlo_hw import numerics as nx
-from mlo_hw.layer_engine import SHIFT_LANE_BITS
+from mlo_hw.engine.param_copier import SHIFT_LANE_BITS
 from runner import tb_params
 from streams import StreamSink, StreamSource, pack, start_clock_and_reset, unpack
 

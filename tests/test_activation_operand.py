@@ -1,0 +1,26 @@
+"""The activation operand alone (mlo_hw/engine/activation_operand.py): cocotb + Verilator against
+numerics.narrow under backpressure, lint, and a slow synthesis."""
+import pytest
+
+from mlo_hw.engine.activation_operand import ActivationOperand
+from mlo_hw.synth import synth_verilog
+from sim.runner import lint, simulate, to_verilog
+
+
+@pytest.mark.parametrize("hidden,simd", [(32, 4), (128, 8)])
+def test_vectors_are_narrowed_or_passed_bit_exact(hidden, simd):
+    mem_words = 4 * hidden
+    dut = ActivationOperand(hidden, simd, 12, hidden // simd + 2, 8)
+    top = f"operand_{hidden}_{simd}"
+    v = to_verilog(dut, top)
+    assert lint(v, top) == []
+    widths = {name: (f.offset, f.width) for name, f in dut.signature.members["cmd"].shape}
+    simulate(v, top, "tb_activation_operand", {"hidden": hidden, "simd": simd, "mem_words": mem_words,
+                                               "cmd_widths": widths})
+
+
+@pytest.mark.slow
+def test_activation_operand_synthesizes_without_latches():
+    r = synth_verilog(to_verilog(ActivationOperand(128, 8, 12, 64, 128), "operand_syn"), "operand_syn")
+    print("ActivationOperand bert_tiny:", r.used, "logic depth", r.logic_depth)
+    assert r.latches == 0
