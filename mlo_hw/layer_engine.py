@@ -71,6 +71,7 @@ from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
 from .engine.param_copier import CopyKind, ParamCopier
 from .engine.result_writer import Placement, ResultWriter
+from .engine.tile_params import TileParamLatch
 from .gelu import GeluTable
 from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
@@ -314,31 +315,18 @@ class LayerEngine(wiring.Component):
         hdr = {f: Signal(32, name=f"hdr_{f}") for f in HEADER_FIELDS}
 
         # ---- MVAU operands --------------------------------------------------------------------------
-        # A tile's bias/mult are latched (two sets) when its job starts, so the tile's bank is released as
-        # soon as the MVAU has read its last weight word and the next tile's job follows without a gap.
         nfg = tr // pe
         is_matrix_op = Signal()
         m.d.comb += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
-        plat = [[Signal(mp.param_layout().size, name=f"tile_params{i}_{j}") for j in range(nfg)] for i in range(2)]
-        latch_set, read_set = Signal(), Signal()
-        latch_idx = Signal(range(nfg + 2))
-        p_reads = Signal(range(S * nfg + 1))
-        p_addr = Signal(range(max(nfg, 2)))
-        jobs_pending = Signal(range(3))         # matrix jobs whose parameter reads are not all done
-        job_accept, job_reads_done = Signal(), Signal()
-        p_set = Signal()                        # the set of the read in flight (read_set may move on)
-        with m.If(mvau.params.en):
-            m.d.sync += [p_addr.eq(mvau.params.addr), p_set.eq(read_set)]
-        with m.If(mvau.params.en & is_matrix_op):
-            m.d.sync += p_reads.eq(p_reads + 1)
-            with m.If(p_reads == S * nfg - 1):
-                m.d.sync += [p_reads.eq(0), read_set.eq(~read_set)]
-                m.d.comb += job_reads_done.eq(1)
-        m.d.sync += jobs_pending.eq(jobs_pending + job_accept - job_reads_done)
+        # a tile's bias/mult, latched in two sets so that jobs overlap (PV reads a fixed multiplier instead)
+        m.submodules.tile_params = tparams = TileParamLatch(mp, tr, S)
+        m.d.comb += [tparams.matrix.eq(is_matrix_op), tparams.fixed_mult.eq(hdr["ctx_mult"]),
+                     ws.caddr.eq(tparams.src_addr), tparams.src_data.eq(Cat(ws.bias.as_value(), ws.mult.as_value()))]
+        wiring.connect(m, tparams.params, mvau.params)
         issued = Signal(range(S * nfg * words(max(H, I)) + 1))   # weight words read by the current job
         with m.If(mvau.weights.en):
             m.d.sync += issued.eq(issued + 1)
-        m.d.comb += [ws.waddr.eq(mvau.weights.addr), ws.caddr.eq(mvau.params.addr)]
+        m.d.comb += ws.waddr.eq(mvau.weights.addr)
         head_kword = Signal(range(words(H) + 1))                # h * dh / simd: the head's columns of Q and K
         head_vrow = Signal(range(words(S * H) // pe + 1))      # (h * dh / pe) * S / simd: the head's V^T rows
         # mirror of the MVAU's weight word counters (nf, sf) for the attention operands
@@ -359,11 +347,8 @@ class LayerEngine(wiring.Component):
                 m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, K_LOCAL + att_row + head_kword + att_sf))
             with m.Case(Op.PV):
                 m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, V_LOCAL + att_row + head_vrow + att_sf))
-                for p in range(pe):
-                    m.d.comb += [mvau.params.data.bias[p].eq(0), mvau.params.data.mult[p].eq(hdr["ctx_mult"])]
             with m.Default():
-                m.d.comb += [mvau.weights.data.eq(ws.wdata),
-                             mvau.params.data.eq(Array(Array(row) for row in plat)[p_set][p_addr])]
+                m.d.comb += mvau.weights.data.eq(ws.wdata)
 
         # the x stream: the op's source buffer through the activation operand (narrowed per channel for Q, K, V
         # and FFN up); the byte buffers' words are spread into its int16 lanes
@@ -528,8 +513,8 @@ class LayerEngine(wiring.Component):
                          c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
 
         def start_matrix(o):
-            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), expected.eq(S * mat_rows[o] // pe),
-                         p_reads.eq(0), read_set.eq(0), latch_set.eq(0), jobs_pending.eq(0)]
+            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), expected.eq(S * mat_rows[o] // pe)]
+            m.d.comb += tparams.clear.eq(1)
             start_writer(placement[o], nfg, words(dst_cols.get(o, H)), base=F_BASE if o == Op.FFN_UP else 0, tiles=1)
             m.next = f"{o.name}_TILE_WAIT"
 
@@ -550,21 +535,14 @@ class LayerEngine(wiring.Component):
             cols, name = mat_cols[o], o.name
             with m.State(f"{name}_TILE_WAIT"):
                 m.d.comb += [op.eq(o), busy.eq(1), stall.eq(~ws.tile_ready)]
-                m.d.sync += latch_idx.eq(0)
                 with m.If(ws.tile_ready):
                     m.next = f"{name}_LATCH"
                 abort()
             with m.State(f"{name}_LATCH"):
                 # the tile's bias/mult into the free parameter set (the previous job may still read the other)
-                m.d.comb += [op.eq(o), busy.eq(1), ws.caddr.eq(latch_idx)]
-                with m.If(jobs_pending < 2):
-                    m.d.sync += latch_idx.eq(latch_idx + 1)
-                    for i in range(2):
-                        for j in range(nfg):
-                            with m.If((latch_set == i) & (latch_idx == j + 1)):
-                                m.d.sync += plat[i][j].eq(Cat(ws.bias.as_value(), ws.mult.as_value()))
-                    with m.If(latch_idx == nfg):
-                        m.next = f"{name}_JOB"
+                m.d.comb += [op.eq(o), busy.eq(1), tparams.latch.eq(1)]
+                with m.If(tparams.latched):
+                    m.next = f"{name}_JOB"
                 abort()
             with m.State(f"{name}_JOB"):
                 m.d.comb += [op.eq(o), busy.eq(1), mvau.cmd.valid.eq(1),
@@ -575,8 +553,8 @@ class LayerEngine(wiring.Component):
                 operand_command(CTX_BASE if o == Op.O else 0, words(cols), words(cols),
                                 narrowed=o in (Op.Q, Op.K, Op.V, Op.FFN_UP), shift_base=words(H) if o == Op.FFN_UP else 0)
                 with m.If(mvau.cmd.ready):
-                    m.d.comb += [operand.start.eq(1), job_accept.eq(1)]
-                    m.d.sync += [issued.eq(0), latch_set.eq(~latch_set)]
+                    m.d.comb += [operand.start.eq(1), tparams.job.eq(1)]
+                    m.d.sync += issued.eq(0)
                     m.next = f"{name}_WAIT"
                 abort()
             with m.State(f"{name}_WAIT"):

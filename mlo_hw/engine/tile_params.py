@@ -1,0 +1,85 @@
+"""The MVAU's per-channel parameters: a weight tile's bias and multiplier, latched in two sets.
+
+A tile's bias/mult are copied out of the tile buffer into the free one of two register sets before its job
+starts, so the tile's bank can be released as soon as the MVAU has read its last weight word and the next
+tile's job follows without a gap (the previous job may still be reading the other set).
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Module, Signal
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+__all__ = ["TileParamLatch"]
+
+
+class TileParamLatch(wiring.Component):
+    """Two sets of ``tile_rows / pe`` channel groups' (bias, mult), latched from the tile buffer, read by the MVAU.
+
+    Interface:
+        clear (pulse): a new matrix: no job pending, both sets free, set 0 first.
+        latch (level, the sequencer's latch step): copies group j of the tile buffer (``src_addr`` = j, the
+        group on ``src_data`` one cycle later) into the free set, one group a cycle, while fewer than two jobs
+        hold a set; ``latched`` (combinational) in the cycle the last group is taken: the job may be issued.
+        job (pulse): the job that reads the just-latched set was accepted.
+        ``params``: the MVAU's parameter read port (connect with ``wiring.connect``): group ``addr`` of the
+        set of the job being read, one cycle after ``en``; ``matrix`` (0 during the attention products):
+        instead every channel reads bias 0 and ``fixed_mult`` (PV's requantization), and no read is counted.
+        A job's set is free again after its ``vectors * tile_rows / pe`` reads.
+
+    Timing: latching takes ``tile_rows / pe + 1`` cycles when a set is free.
+    """
+
+    def __init__(self, mvau_params, tile_rows: int, vectors: int):
+        self.mp, self.tile_rows, self.vectors = mvau_params, tile_rows, vectors
+        self.groups = tile_rows // mvau_params.pe
+        layout = mvau_params.param_layout()
+        super().__init__({
+            "clear": In(1), "latch": In(1), "latched": Out(1), "job": In(1),
+            "src_addr": Out(range(max(self.groups, 2))), "src_data": In(layout),
+            "matrix": In(1), "fixed_mult": In(mvau_params.mult_bits),
+            "params": Out(memory.ReadPort.Signature(addr_width=max(1, ceil_log2(mvau_params.max_row_folds)),
+                                                    shape=layout)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nfg, S = self.groups, self.vectors
+        sets = [[Signal(self.params.data.shape(), name=f"set{i}_{j}") for j in range(nfg)] for i in range(2)]
+        latch_set, read_set = Signal(), Signal()   # the set the next latch fills; the set the next job reads
+        idx = Signal(range(nfg + 2))               # the group being latched (+1: its data arrives)
+        reads = Signal(range(S * nfg + 1))         # parameter reads of the job being read
+        pending = Signal(range(3))                 # jobs whose reads are not all done
+        reads_done = Signal()
+        addr, in_set = Signal.like(self.params.addr), Signal()    # the read in flight
+        with m.If(self.params.en):
+            m.d.sync += [addr.eq(self.params.addr), in_set.eq(read_set)]
+        with m.If(self.params.en & self.matrix):
+            m.d.sync += reads.eq(reads + 1)
+            with m.If(reads == S * nfg - 1):
+                m.d.sync += [reads.eq(0), read_set.eq(~read_set)]
+                m.d.comb += reads_done.eq(1)
+        m.d.sync += pending.eq(pending + self.job - reads_done)
+        with m.If(self.matrix):
+            m.d.comb += self.params.data.eq(Array(Array(row) for row in sets)[in_set][addr])
+        with m.Else():
+            for p in range(self.mp.pe):
+                m.d.comb += [self.params.data.bias[p].eq(0), self.params.data.mult[p].eq(self.fixed_mult)]
+
+        m.d.comb += self.src_addr.eq(idx)
+        with m.If(self.latch & (pending < 2)):
+            m.d.sync += idx.eq(idx + 1)
+            for i in range(2):
+                for j in range(nfg):
+                    with m.If((latch_set == i) & (idx == j + 1)):
+                        m.d.sync += sets[i][j].eq(self.src_data)
+            with m.If(idx == nfg):
+                m.d.comb += self.latched.eq(1)
+                m.d.sync += idx.eq(0)
+        with m.If(self.job):
+            m.d.sync += latch_set.eq(~latch_set)
+        with m.If(self.clear):
+            m.d.sync += [reads.eq(0), read_set.eq(0), latch_set.eq(0), pending.eq(0), idx.eq(0)]
+        return m
