@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.quantize import build_model, random_inputs, run_int  # noqa: E402
-from mlo_hw.reference import float_stack  # noqa: E402
+from mlo_hw.model.quantize import build_model, random_inputs, run_int  # noqa: E402
+from mlo_hw.model.reference import float_stack  # noqa: E402
 
 
 def cosines(a, b):

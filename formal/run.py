@@ -67,14 +67,14 @@ def _small_axi(max_burst_beats: int = 16):
     """The AXI parameters of the shipped ``small`` config (32-bit addresses, 64-bit data, 16 beats), with
     an optional shorter burst limit."""
     import dataclasses
-    from mlo_hw.axi import AxiParams
+    from mlo_hw.hw.axi import AxiParams
     from mlo_hw.config import load_config
     return dataclasses.replace(AxiParams.from_config(load_config("small")), max_burst_beats=max_burst_beats)
 
 
 def _read_dma():
-    from mlo_hw.loop_ctrl import BEATS_BITS, TAG_BITS
-    from mlo_hw.weight_dma import ReadDma
+    from mlo_hw.hw.loop_ctrl import BEATS_BITS, TAG_BITS
+    from mlo_hw.hw.weight_dma import ReadDma
     from sim.runner import to_verilog
     p = _small_axi()
     # as the weight streamer instantiates it: 8 bursts in flight
@@ -88,7 +88,7 @@ WRITE_DMA_BURST, WRITE_DMA_OUTSTANDING = 4, 4
 
 
 def _write_dma():
-    from mlo_hw.act_dma import WriteDma
+    from mlo_hw.hw.act_dma import WriteDma
     from sim.runner import to_verilog
     p = _small_axi(WRITE_DMA_BURST)
     v = to_verilog(WriteDma(p, beats_bits=16, outstanding=WRITE_DMA_OUTSTANDING), "writedma")
@@ -99,7 +99,7 @@ def _write_dma():
 
 def _regs():
     from mlo_hw.config import load_config
-    from mlo_hw.regs import AXIL_ADDR_BITS, ControlRegs
+    from mlo_hw.hw.regs import AXIL_ADDR_BITS, ControlRegs
     from sim.runner import to_verilog
     cfg = load_config("small")
     v = to_verilog(ControlRegs(cfg), "regs")
@@ -107,9 +107,9 @@ def _regs():
 
 
 def _engine():
-    from mlo_hw.axi import AxiParams
-    from mlo_hw.layer_engine import EngineTop
-    from mlo_hw.regs import AXIL_ADDR_BITS
+    from mlo_hw.hw.axi import AxiParams
+    from mlo_hw.hw.layer_engine import EngineTop
+    from mlo_hw.hw.regs import AXIL_ADDR_BITS
     from sim.runner import to_verilog
     cfg = formal_config()
     p = AxiParams.from_config(cfg)
@@ -133,16 +133,16 @@ class Check:
 
 
 CHECKS = {c.name: c for c in (
-    Check("read_dma", "mlo_hw.weight_dma.ReadDma (8 bursts in flight, small config's bus) vs AXI4 master "
+    Check("read_dma", "mlo_hw.hw.weight_dma.ReadDma (8 bursts in flight, small config's bus) vs AXI4 master "
           "properties (read channels)", "readdma_formal.sv", "readdma_formal", _read_dma,
           depth=30, mutants={"ar_len_unstable": ("a_ar_len_stable",), "ar_4k": ("a_ar_4k",)}),
-    Check("write_dma", "mlo_hw.act_dma.WriteDma (4 bursts in flight, small config's bus) vs AXI4 master "
+    Check("write_dma", "mlo_hw.hw.act_dma.WriteDma (4 bursts in flight, small config's bus) vs AXI4 master "
           "properties (write channels)", "writedma_formal.sv", "writedma_formal", _write_dma,
           depth=10, mutants={"w_last_early": ("a_w_last",), "w_valid_drop": ("a_w_valid_held",)}),
-    Check("regs", "mlo_hw.regs.ControlRegs (small config) vs AXI4-Lite slave properties", "regs_formal.sv",
+    Check("regs", "mlo_hw.hw.regs.ControlRegs (small config) vs AXI4-Lite slave properties", "regs_formal.sv",
           "regs_formal", _regs, props=(FAXIL,), depth=20, prove_depth=4,
           mutants={"b_without_write": ("a_b_after_aw", "a_b_after_w"), "r_data_unstable": ("a_r_data_stable",)}),
-    Check("engine", "mlo_hw.layer_engine.EngineTop (formal_tiny config) vs AXI4 master properties on m_axi_* "
+    Check("engine", "mlo_hw.hw.layer_engine.EngineTop (formal_tiny config) vs AXI4 master properties on m_axi_* "
           "and AXI4-Lite slave properties on s_axil_*", "engine_formal.sv", "engine_formal", _engine,
           props=(FAXI, FAXIL), depth=22,
           mutants={"ar_size_unstable": ("a_ar_size_stable",),

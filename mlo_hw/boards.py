@@ -17,7 +17,7 @@ Boards (:data:`BOARDS`): Arty A7-35 and Arty A7-100 (amaranth-boards ``ArtyA7_35
 - reset: the board's reset button (active low on all three boards; amaranth's ``PinsN`` inverts it),
   or'ed with the MMCM's ``not LOCKED``, synchronized by ``ResetSynchronizer`` into the active-high
   synchronous reset of the ``sync`` domain;
-- the design: the layer engine (``mlo_hw.layer_engine.engine_top(cfg)``; its ``aclk``/``aresetn``
+- the design: the layer engine (``mlo_hw.hw.layer_engine.engine_top(cfg)``; its ``aclk``/``aresetn``
   ports are driven from ``sync``; an engine that uses ``sync`` implicitly works as well), or, while
   the engine is not built, one block that exists (``--block``).
   The design's other ports have no board pins: the DRAM behind the AXI master needs the board's DDR3
@@ -241,7 +241,7 @@ def design_component(cfg, block: str | None = None):
     if block is None:
         if not _module_exists(ENGINE_MODULE):
             present = [b.name for b in BLOCKS if _module_exists(b.module)]
-            raise ConfigError("the engine is not built yet (mlo_hw/layer_engine.py does not exist); "
+            raise ConfigError("the engine is not built yet (mlo_hw/hw/layer_engine.py does not exist); "
                               + (f"pass --block with one of {', '.join(present)}" if present
                                  else "and no block of it is in the repository either"))
         import importlib

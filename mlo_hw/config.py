@@ -281,8 +281,8 @@ def _validate(cfg: Config):
 
 def _check_limits(cfg: Config):
     """The hardware's limits: register widths, the AXI address space and the part's clock range."""
-    from .regs import LAYER_BITS, TOKEN_BITS
-    from .weight_image import layout
+    from .hw.regs import LAYER_BITS, TOKEN_BITS
+    from .model.weight_image import layout
     m, mem, t = cfg.model, cfg.memory, cfg.target
     _require(m.layers < 1 << LAYER_BITS, f"model.layers: {m.layers} exceeds the {LAYER_BITS}-bit LAYERS register "
                                          f"(at most {(1 << LAYER_BITS) - 1})")
@@ -301,7 +301,7 @@ def _check_limits(cfg: Config):
 
 def _check_fit(cfg: Config):
     """A plan that fits the block RAM budget exists (all on chip, or activations in DRAM: mlo_hw.plan)."""
-    from .layer_engine import EngineGeometry
+    from .hw.layer_engine import EngineGeometry
     from .plan import plan
     try:
         EngineGeometry.from_config(cfg)

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import numerics as nx
+from .model import numerics as nx
 from .cli import ArgumentParser, command, folder, staged_folder
 from .config import load_config
 from .perf import check_fit, layer_bound, matrix_costs
 from .plan import format_plan, plan
-from .quantize import build_model, dram_bytes, random_inputs, run_int
-from .weight_image import layout, pack_image, write_manifest
+from .model.quantize import build_model, dram_bytes, random_inputs, run_int
+from .model.weight_image import layout, pack_image, write_manifest
 
 __all__ = ["main", "report", "write_build", "BUILD_MARKS"]
 
@@ -69,8 +69,8 @@ def report(cfg, rtl_note: str) -> str:
 def write_build(cfg, out: Path):
     """Write the RTL, register map, weight image, manifest, test vector and report of ``cfg`` into ``out``."""
     from amaranth.back import verilog
-    from .layer_engine import engine_top
-    from .regs import write_register_map
+    from .hw.layer_engine import engine_top
+    from .hw.regs import write_register_map
     _, model = build_model(cfg)
     if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
         from .frontend.host import onnx_inputs

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import numerics as nx
-from .weight_image import layout
+from .model import numerics as nx
+from .model.weight_image import layout
 
 __all__ = ["TileCost", "matrix_costs", "layer_bound", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36",
            "check_fit", "BRAM36_BYTES"]
@@ -63,9 +63,9 @@ def bram36(width_bits: int, depth: int) -> float:
 
 def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry."""
-    from .buffers import ParamGeometry
-    from .layer_engine import EngineGeometry
-    from .mvau import MVAUParams
+    from .hw.buffers import ParamGeometry
+    from .hw.layer_engine import EngineGeometry
+    from .hw.mvau import MVAUParams
     g = EngineGeometry.from_config(cfg)
     s, h = g.seq, g.hidden
     lay = layout(cfg)
@@ -92,7 +92,7 @@ def onchip_plan(cfg) -> dict[str, int]:
 
     x: the layer input and output (int16); y: Q during attention, then O's and LN1's output (int16);
     p: one head's probabilities; work: K, V^T and CTX during attention, then the FFN intermediate
-    (see :mod:`mlo_hw.layer_engine`); weight_tiles: the two tile banks; params: two layers' header,
+    (see :mod:`mlo_hw.hw.layer_engine`); weight_tiles: the two tile banks; params: two layers' header,
     narrow, LayerNorm and GELU sections; the softmax, LayerNorm and MVAU row memories.
     """
     mems = onchip_memories(cfg)

@@ -5,7 +5,7 @@ the report and ``bench/cycles.py`` use.
 
 Two modes. **On chip** (today's engine): every activation stays on chip between layers; the DRAM traffic is
 the weight image per layer plus the input read and the output write once per run. **Tiled** (the schedule of
-:mod:`mlo_hw.tiled`, ``docs/tiling.md``): each layer runs in two passes over token blocks of ``B`` rows, its
+:mod:`mlo_hw.model.tiled`, ``docs/tiling.md``): each layer runs in two passes over token blocks of ``B`` rows, its
 activations in scratch DRAM; on chip only block-sized buffers remain, plus a tile buffer that also holds a
 head's K_h or V_h^T. The planner keeps everything on chip whenever that fits the budget (``target.bram36_budget``,
 default the part's block RAM), else picks the block size with the lowest bound that fits; a config that fits
@@ -28,11 +28,11 @@ import math
 import sys
 from dataclasses import dataclass
 
-from . import numerics as nx
+from .model import numerics as nx
 from .config import PARTS, ConfigError
 from .perf import bram36, layer_bound, matrix_costs, onchip_memories
-from .tiled import scratch_layout
-from .weight_image import layout
+from .model.tiled import scratch_layout
+from .model.weight_image import layout
 
 __all__ = ["Buffer", "Plan", "plan", "block_choices", "tiled_memories", "format_plan", "main"]
 

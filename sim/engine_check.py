@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlo_hw.layer_engine import LN_LANES, Op
+from mlo_hw.hw.layer_engine import LN_LANES, Op
 
 __all__ = ["order", "Trace", "expected", "observed", "first_difference", "check_run"]
 

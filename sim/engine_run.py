@@ -1,9 +1,9 @@
 """Running ``sim/tb_engine.py`` from tests and benchmarks: its parameters and one cached build per config."""
 from __future__ import annotations
 
-from mlo_hw.layer_engine import LayerEngine
-from mlo_hw.mvau import MVAUParams
-from mlo_hw.regs import as_dict as register_dict
+from mlo_hw.hw.layer_engine import LayerEngine
+from mlo_hw.hw.mvau import MVAUParams
+from mlo_hw.hw.regs import as_dict as register_dict
 
 from .runner import simulate, to_verilog
 

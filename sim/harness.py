@@ -1,7 +1,7 @@
 """The fast full-stack simulation: the layer engine and an AXI4 DRAM model in one Verilated design,
 driven by a C++ harness, with Python only at the edges.
 
-``sim_top`` (generated here) holds the traced engine (:class:`mlo_hw.layer_engine.LayerEngine` with
+``sim_top`` (generated here) holds the traced engine (:class:`mlo_hw.hw.layer_engine.LayerEngine` with
 ``trace=True``) and ``axi_dram`` (``sim/hdl/axi_dram.sv``: an AXI4 slave memory with random stalls on all
 five channels from seeded LFSRs, error injection, an optional DRAM timing model and a backdoor), and
 ``sim/hdl/harness.cpp`` clocks it: it programs the registers over AXI4-Lite, waits for the interrupt,
@@ -31,13 +31,13 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib.wiring import Out
 
-from mlo_hw.axi import AxiParams
-from mlo_hw.layer_engine import LN_LANES, LayerEngine
-from mlo_hw.mvau import MVAUParams
-from mlo_hw.numerics import RES_BITS
-from mlo_hw.quantize import DRAM_DTYPE, dram_bytes, from_dram
-from mlo_hw.regs import register_map
-from mlo_hw.weight_image import layout, pack_image
+from mlo_hw.hw.axi import AxiParams
+from mlo_hw.hw.layer_engine import LN_LANES, LayerEngine
+from mlo_hw.hw.mvau import MVAUParams
+from mlo_hw.model.numerics import RES_BITS
+from mlo_hw.model.quantize import DRAM_DTYPE, dram_bytes, from_dram
+from mlo_hw.hw.regs import register_map
+from mlo_hw.model.weight_image import layout, pack_image
 
 from .engine_check import Trace
 from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin

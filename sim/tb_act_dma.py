@@ -1,4 +1,4 @@
-"""cocotb tests of mlo_hw.act_dma: WriteDma (``P["dut"] == "write_dma"``) and the activation reader +
+"""cocotb tests of mlo_hw.hw.act_dma: WriteDma (``P["dut"] == "write_dma"``) and the activation reader +
 writer pair (``P["dut"] == "act_io"``), against cocotbext-axi RAM models as the DRAM.
 
 Every byte of DRAM is compared with a Python shadow after each transfer (bytes outside the transfer

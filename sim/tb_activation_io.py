@@ -1,4 +1,4 @@
-"""cocotb tests of mlo_hw.engine.activation_io: ``Regroup`` alone (``P["dut"] == "regroup"``), and a word
+"""cocotb tests of mlo_hw.hw.engine.activation_io: ``Regroup`` alone (``P["dut"] == "regroup"``), and a word
 buffer between a ``BufferLoad`` and a ``BufferStore`` on one AXI4 port (``P["dut"] == "load_store"``).
 
 Load/store: random transfers (length, DRAM address near 4 KiB pages, buffer word offset) with random

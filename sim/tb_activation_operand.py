@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.engine.activation_operand.ActivationOperand: a word memory model (read one cycle late),
+"""cocotb test of mlo_hw.hw.engine.activation_operand.ActivationOperand: a word memory model (read one cycle late),
 random per-channel shifts through the shift write port, random commands (narrowed or passed through, either
 shift half, strided vectors), random ``ready`` on ``o``; every beat against ``numerics.narrow`` or the low
 bytes; a negative check."""
@@ -9,7 +9,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 from runner import tb_params
 
 P = tb_params()

@@ -1,4 +1,4 @@
-"""cocotb tests of mlo_hw.axi_interconnect: two ReadDmas behind a ReadArbiter, wrapped by AxiTop
+"""cocotb tests of mlo_hw.hw.axi_interconnect: two ReadDmas behind a ReadArbiter, wrapped by AxiTop
 (``aclk``, active-low synchronous ``aresetn``), against cocotbext-axi's AxiRamRead as the DRAM.
 
 Both masters get random commands at the same time; every beat each master delivers is compared with

@@ -19,11 +19,11 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from mlo_hw.config import load_config
-from mlo_hw.golden import int_stack
-from mlo_hw.layer_engine import LN_LANES, Op, with_seq_len
-from mlo_hw.numerics import RES_BITS
-from mlo_hw.quantize import DRAM_DTYPE, build_model, dram_bytes, from_dram, random_inputs
-from mlo_hw.weight_image import layout, pack_image
+from mlo_hw.model.golden import int_stack
+from mlo_hw.hw.layer_engine import LN_LANES, Op, with_seq_len
+from mlo_hw.model.numerics import RES_BITS
+from mlo_hw.model.quantize import DRAM_DTYPE, build_model, dram_bytes, from_dram, random_inputs
+from mlo_hw.model.weight_image import layout, pack_image
 from engine_check import Trace, check_run
 from runner import tb_params
 

@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.loop_ctrl.LoopController alone: the commands it issues for a fetch program, under
+"""cocotb test of mlo_hw.hw.loop_ctrl.LoopController alone: the commands it issues for a fetch program, under
 random ``cmd.ready`` and random ``can_claim``, against the list the test computed from the schedule."""
 import random
 

@@ -9,7 +9,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import RisingEdge
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 from runner import tb_params
 from streams import StreamSink, StreamSource, pack, start_clock_and_reset, unpack
 
@@ -46,7 +46,7 @@ def _check(got, beats, table, what, corrupt=False):
 async def tables_under_backpressure(dut):
     """The model's GELU tables and a random table, every input value, random valid/ready."""
     from mlo_hw.config import load_config
-    from mlo_hw.quantize import build_model
+    from mlo_hw.model.quantize import build_model
     p = tb_params()
     rng = random.Random(p["seed"])
     lanes = p["lanes"]

@@ -14,7 +14,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from runner import tb_params
 from streams import StreamSink, StreamSource, pack, start_clock_and_reset, to_signed
@@ -100,8 +100,8 @@ async def realistic_rows(dut):
 @cocotb.test()
 async def model_rows(dut):
     """Both LayerNorms of layer 0 of the config's quantized model on a random input (golden trace)."""
-    from mlo_hw.golden import int_layer
-    from mlo_hw.quantize import build_model, random_inputs
+    from mlo_hw.model.golden import int_layer
+    from mlo_hw.model.quantize import build_model, random_inputs
     p = tb_params()
     rng = random.Random(p["seed"])
     cfg = load_config(p["config"])

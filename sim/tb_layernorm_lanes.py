@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.engine.layernorm_lanes.LayerNormLanes: rows of (a, b) int16 pairs in a memory model
+"""cocotb test of mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes: rows of (a, b) int16 pairs in a memory model
 (read one cycle late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
 maximum, the taps, and a negative check."""
@@ -10,7 +10,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 from runner import tb_params
 
 P = tb_params()

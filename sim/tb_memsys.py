@@ -1,4 +1,4 @@
-"""cocotb tests of mlo_hw.loop_ctrl.WeightStreamer (loop controller + DMA + tile buffers + params).
+"""cocotb tests of mlo_hw.hw.loop_ctrl.WeightStreamer (loop controller + DMA + tile buffers + params).
 
 DRAM is cocotbext-axi's AxiRamRead holding a packed weight image at ``weight_base``. A compute model
 takes every full tile bank, reads every weight word and every bias/mult group through the read

@@ -1,4 +1,4 @@
-"""cocotb testbench of :class:`mlo_hw.mvau.MVAU`: random jobs against ``golden.int_matmul`` + ``numerics.requant``.
+"""cocotb testbench of :class:`mlo_hw.hw.mvau.MVAU`: random jobs against ``golden.int_matmul`` + ``numerics.requant``.
 
 The weight and parameter read ports are modelled as synchronous memories (read latency 1, data
 held while ``en`` is low). Each job has its own tile contents; the models switch to the next job's
@@ -11,9 +11,9 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from mlo_hw import numerics as nx
-from mlo_hw.golden import int_matmul
-from mlo_hw.mvau import BIAS_BITS, MVAUParams
+from mlo_hw.model import numerics as nx
+from mlo_hw.model.golden import int_matmul
+from mlo_hw.hw.mvau import BIAS_BITS, MVAUParams
 from runner import tb_params
 from streams import StreamSink, StreamSource, pack, start_clock_and_reset, unpack
 
@@ -172,7 +172,7 @@ def realistic_jobs(mp):
     own trace of that tensor here.
     """
     from mlo_hw.config import load_config
-    from mlo_hw.quantize import build_model, random_inputs, run_int
+    from mlo_hw.model.quantize import build_model, random_inputs, run_int
     cfg = load_config("small")
     _, qm = build_model(cfg)
     x, mask = random_inputs(cfg, np.random.default_rng(5), 1)[0]

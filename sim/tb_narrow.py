@@ -7,8 +7,8 @@ import random
 import cocotb
 import numpy as np
 
-from mlo_hw import numerics as nx
-from mlo_hw.engine.param_copier import SHIFT_LANE_BITS
+from mlo_hw.model import numerics as nx
+from mlo_hw.hw.engine.param_copier import SHIFT_LANE_BITS
 from runner import tb_params
 from streams import StreamSink, StreamSource, pack, start_clock_and_reset, unpack
 

@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.engine.param_copier.ParamCopier: a ParamStore slot modelled in Python (random words, the
+"""cocotb test of mlo_hw.hw.engine.param_copier.ParamCopier: a ParamStore slot modelled in Python (random words, the
 read one cycle late), each section's ``loaded`` bit arriving at a random time (before, at or after the request),
 every kind of copy; the destination images (LayerNorm params, GELU table, shift memory) compared with the
 sections; ``waiting``, ``done`` and ``release`` checked cycle by cycle; a flush mid-copy; a negative check."""

@@ -1,4 +1,4 @@
-"""cocotb tests of mlo_hw.regs.ControlRegs through cocotbext-axi's AxiLiteMaster."""
+"""cocotb tests of mlo_hw.hw.regs.ControlRegs through cocotbext-axi's AxiLiteMaster."""
 import logging
 import random
 

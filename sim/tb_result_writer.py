@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.engine.result_writer.ResultWriter: for every placement, random result beats with random
+"""cocotb test of mlo_hw.hw.engine.result_writer.ResultWriter: for every placement, random result beats with random
 gaps in ``valid``, single- and multi-tile jobs, a head offset (``chan_word``) and a WORK base; the final images
 of the row buffer and of the WORK banks compared with a Python placement model; a negative check."""
 import random

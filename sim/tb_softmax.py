@@ -9,7 +9,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from runner import tb_params
 from streams import StreamSink, StreamSource, start_clock_and_reset
@@ -44,8 +44,8 @@ def _check(got, want, what):
 
 def _realistic():
     """Scores of layer 0 of the config's quantized model on a random padded input."""
-    from mlo_hw.golden import int_layer
-    from mlo_hw.quantize import build_model, random_inputs
+    from mlo_hw.model.golden import int_layer
+    from mlo_hw.model.quantize import build_model, random_inputs
     cfg = load_config(tb_params()["config"])
     _, model = build_model(cfg)
     rng = np.random.default_rng(tb_params()["seed"])

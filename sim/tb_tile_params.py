@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.engine.tile_params.TileParamLatch: tiles latched from a tile-buffer model while an
+"""cocotb test of mlo_hw.hw.engine.tile_params.TileParamLatch: tiles latched from a tile-buffer model while an
 MVAU model reads the previous job's parameters at random times; every read returns its own tile's group (a set
 is never overwritten while a job still reads it); at most two jobs hold sets; the fixed (PV) mode; a negative
 check."""

@@ -1,4 +1,4 @@
-"""cocotb tests of mlo_hw.weight_dma.ReadDma against cocotbext-axi's AxiRamRead as the DRAM.
+"""cocotb tests of mlo_hw.hw.weight_dma.ReadDma against cocotbext-axi's AxiRamRead as the DRAM.
 
 Every delivered beat is compared with the memory contents at the address it must come from; the
 AR channel is checked for page crossings and burst lengths; SLVERR/DECERR are injected on chosen

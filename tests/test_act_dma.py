@@ -5,8 +5,8 @@ import pytest
 from amaranth import Module
 from amaranth.lib import wiring
 
-from mlo_hw.act_dma import ActReader, ActWriter, WriteDma, activation_bytes
-from mlo_hw.axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
+from mlo_hw.hw.act_dma import ActReader, ActWriter, WriteDma, activation_bytes
+from mlo_hw.hw.axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
 from mlo_hw.config import load_config
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog

@@ -7,8 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mlo_hw.axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
-from mlo_hw.engine.activation_io import BufferLoad, BufferStore, Regroup
+from mlo_hw.hw.axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
+from mlo_hw.hw.engine.activation_io import BufferLoad, BufferStore, Regroup
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

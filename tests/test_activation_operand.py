@@ -1,8 +1,8 @@
-"""The activation operand alone (mlo_hw/engine/activation_operand.py): cocotb + Verilator against
+"""The activation operand alone (mlo_hw/hw/engine/activation_operand.py): cocotb + Verilator against
 numerics.narrow under backpressure, lint, and a slow synthesis."""
 import pytest
 
-from mlo_hw.engine.activation_operand import ActivationOperand
+from mlo_hw.hw.engine.activation_operand import ActivationOperand
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

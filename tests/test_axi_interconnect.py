@@ -10,11 +10,11 @@ from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from mlo_hw.axi import AxiParams, axi_read_master_members, forward_ports
-from mlo_hw.axi_interconnect import AxiTop, ReadArbiter, ReadPortSwitch
+from mlo_hw.hw.axi import AxiParams, axi_read_master_members, forward_ports
+from mlo_hw.hw.axi_interconnect import AxiTop, ReadArbiter, ReadPortSwitch
 from mlo_hw.config import load_config
 from mlo_hw.synth import synth_verilog
-from mlo_hw.weight_dma import ReadDma, beat_layout, command_layout
+from mlo_hw.hw.weight_dma import ReadDma, beat_layout, command_layout
 from sim.runner import lint, simulate, to_verilog
 
 BEATS_BITS, TAG_BITS = 16, 4

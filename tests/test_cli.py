@@ -22,7 +22,10 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-from mlo_hw import boards, elaborate, regs, synth
+from mlo_hw import boards
+from mlo_hw import elaborate
+from mlo_hw.hw import regs
+from mlo_hw import synth
 from mlo_hw.config import BOARD_PARTS, ConfigError, _part_family, load_config, resolve_config_path
 from mlo_hw.frontend.__main__ import main as frontend
 
@@ -49,8 +52,8 @@ def _forbidden(*_, **__):
 
 @pytest.fixture(autouse=True)
 def guard(monkeypatch):
-    import mlo_hw.layer_engine
-    monkeypatch.setattr(mlo_hw.layer_engine, "engine_top", _forbidden)
+    import mlo_hw.hw.layer_engine
+    monkeypatch.setattr(mlo_hw.hw.layer_engine, "engine_top", _forbidden)
     monkeypatch.setattr(synth, "synthesize", _forbidden)
     monkeypatch.setattr(BENCH["dma"], "simulate", _forbidden)
     monkeypatch.setattr(BENCH["synth_blocks"], "synth_verilog", _forbidden)

@@ -7,7 +7,7 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from mlo_hw.divide import SerialDivider, SerialMultiplier, SerialSqrt
+from mlo_hw.hw.divide import SerialDivider, SerialMultiplier, SerialSqrt
 
 
 def _run(dut, cases, set_inputs, get_result):
@@ -92,7 +92,7 @@ def test_bad_widths_rejected():
 def test_bit_length_tree():
     from amaranth import Module, Signal
 
-    from mlo_hw.divide import bit_length
+    from mlo_hw.hw.divide import bit_length
     rng = random.Random(3)
     for width in (1, 5, 28, 56):
         x, y = Signal(width), Signal(8)

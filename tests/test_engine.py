@@ -3,8 +3,8 @@ cocotbext-axi (bad bases and TOKENS, soft reset, error recovery). Plain full-sta
 import pytest
 
 from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
-from mlo_hw.engine.activation_operand import Narrow
-from mlo_hw.layer_engine import EngineGeometry, EngineTop, LayerEngine, with_seq_len
+from mlo_hw.hw.engine.activation_operand import Narrow
+from mlo_hw.hw.layer_engine import EngineGeometry, EngineTop, LayerEngine, with_seq_len
 from sim.engine_run import engine_params, run_engine
 from sim.runner import lint, simulate, to_verilog
 

@@ -199,7 +199,7 @@ def test_tail_runs_on_the_engine_output():
     """The host takes the engine's output back: BERT's pooler runs on it (remove_tail)."""
     ort = pytest.importorskip("onnxruntime")
     from mlo_hw.frontend.host import Host, model_inputs
-    from mlo_hw.quantize import quantize, run_int
+    from mlo_hw.model.quantize import quantize, run_int
     fe = load(fixture("bert_pooler"))
     host = Host(fe)
     full = ort.InferenceSession(str(fixture("bert_pooler")), providers=["CPUExecutionProvider"])
@@ -248,8 +248,8 @@ def test_onnx_config_end_to_end(tmp_path, capsys):
     """--engine writes a config; elaborate's image and golden vectors follow from it; the integer model tracks float."""
     pytest.importorskip("onnxruntime")
     from mlo_hw.frontend.host import Host, model_inputs
-    from mlo_hw.quantize import build_model, dram_bytes, from_dram, run_int
-    from mlo_hw.weight_image import pack_image
+    from mlo_hw.model.quantize import build_model, dram_bytes, from_dram, run_int
+    from mlo_hw.model.weight_image import pack_image
     assert cli([str(fixture("bert")), "--engine", str(tmp_path), "--seq-len", "8"]) == 0
     out = capsys.readouterr().out
     assert "float reference vs onnxruntime" in out
@@ -277,7 +277,7 @@ def test_onnx_config_must_match_model():
     cfg = config_from_dict({"name": "x", "model": {"layers": 3, "hidden": 32, "heads": 4, "intermediate": 64,
                                                    "seq_len": 8},
                             "weights": {"source": "onnx", "onnx": str(fixture("bert"))}})
-    from mlo_hw.quantize import build_model
+    from mlo_hw.model.quantize import build_model
     with pytest.raises(ConfigError, match=r"^model\.heads: config says 4, .* has 2$"):
         build_model(cfg)
     cfg = config_from_dict({"name": "x", "model": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64,
@@ -291,7 +291,7 @@ def test_onnx_config_must_match_model():
 # ---- all-MiniLM-L6-v2 (needs the PyPI package; skipped without it) -------------------------------
 
 def _minilm():
-    from mlo_hw.minilm import MiniLMUnavailable, load_minilm
+    from mlo_hw.frontend.minilm import MiniLMUnavailable, load_minilm
     try:
         return load_minilm()
     except MiniLMUnavailable as e:
@@ -300,8 +300,8 @@ def _minilm():
 
 def test_minilm_int8_tracks_float_on_real_sentences():
     import dataclasses
-    from mlo_hw.quantize import quantize, run_int
-    from mlo_hw.reference import float_stack
+    from mlo_hw.model.quantize import quantize, run_int
+    from mlo_hw.model.reference import float_stack
     m = _minilm()
     assert (len(m.layers), m.hidden, m.heads) == (6, 384, 12)
     cfg = load_config("minilm_l6")
@@ -328,8 +328,8 @@ def test_minilm_reference_matches_transformers():
     """The torch-free loader and float reference against Hugging Face's BertModel (needs torch)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from mlo_hw.minilm import model_dir
-    from mlo_hw.reference import float_stack
+    from mlo_hw.frontend.minilm import model_dir
+    from mlo_hw.model.reference import float_stack
     m = _minilm()
     hf = transformers.BertModel.from_pretrained(str(model_dir()), attn_implementation="eager").eval()
     ids, mask = m.tokenize(["The quick brown fox jumps over the lazy dog.", "Hello world"], 16)
@@ -347,7 +347,7 @@ def test_minilm_onnx_export_roles(tmp_path):
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("onnxruntime")
     from mlo_hw.frontend.host import Host, float_check, model_inputs
-    from mlo_hw.minilm import model_dir
+    from mlo_hw.frontend.minilm import model_dir
     m = _minilm()
     hf = transformers.BertModel.from_pretrained(str(model_dir()), attn_implementation="eager",
                                                 add_pooling_layer=False).eval()

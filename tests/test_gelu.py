@@ -5,7 +5,7 @@ import gc
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.gelu import GeluTable
+from mlo_hw.hw.gelu import GeluTable
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

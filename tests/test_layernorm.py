@@ -6,7 +6,7 @@ import gc
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.layernorm import LayerNorm
+from mlo_hw.hw.layernorm import LayerNorm
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
@@ -58,7 +58,7 @@ def test_layernorm_odd_hidden_in_amaranth_simulator():
     import numpy as np
     from sim.amaranth_streams import run_stream_test
 
-    from mlo_hw import numerics as nx
+    from mlo_hw.model import numerics as nx
     h, rows = 24, 6
     lo, hi = -(1 << (nx.RES_BITS - 1)), (1 << (nx.RES_BITS - 1)) - 1
     rng = random.Random(11)

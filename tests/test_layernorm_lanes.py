@@ -1,9 +1,9 @@
-"""The LayerNorm lanes alone (mlo_hw/engine/layernorm_lanes.py): cocotb + Verilator bit-exact against
+"""The LayerNorm lanes alone (mlo_hw/hw/engine/layernorm_lanes.py): cocotb + Verilator bit-exact against
 numerics.layernorm under random backpressure, lint, and a slow synthesis."""
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.engine.layernorm_lanes import LayerNormLanes
+from mlo_hw.hw.engine.layernorm_lanes import LayerNormLanes
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

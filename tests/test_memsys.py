@@ -10,12 +10,12 @@ from amaranth import Module
 from amaranth.lib import wiring
 
 from mlo_hw.config import load_config
-from mlo_hw.regs import ControlRegs, as_dict as regs_dict
-from mlo_hw.loop_ctrl import WeightStreamer, fetch_program, streamer_tb_params
-from mlo_hw.buffers import TileGeometry
-from mlo_hw.quantize import build_model
+from mlo_hw.hw.regs import ControlRegs, as_dict as regs_dict
+from mlo_hw.hw.loop_ctrl import WeightStreamer, fetch_program, streamer_tb_params
+from mlo_hw.hw.buffers import TileGeometry
+from mlo_hw.model.quantize import build_model
 from mlo_hw.synth import synth_verilog
-from mlo_hw.weight_image import layout, pack_image
+from mlo_hw.model.weight_image import layout, pack_image
 from sim.runner import lint, simulate, to_verilog
 
 
@@ -131,7 +131,7 @@ def test_param_store_release_and_clear_leave_no_previous_layers_bits():
     """ParamStore.loaded: a released slot shows nothing of the layer that used it (the other slot keeps its
     bits), clear empties both, and a section arriving in the cycle of a release still counts."""
     from amaranth.sim import Simulator
-    from mlo_hw.buffers import PARAM_SECTIONS, ParamStore
+    from mlo_hw.hw.buffers import PARAM_SECTIONS, ParamStore
     dut = ParamStore(load_config("small"))
     everything = (1 << len(PARAM_SECTIONS)) - 1
 
@@ -163,11 +163,11 @@ def test_param_store_release_and_clear_leave_no_previous_layers_bits():
 @pytest.mark.parametrize("blocks", [1, 2])
 def test_fetch_program_commands_match_the_tiled_schedule(blocks):
     """The loop controller's commands (address, beats, tag) for two layers equal the weight and K/V reads of
-    mlo_hw.tiled's schedule, expanded into one command per tile, in order (blocks = 1: the on-chip program,
+    mlo_hw.model.tiled's schedule, expanded into one command per tile, in order (blocks = 1: the on-chip program,
     the weight image in order)."""
     import numpy as np
-    from mlo_hw.loop_ctrl import BEATS_BITS, LoopController, SECTION_BITS, section_id
-    from mlo_hw.tiled import tiled_stack
+    from mlo_hw.hw.loop_ctrl import BEATS_BITS, LoopController, SECTION_BITS, section_id
+    from mlo_hw.model.tiled import tiled_stack
     cfg = load_config("small")
     s, h = cfg.seq_padded, cfg.model.hidden
     weight_base = 0x20000

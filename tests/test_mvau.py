@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.mvau import MVAU, MVAUParams
+from mlo_hw.hw.mvau import MVAU, MVAUParams
 from sim.runner import lint, simulate, to_verilog
 
 FOLDINGS = {
@@ -97,9 +97,9 @@ def test_mvau_on_lib_memory_read_ports_in_amaranth_sim():
     from amaranth.lib import memory, wiring
     from amaranth.sim import Simulator
 
-    from mlo_hw import numerics as nx
-    from mlo_hw.golden import int_matmul
-    from mlo_hw.weight_image import pack_tile_weights
+    from mlo_hw.model import numerics as nx
+    from mlo_hw.model.golden import int_matmul
+    from mlo_hw.model.weight_image import pack_tile_weights
 
     mp = MVAUParams.from_config(load_config("small"), pe=2, simd=2)
     rng = np.random.default_rng(3)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from mlo_hw import numerics as nx
+from mlo_hw.model import numerics as nx
 
 i64 = st.integers(-(2**40), 2**40)
 

@@ -1,10 +1,10 @@
-"""The parameter copier alone (mlo_hw/engine/param_copier.py): cocotb + Verilator against a ParamStore model,
+"""The parameter copier alone (mlo_hw/hw/engine/param_copier.py): cocotb + Verilator against a ParamStore model,
 lint, and a slow synthesis."""
 import pytest
 
-from mlo_hw.buffers import PARAM_SECTIONS
+from mlo_hw.hw.buffers import PARAM_SECTIONS
 from mlo_hw.config import load_config
-from mlo_hw.engine.param_copier import ParamCopier
+from mlo_hw.hw.engine.param_copier import ParamCopier
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

@@ -1,5 +1,5 @@
 """The tiling planner (mlo_hw/plan.py): on chip when it fits, else the DRAM-tiled schedule at the best block size
-within the budget; its traffic equals the executed schedule's (mlo_hw/tiled.py); a config that fits neither way
+within the budget; its traffic equals the executed schedule's (mlo_hw/model/tiled.py); a config that fits neither way
 is rejected with one line; the engine of this version refuses a tiled plan honestly."""
 import copy
 
@@ -10,8 +10,8 @@ import yaml
 from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
 from mlo_hw.perf import layer_bound, onchip_bram36
 from mlo_hw.plan import block_choices, plan
-from mlo_hw.quantize import build_model
-from mlo_hw.tiled import layer_traffic, tiled_stack
+from mlo_hw.model.quantize import build_model
+from mlo_hw.model.tiled import layer_traffic, tiled_stack
 
 BERT_BASE = dict(layers=12, hidden=768, heads=12, intermediate=3072)
 NEXYS = ("xc7a200tsbg484-1", "nexys_video")
@@ -76,7 +76,7 @@ def test_a_budget_forces_the_tiled_path_and_its_traffic_is_the_executed_schedule
 
 
 def test_the_engine_refuses_a_tiled_plan_with_one_line():
-    from mlo_hw.layer_engine import LayerEngine
+    from mlo_hw.hw.layer_engine import LayerEngine
     cfg = _cfg("small", budget=9.5, seq_len=64)
     with pytest.raises(ConfigError) as e:
         LayerEngine(cfg)

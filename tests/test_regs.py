@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.regs import ControlRegs, as_dict, markdown, register_map, write_register_map
+from mlo_hw.hw.regs import ControlRegs, as_dict, markdown, register_map, write_register_map
 from mlo_hw.synth import synth_verilog
 from sim.runner import ROOT, lint, simulate, to_verilog
 
@@ -55,4 +55,4 @@ def test_emitted_files(tmp_path):
 def test_docs_match_the_map():
     doc = ROOT / "docs" / "registers.md"
     assert doc.read_text() == markdown(load_config("bert_tiny")), \
-        "docs/registers.md is stale: regenerate with python -m mlo_hw.regs --config bert_tiny --markdown docs/registers.md"
+        "docs/registers.md is stale: regenerate with python -m mlo_hw.hw.regs --config bert_tiny --markdown docs/registers.md"

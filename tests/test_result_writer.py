@@ -1,8 +1,8 @@
-"""The result writer alone (mlo_hw/engine/result_writer.py): every placement against a Python model under cocotb
+"""The result writer alone (mlo_hw/hw/engine/result_writer.py): every placement against a Python model under cocotb
 + Verilator with gaps in the result stream; lint; a slow synthesis."""
 import pytest
 
-from mlo_hw.engine.result_writer import ResultWriter
+from mlo_hw.hw.engine.result_writer import ResultWriter
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

@@ -5,7 +5,7 @@ import gc
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.softmax import Softmax
+from mlo_hw.hw.softmax import Softmax
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
@@ -57,7 +57,7 @@ def test_softmax_odd_row_in_amaranth_simulator():
     import numpy as np
     from sim.amaranth_streams import run_stream_test
 
-    from mlo_hw import numerics as nx
+    from mlo_hw.model import numerics as nx
     n, bits, rows = 12, 21, 6
     rng = random.Random(12)
     dut = Softmax(row=n, score_bits=bits)

@@ -117,7 +117,7 @@ def test_cli_reports_a_design_that_does_not_fit_and_keeps_the_elaborate_report(t
     assert not u["pnr"]["ran"] and u["pnr"]["reason"]
     report = (tmp_path / "report.md").read_text()
     assert "## Weight image\n\nkept" in report
-    assert "the layer engine (mlo_hw/layer_engine.py) is not in the repository yet" in report
+    assert "the layer engine (mlo_hw/hw/layer_engine.py) is not in the repository yet" in report
     assert "Not yet in the repository (not counted): not_there." in report
     assert "Fits the part: **no**: DSP 91 > 90." in report and "Place and route: skipped:" in report
     # A second run replaces the synthesis section instead of appending another one.

@@ -1,10 +1,10 @@
-"""The tile parameter latch alone (mlo_hw/engine/tile_params.py): overlapping jobs under cocotb + Verilator,
+"""The tile parameter latch alone (mlo_hw/hw/engine/tile_params.py): overlapping jobs under cocotb + Verilator,
 lint, and a slow synthesis."""
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.engine.tile_params import TileParamLatch
-from mlo_hw.mvau import BIAS_BITS, MVAUParams
+from mlo_hw.hw.engine.tile_params import TileParamLatch
+from mlo_hw.hw.mvau import BIAS_BITS, MVAUParams
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 

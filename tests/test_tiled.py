@@ -1,13 +1,13 @@
-"""The DRAM-tiled schedule (mlo_hw/tiled.py) equals the golden model bit for bit for every block size, moves
+"""The DRAM-tiled schedule (mlo_hw/model/tiled.py) equals the golden model bit for bit for every block size, moves
 exactly the bytes its layout implies, and lays K_h and V_h^T out in the MVAU's weight-word order."""
 import numpy as np
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.golden import int_stack
-from mlo_hw.quantize import build_model, random_inputs
-from mlo_hw.tiled import layer_traffic, scratch_layout, tiled_stack
-from mlo_hw.weight_image import layout
+from mlo_hw.model.golden import int_stack
+from mlo_hw.model.quantize import build_model, random_inputs
+from mlo_hw.model.tiled import layer_traffic, scratch_layout, tiled_stack
+from mlo_hw.model.weight_image import layout
 
 
 def _case(name, seed=3):
@@ -60,8 +60,8 @@ def test_traffic_per_layer_follows_from_the_dimensions():
 def test_k_and_vt_are_the_mvau_weight_order():
     """After a layer, scratch K_h / V_h^T read in the MVAU's (nf, sf, pe, simd) word order are the golden model's
     K_h and V_h^T, and each block wrote them in the runs the layout promises."""
-    from mlo_hw.golden import int_layer
-    from mlo_hw.weight_image import unpack_tile_weights
+    from mlo_hw.model.golden import int_layer
+    from mlo_hw.model.weight_image import unpack_tile_weights
     cfg, model, x, mask = _case("small")
     s, h, dh, pe, simd = cfg.seq_padded, cfg.model.hidden, cfg.head_dim, cfg.folding.pe, cfg.folding.simd
     trace = {}
@@ -92,7 +92,7 @@ def test_bad_block_is_rejected():
 
 def test_a_corrupted_scratch_layout_is_caught():
     """Negative check: swapping two heads' K in the readback changes the output (the test can fail)."""
-    import mlo_hw.tiled as tiled
+    import mlo_hw.model.tiled as tiled
     cfg, model, x, mask = _case("small")
     want = int_stack(x, model.layers, mask, cfg.model.heads)
     orig = tiled.unpack_tile_weights

@@ -2,10 +2,10 @@
 
 import pytest
 
-from mlo_hw.axi import AxiParams
+from mlo_hw.hw.axi import AxiParams
 from mlo_hw.config import load_config
 from mlo_hw.synth import synth_verilog
-from mlo_hw.weight_dma import ReadDma
+from mlo_hw.hw.weight_dma import ReadDma
 from sim.runner import lint, simulate, to_verilog
 
 

@@ -1,4 +1,4 @@
-// Harness: the engine's top level mlo_hw.layer_engine.EngineTop (Amaranth Verilog, module
+// Harness: the engine's top level mlo_hw.hw.layer_engine.EngineTop (Amaranth Verilog, module
 // `engine_top`; aclk, aresetn active low) with the AXI4 master properties on m_axi_* and
 // the AXI4-Lite slave properties on s_axil_*. Both sides are free within their properties:
 // the host may write any register at any cycle (START, CTRL.soft_reset ...), the memory

@@ -1,4 +1,4 @@
-// Harness: mlo_hw.weight_dma.ReadDma (Amaranth Verilog, module `readdma`) against the AXI4
+// Harness: mlo_hw.hw.weight_dma.ReadDma (Amaranth Verilog, module `readdma`) against the AXI4
 // master properties (read channels; the write channels are tied idle).
 // Every input of the DMA is free: commands, downstream ready, cancel and clear at any cycle.
 // Mutants (define one): MUTANT_AR_LEN_UNSTABLE shows ARLEN as 0 on the bus in every

@@ -1,4 +1,4 @@
-// Harness: mlo_hw.regs.ControlRegs (Amaranth Verilog, module `regs`) against the AXI4-Lite
+// Harness: mlo_hw.hw.regs.ControlRegs (Amaranth Verilog, module `regs`) against the AXI4-Lite
 // slave properties. The engine-side inputs (busy, done, error ...) are free at every cycle.
 // The register file answers one request per channel at a time: asserted here as well
 // (port-level facts that also make k-induction converge).

@@ -1,4 +1,4 @@
-// Harness: mlo_hw.act_dma.WriteDma (Amaranth Verilog, module `writedma`) against the AXI4
+// Harness: mlo_hw.hw.act_dma.WriteDma (Amaranth Verilog, module `writedma`) against the AXI4
 // master properties (write channels; the read channels are tied idle).
 // Every input of the DMA is free: commands, data beats, cancel and clear at any cycle.
 // Mutants (define one): MUTANT_W_LAST_EARLY shows WLAST high on every W beat on the bus:

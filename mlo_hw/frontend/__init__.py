@@ -1,6 +1,6 @@
 """ONNX front end: find the repeated layers of an exported transformer and take their weights by role.
 
-    from mlo_hw.frontend import load
+    from . import load
     fe = load("model.onnx")                    # or load(path, hierarchy=[['encoder', 'encoder.layer.0']])
     fe.groups[0].prefix, len(fe.groups[0].layers)
     fe.roles(0)[i].weights                     # {'q_w': [out, in] array, 'q_b': ..., 'ln2_b': ...}
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..reference import FloatLayer
+from ..model.reference import FloatLayer
 from .graph import FrontendError, Graph
 from .loop import Group, Layer, find_groups
 from .roles import LayerRoles, engine_refusal, layer_roles

@@ -20,7 +20,8 @@ import yaml
 
 from ..cli import ArgumentParser, command, folder, positive_int, staged_folder
 from ..config import check_name, config_from_dict
-from . import FrontendError, load
+from . import FrontendError
+from . import load
 
 __all__ = ["main"]
 

@@ -8,7 +8,7 @@ end quantizes to the engine's int8 input) and the float output of the last layer
 dequantized output is compared with). :meth:`Host.tail` takes the engine's (dequantized) output back
 and runs the rest of the graph (e.g. BERT's pooler) to the model's outputs.
 
-:func:`build_model_onnx` is ``mlo_hw.quantize.build_model`` for ``weights: {source: onnx}`` configs:
+:func:`build_model_onnx` is ``mlo_hw.model.quantize.build_model`` for ``weights: {source: onnx}`` configs:
 float layers by role, calibration on the model's own inputs (random token ids through the embeddings),
 then the quantizer. :func:`config_dict` writes a config for a model.
 """
@@ -24,7 +24,9 @@ import onnx
 
 from ..cli import one_line
 from ..config import ConfigError
-from . import Frontend, FrontendError, load
+from . import Frontend
+from . import FrontendError
+from . import load
 
 __all__ = ["Host", "model_inputs", "build_model_onnx", "config_dict", "resolve_model_path", "float_check"]
 
@@ -207,7 +209,7 @@ def _check_dims(cfg, fe: Frontend):
 
 def build_model_onnx(cfg, calib_count: int = 4):
     """Float layers by role and the quantized model, calibrated on the model's own (embedded) inputs."""
-    from ..quantize import quantize
+    from ..model.quantize import quantize
     fe = _frontend_for(cfg)
     reason = fe.engine_refusal()
     if reason:
@@ -221,14 +223,14 @@ def build_model_onnx(cfg, calib_count: int = 4):
 
 
 def onnx_inputs(cfg, rng: np.random.Generator, count: int):
-    """Layer-stack inputs of an ONNX config, like :func:`mlo_hw.quantize.random_inputs`: [(x, mask)]."""
+    """Layer-stack inputs of an ONNX config, like :func:`mlo_hw.model.quantize.random_inputs`: [(x, mask)]."""
     host = _host_for(_frontend_for(cfg))
     return [(x, m) for x, m, _ in model_inputs(host, cfg.model.seq_len, rng, count)]
 
 
 def float_check(fe: Frontend, layers, inputs) -> float:
     """Largest |float reference - onnxruntime| over ``inputs`` [(x, mask, ids)] at the layer stack's output."""
-    from ..reference import float_stack
+    from ..model.reference import float_stack
     host = Host(fe)
     eps, heads = fe.dims["layernorm_eps"], fe.dims["heads"]
     worst = 0.0

@@ -14,7 +14,7 @@ Optimised dynamo exports fold each Linear's weight into a fresh initializer (``v
 * LayerNormalization nodes in order give ``ln1``, ``ln2``, ...; any other weight-sized constant is
   reported under the op that reads it (``mul1``: T5's RMSNorm weight, for instance).
 
-Role names for a BERT layer are the fields of :class:`mlo_hw.reference.FloatLayer` (``q_w``, ``q_b``,
+Role names for a BERT layer are the fields of :class:`mlo_hw.model.reference.FloatLayer` (``q_w``, ``q_b``,
 ..., ``ln2_b``), so a BERT-family layer converts directly.
 """
 

@@ -13,7 +13,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .. import numerics as nx
+from ...model import numerics as nx
 from .param_copier import SHIFT_LANE_BITS, ShiftWriteSignature
 from .vector_io import VectorReader
 

@@ -5,7 +5,7 @@ one AXI beat at a time into the bank it claimed; the compute side reads the othe
 PE x SIMD-byte word per cycle and the tile's per-channel bias and multiplier by ``nf``, then
 releases it. :class:`ParamStore` keeps the small per-layer sections (header, ln1, gelu, ln2) in two
 slots selected by the layer's parity, so layer l+1's parameters can stream in while layer l runs.
-Every size comes from :func:`mlo_hw.weight_image.layout`.
+Every size comes from :func:`mlo_hw.model.weight_image.layout`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .config import ConfigError
-from .weight_image import layout
+from ..config import ConfigError
+from ..model.weight_image import layout
 
 __all__ = ["PARAM_SECTIONS", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
            "tile_write_layout"]

@@ -1,15 +1,15 @@
 """The rolled layer engine: one BERT encoder layer in hardware, every layer of the model run through it.
 
-:class:`LayerEngine` composes the blocks: the memory system (:class:`~mlo_hw.loop_ctrl.WeightStreamer`,
+:class:`LayerEngine` composes the blocks: the memory system (:class:`~mlo_hw.hw.loop_ctrl.WeightStreamer`,
 weight tiles double-buffered while the previous tile computes), one matrix-vector unit
-(:class:`~mlo_hw.mvau.MVAU`) for every product, :class:`~mlo_hw.softmax.Softmax`,
-:class:`~mlo_hw.layernorm.LayerNorm` (used for both LayerNorms, parameters reloaded per use),
-:class:`~mlo_hw.gelu.GeluTable`, the control registers (:class:`~mlo_hw.regs.ControlRegs`) and an input
+(:class:`~mlo_hw.hw.mvau.MVAU`) for every product, :class:`~mlo_hw.hw.softmax.Softmax`,
+:class:`~mlo_hw.hw.layernorm.LayerNorm` (used for both LayerNorms, parameters reloaded per use),
+:class:`~mlo_hw.hw.gelu.GeluTable`, the control registers (:class:`~mlo_hw.hw.regs.ControlRegs`) and an input
 reader / output writer on the same AXI4 port. Activations stay on chip between layers.
 
 Interface (clock domain ``sync``; :class:`EngineTop` renames it to ``aclk``/``aresetn``):
     ``m_axi_*``  AXI4 master: reads the weight image and the input activations, writes the output.
-    ``s_axil_*`` AXI4-Lite slave: the register map of :mod:`mlo_hw.regs`.
+    ``s_axil_*`` AXI4-Lite slave: the register map of :mod:`mlo_hw.hw.regs`.
     ``irq``      high while DONE or ERROR is set and CTRL.irq_enable.
 DRAM formats: input int16 [seq_len, hidden] row-major at INPUT_BASE (the residual stream, see
 ``docs/numerics.md``), output likewise at OUTPUT_BASE (both multiples of the AXI beat). Attention mask: the first TOKENS keys are attended (register TOKENS, 1..seq_len,
@@ -17,12 +17,12 @@ read at START; outside that range START sets ERROR with ERROR_CODE.bad_tokens an
 TOKENS and beyond, and the padding up to ``seq_padded``, are masked (BERT padding masks are prefixes).
 Every ``seq_len`` row is computed and stored; rows of padding tokens are don't-cares for the host.
 CTRL.soft_reset (in any phase) and a weight read error abandon the run: the AXI masters issue no new
-burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:`~mlo_hw.engine.activation_io.BufferLoad` and
-:class:`~mlo_hw.engine.activation_io.BufferStore` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
+burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:`~mlo_hw.hw.engine.activation_io.BufferLoad` and
+:class:`~mlo_hw.hw.engine.activation_io.BufferStore` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
 until then. An error response on the input (the first failing read beat) or the output (the failing write
 burst) likewise ends the run with ERROR, not DONE; ERROR_ADDR and ERROR_CODE name the first error (a
 weight read's, else the input's, else the output's). The input reader and the weight streamer share AR/R through
-:class:`~mlo_hw.axi_interconnect.ReadPortSwitch` (handed over only when the port is quiet).
+:class:`~mlo_hw.hw.axi_interconnect.ReadPortSwitch` (handed over only when the port is quiet).
 
 Schedule of a layer (one phase after another). The sequencer has one state variable, its FSM: a state names
 the phase and its step (``Q_TILE_WAIT``, ``Q_LATCH``, ``Q_JOB``, ``Q_WAIT``, ..., ``SCORES_JOB``, ``LN1_RUN``),
@@ -60,11 +60,11 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from . import numerics as nx
+from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadPortSwitch
 from .buffers import PARAM_SECTIONS, ParamGeometry
-from .config import ConfigError
+from ..config import ConfigError
 from .engine.activation_io import BufferLoad, BufferStore
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
@@ -75,10 +75,10 @@ from .engine.tile_params import TileParamLatch
 from .gelu import GeluTable
 from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
-from .perf import check_fit
+from ..perf import check_fit
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
-from .weight_image import HEADER_FIELDS
+from ..model.weight_image import HEADER_FIELDS
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "Narrow", "trace_members",
            "LayerEngine", "EngineTop", "engine_top"]
@@ -163,7 +163,7 @@ def with_seq_len(cfg, seq_len: int):
     """The config with another sequence length (e.g. bert_tiny at 32 tokens, or a decode step at 1), checked
     like a loaded config (registers, address width, the part's block RAM)."""
     import dataclasses
-    from .config import _check_fit, _validate
+    from ..config import _check_fit, _validate
     new = dataclasses.replace(cfg, name=f"{cfg.name}_s{seq_len}",
                               model=dataclasses.replace(cfg.model, seq_len=seq_len))
     _validate(new)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .reference import FloatLayer
+from ..model.reference import FloatLayer
 
 __all__ = ["MiniLMUnavailable", "MiniLM", "load_minilm", "model_dir", "INSTALL_HINT", "SENTENCES",
            "CALIBRATION", "check_config", "embedded", "quantized_model", "engine_input"]
@@ -162,7 +162,7 @@ def load_minilm(path: str | Path | None = None) -> MiniLM:
 
 def check_config(model: MiniLM, cfg) -> None:
     """Raise ConfigError unless ``cfg`` describes MiniLM's layer count, hidden size and heads."""
-    from .config import ConfigError
+    from ..config import ConfigError
     m = cfg.model
     if (m.layers, m.hidden, m.heads) != (len(model.layers), model.hidden, model.heads):
         raise ConfigError(f"config {cfg.name} describes {m.layers} layers, hidden {m.hidden}, {m.heads} heads; "
@@ -176,9 +176,9 @@ def embedded(model: MiniLM, sentences: list[str], seq_len: int) -> list[tuple[np
 
 
 def quantized_model(model: MiniLM, cfg, calibration: list[str] = CALIBRATION):
-    """The integer model the engine runs: MiniLM's layers quantized by :func:`mlo_hw.quantize.quantize`,
+    """The integer model the engine runs: MiniLM's layers quantized by :func:`mlo_hw.model.quantize.quantize`,
     calibrated on ``calibration`` sentences at ``cfg.model.seq_len``."""
-    from .quantize import quantize
+    from ..model.quantize import quantize
     check_config(model, cfg)
     return quantize(model.layers, embedded(model, calibration, cfg.model.seq_len), cfg)
 

@@ -124,7 +124,7 @@ class ReadPortSwitch(wiring.Component):
     """Two AXI4 read masters taking turns on one AXI4 read port.
 
     Ports: ``s0_axi_ar*``/``s0_axi_r*`` and ``s1_axi_ar*``/``s1_axi_r*`` (slave side, one per master)
-    and ``m_axi_ar*``/``m_axi_r*`` (the port), all with the same :class:`~mlo_hw.axi.AxiParams`; IDs
+    and ``m_axi_ar*``/``m_axi_r*`` (the port), all with the same :class:`~mlo_hw.hw.axi.AxiParams`; IDs
     pass through unchanged. ``sel`` (In): the master that should own the port. ``owner`` (Out): the
     master that owns it in this cycle. ``outstanding`` (Out): bursts accepted on the port whose RLAST
     beat has not been accepted yet. ``idle`` (Out): neither master has ``arvalid`` high and no burst is
@@ -137,7 +137,7 @@ class ReadPortSwitch(wiring.Component):
     accepted (AXI A3.2.1) and, as all outstanding bursts belong to the owner, every R beat goes to the
     master that issued its burst. R beats are forwarded only while a burst is outstanding (a stray
     beat is neither passed on nor accepted). The masters together keep at most ``max_bursts`` bursts
-    outstanding (e.g. :class:`~mlo_hw.weight_dma.ReadDma`'s ``outstanding``).
+    outstanding (e.g. :class:`~mlo_hw.hw.weight_dma.ReadDma`'s ``outstanding``).
     """
 
     def __init__(self, p: AxiParams, max_bursts: int = 16):

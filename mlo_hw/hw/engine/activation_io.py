@@ -6,10 +6,10 @@ a whole number of both (``config`` checks that an activation row is a whole numb
 
 :class:`Regroup` splits wide stream items into narrow ones or gathers narrow ones into a wide one, first
 in at the low end (little endian, like the bytes in DRAM). :class:`BufferLoad` is an
-:class:`~mlo_hw.act_dma.ActReader` followed by a ``Regroup`` that writes numbered words into a buffer;
+:class:`~mlo_hw.hw.act_dma.ActReader` followed by a ``Regroup`` that writes numbered words into a buffer;
 :class:`BufferStore` reads numbered words from a buffer into a ``Regroup`` followed by an
-:class:`~mlo_hw.act_dma.ActWriter`. Both use the one AXI read DMA and the one write DMA of the package
-(:mod:`mlo_hw.weight_dma`, :mod:`mlo_hw.act_dma`): bursts up to ``max_burst_beats``, never across 4 KiB,
+:class:`~mlo_hw.hw.act_dma.ActWriter`. Both use the one AXI read DMA and the one write DMA of the package
+(:mod:`mlo_hw.hw.weight_dma`, :mod:`mlo_hw.hw.act_dma`): bursts up to ``max_burst_beats``, never across 4 KiB,
 several in flight, errors and ``cancel`` handled there (see those modules).
 """
 
@@ -92,7 +92,7 @@ class BufferLoad(wiring.Component):
         w: Out stream of ``word_write_layout``: the buffer writes, in address order. A buffer port that
            always takes a write holds ``w.ready`` high; a lower ``ready`` backpressures the R channel.
         busy, done (pulse after the last word left), error, error_addr, error_code: the reader's (the
-        failing beat's byte address and RRESP, see :mod:`mlo_hw.weight_dma`)
+        failing beat's byte address and RRESP, see :mod:`mlo_hw.hw.weight_dma`)
         m_axi_ar* / m_axi_r*
 
     Timing: the first AR one cycle after ``start``, several bursts in flight; then one word a cycle
@@ -149,13 +149,13 @@ class BufferStore(wiring.Component):
         words: words to transfer (``words * word_bits / 8`` bytes, a whole number of beats)
         r_addr, r_en: Out; r_data: In, the buffer word at ``r_addr`` one cycle after ``r_en``
         busy, done (pulse: every B response OKAY), error, error_addr, error_code: the writer's (the
-        failing burst's first byte address and BRESP, see :mod:`mlo_hw.act_dma`)
+        failing burst's first byte address and BRESP, see :mod:`mlo_hw.hw.act_dma`)
         m_axi_aw* / m_axi_w* / m_axi_b*
 
     Timing: reads run ahead into a three-word queue, so the W channel gets one beat a cycle (word >= beat),
     or one beat per ``beat / word`` cycles (word < beat: one buffer read a cycle); the first W beat
     three cycles after ``start``. A ``cancel`` stops the reads; the writer completes the bursts already
-    issued with WSTRB 0 (see :class:`~mlo_hw.act_dma.WriteDma`).
+    issued with WSTRB 0 (see :class:`~mlo_hw.hw.act_dma.WriteDma`).
     """
 
     QUEUE = 3       # a read is in flight a cycle and queued a cycle before it can leave: 3 keep one a cycle

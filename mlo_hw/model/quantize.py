@@ -6,7 +6,7 @@ Scales come from the float reference run on the calibration inputs (``docs/numer
   (layer input and O output; LN1 output and FFN-down output), ``RES_HEADROOM`` times the larger
   absmax, so the add needs no multipliers;
 - a matrix input narrowed from the stream gets a power-of-two multiple of the stream's scale per
-  channel (:func:`mlo_hw.numerics.narrow`), the smallest that holds the channel's absmax;
+  channel (:func:`mlo_hw.model.numerics.narrow`), the smallest that holds the channel's absmax;
 - the other int8 activations (Q, K, V, context, FFN up) are symmetric per tensor with the clipping
   range that minimises the squared error on the calibration values; the GELU output is uint8 with a
   zero point, over [min GELU, MSE-clipped max];
@@ -213,7 +213,7 @@ def build_model(cfg, calib_count: int = 4):
     weights of ``weights.onnx`` by role, calibrated on the model's own inputs: see mlo_hw.frontend)."""
     from .reference import random_float_layers
     if cfg.weights.source == "onnx":
-        from .frontend.host import build_model_onnx
+        from ..frontend.host import build_model_onnx
         return build_model_onnx(cfg, calib_count)
     rng = np.random.default_rng(cfg.weights.seed)
     layers = random_float_layers(cfg, rng)

@@ -11,13 +11,13 @@ scratch region of DRAM:
   residual); LN1; FFN up; GELU; FFN down; LN2; write X'_t (the next layer's input, or the output).
 
 Every operation is row-wise except attention, whose score rows are still complete (all S keys) before the
-softmax: so the schedule equals :func:`mlo_hw.golden.int_layer` bit for bit (``tests/test_tiled.py``).
+softmax: so the schedule equals :func:`mlo_hw.model.golden.int_layer` bit for bit (``tests/test_tiled.py``).
 
 Scratch layout (:func:`scratch_layout`, byte offsets from SCRATCH_BASE, each region 4 KiB aligned):
 ``x0``, ``x1`` int16 [S, H] row-major (the residual stream, ping-pong between layers: layer l reads
 ``x{l%2}``, except layer 0 which reads the input buffer, and writes ``x{(l+1)%2}``, except the last which
 writes the output buffer); ``q`` int8 [S, H] row-major; ``k`` and ``vt`` head-major, each head's
-[S, dh] (K_h) and [dh, S] (V_h^T) in the MVAU's weight-word order (:func:`mlo_hw.weight_image.pack_tile_weights`:
+[S, dh] (K_h) and [dh, S] (V_h^T) in the MVAU's weight-word order (:func:`mlo_hw.model.weight_image.pack_tile_weights`:
 word (nf, sf) of ``pe * simd`` bytes, byte ``p * simd + s``), so a head streams into the MVAU's weight port
 as a tile. A block's K_h is one contiguous run of ``block * dh`` bytes; its V_h^T is ``dh / pe`` runs of
 ``block * pe`` bytes, ``S * pe`` bytes apart.

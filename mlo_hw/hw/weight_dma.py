@@ -17,7 +17,7 @@ Interface:
     cmd:   In stream of ``DmaCommand``: addr (byte address, beat aligned), beats (>= 1), tag
     beats: Out stream of ``DmaBeat``: data (one AXI beat), last (last beat of its command), tag
     cancel, clear: In pulses; busy, error, error_addr, error_code: Out
-    m_axi_ar* / m_axi_r*: the AXI4 read channels (see :mod:`mlo_hw.axi`)
+    m_axi_ar* / m_axi_r*: the AXI4 read channels (see :mod:`mlo_hw.hw.axi`)
 
 Latency: a command's first AR leaves one cycle after the command is accepted; then one burst per
 cycle while fewer than ``outstanding`` are in flight. Throughput: one beat per cycle.

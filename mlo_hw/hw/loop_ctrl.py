@@ -2,8 +2,8 @@
 
 :func:`fetch_program` lists, for one layer, everything the MVAU's weight port and the parameter store take
 from DRAM, in the order they are consumed: :class:`Fetch` entries of ``count`` commands each. The on-chip
-engine's program is the weight image's sections in order (:func:`mlo_hw.weight_image.layout`). The DRAM-tiled
-schedule's (``blocks`` > 1, see :mod:`mlo_hw.tiled`) is: the small sections; then Q, K, V once per token block;
+engine's program is the weight image's sections in order (:func:`mlo_hw.model.weight_image.layout`). The DRAM-tiled
+schedule's (``blocks`` > 1, see :mod:`mlo_hw.model.tiled`) is: the small sections; then Q, K, V once per token block;
 then per block, each head's K_h and V_h^T from scratch DRAM (raw tiles: weights only) followed by O, FFN up,
 FFN down. :class:`LoopController` walks the program for layers 0..L-1: one DMA command per tile (or per small
 section) at ``weight_base + l * stride + offset + i * step``, or ``scratch_base + offset + head * S * dh``
@@ -12,8 +12,8 @@ when the tile buffer grants a bank (``claim``/``can_claim``), so the next tile, 
 l+1, streams in while the previous one computes; small sections go straight to the parameter store.
 Commands are tagged ``section | parity << 4`` (section: the index in :data:`FETCH_SECTIONS`).
 
-:class:`WeightStreamer` is the memory system: loop controller + :class:`~mlo_hw.weight_dma.ReadDma`
-+ :class:`~mlo_hw.buffers.TileBuffer` + :class:`~mlo_hw.buffers.ParamStore`, with an AXI4 read
+:class:`WeightStreamer` is the memory system: loop controller + :class:`~mlo_hw.hw.weight_dma.ReadDma`
++ :class:`~mlo_hw.hw.buffers.TileBuffer` + :class:`~mlo_hw.hw.buffers.ParamStore`, with an AXI4 read
 master (``m_axi_*``) towards DRAM and the buffers' read ports towards compute.
 """
 
@@ -28,8 +28,8 @@ from amaranth.lib.wiring import In, Out
 from .axi import AxiParams, axi_read_master_members
 from .buffers import PARAM_SECTIONS, index_range, ParamGeometry, ParamStore, TileBuffer, TileGeometry
 from .weight_dma import ReadDma, command_layout
-from .config import ConfigError
-from .weight_image import SECTION_ORDER, layout
+from ..config import ConfigError
+from ..model.weight_image import SECTION_ORDER, layout
 
 __all__ = ["SECTION_BITS", "TAG_BITS", "LAYER_BITS", "FETCH_SECTIONS", "section_id", "Fetch", "fetch_program",
            "LoopController", "WeightStreamer"]
@@ -68,7 +68,7 @@ class Fetch:
 
 def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
     """One layer's fetches in consumption order: the weight image's sections (``blocks`` = 1, the on-chip
-    engine), or the DRAM-tiled schedule of ``blocks`` token blocks (module docstring, :mod:`mlo_hw.tiled`)."""
+    engine), or the DRAM-tiled schedule of ``blocks`` token blocks (module docstring, :mod:`mlo_hw.model.tiled`)."""
     lay, b = layout(cfg), cfg.axi_data_bytes
     if any(s.offset % b or (s.tile_bytes or s.bytes) % b for s in lay.sections):
         raise ValueError("weight image: sections must be whole AXI beats")
@@ -79,7 +79,7 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
                      bool(s.tile_rows), s.tile_rows * s.cols // b if s.tile_rows else 0, **kw)
     if blocks == 1:
         return tuple(section(s.name) for s in lay.sections)
-    from .tiled import scratch_layout
+    from ..model.tiled import scratch_layout
     sc, head = scratch_layout(cfg), cfg.seq_padded * cfg.head_dim
     if head % b:
         raise ConfigError(f"memory.axi_data_bits: a head's K ({head} bytes) is not a whole number of {b}-byte beats")
@@ -196,11 +196,11 @@ class WeightStreamer(wiring.Component):
     Control: ``start``, ``cancel`` (soft reset: drains the AXI bursts in flight, empties the
     buffers), ``clear`` (pulse, while idle: clears ``error``, as ``start`` does), ``layers``,
     ``weight_base``; status ``busy`` (until every AXI burst issued has drained), ``done`` (pulse), ``error`` with
-    ``error_addr``/``error_code`` (see :mod:`mlo_hw.weight_dma`), ``beat`` (a beat was read, for the
+    ``error_addr``/``error_code`` (see :mod:`mlo_hw.hw.weight_dma`), ``beat`` (a beat was read, for the
     byte counter), ``layer`` (layer being fetched).
-    Tile side (see :class:`~mlo_hw.buffers.TileBuffer`): ``tile_ready``, ``tile_tag``
+    Tile side (see :class:`~mlo_hw.hw.buffers.TileBuffer`): ``tile_ready``, ``tile_tag``
     (section | parity << 4), ``tile_release``, ``waddr``/``wdata``, ``caddr``/``bias``/``mult``.
-    Parameter side (see :class:`~mlo_hw.buffers.ParamStore`): ``param_slot``, ``param_addr``,
+    Parameter side (see :class:`~mlo_hw.hw.buffers.ParamStore`): ``param_slot``, ``param_addr``,
     ``param_data``, ``param_loaded``. ``blocks`` > 1: the DRAM-tiled fetch program (:func:`fetch_program`),
     whose per-head K_h / V_h^T come from ``scratch_base``; the tile buffer's banks then hold a head's as well.
     """

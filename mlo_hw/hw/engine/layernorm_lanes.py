@@ -2,7 +2,7 @@
 
 The engine's two LayerNorms (LN1: a = X, b = Y -> Y; LN2: a = Y, b = X -> X) read two buffers word by word
 side by side and write one of them back in place (a row is read whole before its output overwrites it). One
-:class:`~mlo_hw.layernorm.LayerNorm` takes one element a cycle and needs a while for each row's statistics,
+:class:`~mlo_hw.hw.layernorm.LayerNorm` takes one element a cycle and needs a while for each row's statistics,
 so ``lanes`` of them work on alternate rows (row r in lane r % lanes), each fed from a one-row FIFO.
 """
 
@@ -13,7 +13,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .. import numerics as nx
+from ...model import numerics as nx
 from ..layernorm import SHIFT_BITS, LayerNorm, ParamWriteSignature
 from .activation_io import word_write_layout
 from .vector_io import Serializer, VectorReader
@@ -29,7 +29,7 @@ class LayerNormLanes(wiring.Component):
     Interface:
         start (pulse): latches ``rows`` (1 .. ``max_rows``) and restarts the counters; the read begins the
         next cycle. ``shift``: the LayerNorm output shift (hold it during the run). ``param``: the gain/bias
-        write port, broadcast to every lane (:class:`~mlo_hw.layernorm.ParamWriteSignature`).
+        write port, broadcast to every lane (:class:`~mlo_hw.hw.layernorm.ParamWriteSignature`).
         ``rd_addr``/``rd_en`` -> ``rd_data`` one cycle later: pair word j, row-major from word 0, ``hidden /
         simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half.
         ``w``: a stream of ``{addr, data}`` word writes, row r's word c at ``r * hidden / simd + c``, lane 0

@@ -3,7 +3,7 @@
 A beat is ``pe`` results: output channels ``nf * pe ..`` of one token (or, for the attention products, of one
 query). Matrices write them row-major (the residual stream's int16 words of X or Y, or bytes of WORK); K goes
 into WORK's ``pe`` banks by token and V transposed by channel, so that one word of every bank side by side is
-one MVAU weight word of the attention products (:mod:`mlo_hw.layer_engine`'s buffer map).
+one MVAU weight word of the attention products (:mod:`mlo_hw.hw.layer_engine`'s buffer map).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import numerics as nx
+from ...model import numerics as nx
 
 __all__ = ["Placement", "result_layout", "start_layout", "bank_write_layout", "ResultWriter"]
 

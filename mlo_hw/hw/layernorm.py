@@ -28,7 +28,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from . import numerics as nx
+from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplier, SerialSqrt, bit_length
 
 __all__ = ["LayerNorm", "ParamWriteSignature", "pair_layout"]

@@ -19,7 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from . import numerics as nx
+from ..model import numerics as nx
 from .divide import SerialDivider
 
 __all__ = ["Softmax", "score_layout"]

@@ -1,6 +1,6 @@
 """Activation I/O over AXI4: a generic write DMA, and the engine's input reader and output writer.
 
-:class:`WriteDma` is the write-side twin of :class:`mlo_hw.weight_dma.ReadDma`: a stream of
+:class:`WriteDma` is the write-side twin of :class:`mlo_hw.hw.weight_dma.ReadDma`: a stream of
 (address, beats) commands and a stream of data beats (data + byte strobes) in, AXI4 AW/W/B out.
 Each command is split into INCR bursts of at most ``max_burst_beats`` beats that never cross a
 4 KiB page; up to ``outstanding`` bursts are in flight (AW issued, B not yet received). ``done``
@@ -71,7 +71,7 @@ class WriteDma(wiring.Component):
         cmd:  In stream of ``write_command_layout``: addr (byte address, beat aligned), beats (>= 1)
         data: In stream of ``write_beat_layout``: data (one AXI beat), strb (WSTRB of that beat)
         cancel, clear: In pulses; busy, done (pulse), error, error_addr, error_code: Out
-        m_axi_aw* / m_axi_w* / m_axi_b*: the AXI4 write channels (see :func:`mlo_hw.axi.axi_write_master_members`)
+        m_axi_aw* / m_axi_w* / m_axi_b*: the AXI4 write channels (see :func:`mlo_hw.hw.axi.axi_write_master_members`)
     """
 
     def __init__(self, p: AxiParams, *, beats_bits: int = 16, outstanding: int = 8):

@@ -1,7 +1,7 @@
 """The parameter copier: a section of the current layer's ParamStore slot into the block that uses it.
 
-The small per-layer sections (:data:`mlo_hw.buffers.PARAM_SECTIONS`) stream from DRAM into the ParamStore
-(:mod:`mlo_hw.loop_ctrl`) ahead of the layer; before a phase needs them, they are copied into their block:
+The small per-layer sections (:data:`mlo_hw.hw.buffers.PARAM_SECTIONS`) stream from DRAM into the ParamStore
+(:mod:`mlo_hw.hw.loop_ctrl`) ahead of the layer; before a phase needs them, they are copied into their block:
 LN1's and LN2's gains and biases into the LayerNorm lanes, the GELU table into the table, the narrowing
 shifts (one 4-bit shift per channel: the layer input's, then LN1's output's) into the operand side's shift
 memory. A copy is requested while its destination idles (LN1's during O, GELU's during LN1, LN2's during FFN

@@ -27,7 +27,7 @@ Interface (clock domain ``sync``):
 ``weights`` (read port, ``amaranth.lib.memory.ReadPort.Signature``, flipped: the MVAU drives ``addr``, ``en``)
     Synchronous, read latency 1 (``data`` holds ``mem[addr]`` the cycle after ``en``). Word
     ``nf * col_folds + sf`` of the tile holds ``pe * simd`` signed weights, ``W[nf*pe + p, sf*simd + s]``
-    in lane ``p*simd + s`` (the DRAM weight image order, see :mod:`mlo_hw.weight_image`).
+    in lane ``p*simd + s`` (the DRAM weight image order, see :mod:`mlo_hw.model.weight_image`).
 ``params`` (read port, same convention, addressed by ``nf``)
     ``data`` is :meth:`MVAUParams.param_layout`: ``bias`` (``pe`` x int32, LSBs) then ``mult``
     (``pe`` x uint16) of channels ``nf*pe + p``. Read once per output beat (``en`` high one cycle,
@@ -74,7 +74,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from . import numerics as nx
+from ..model import numerics as nx
 
 __all__ = ["MVAUParams", "MVAU"]
 

@@ -1,2 +1,0 @@
-"""The layer engine's components: each a ``wiring.Component`` with its interface and timing in its docstring,
-tested alone (``tests/``), assembled by :class:`mlo_hw.layer_engine.LayerEngine`. See docs/architecture.md."""
