@@ -105,6 +105,6 @@ def test_elaborate_writes_image_manifest_report(tmp_path):
     man = json.loads((tmp_path / "manifest.json").read_text())
     assert man["layer_stride"] == layout(cfg).stride
     rep = (tmp_path / "report.md").read_text()
-    assert "Analytical cycle bound" in rep and "On-chip memory plan" in rep
+    assert "Analytical cycle bound" in rep and "## Memory plan (mlo_hw.plan)" in rep and "Mode: on-chip" in rep
     x = np.frombuffer((tmp_path / "golden_input.bin").read_bytes(), "<i2")
     assert x.size == cfg.model.seq_len * cfg.model.hidden

@@ -69,6 +69,7 @@ from .engine.activation_io import BufferLoad, BufferStore
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
+from .engine.attention_weights import AttentionWeights
 from .engine.param_copier import CopyKind, ParamCopier
 from .engine.result_writer import Placement, ResultWriter
 from .engine.tile_params import TileParamLatch
@@ -329,26 +330,13 @@ class LayerEngine(wiring.Component):
         m.d.comb += ws.waddr.eq(mvau.weights.addr)
         head_kword = Signal(range(words(H) + 1))                # h * dh / simd: the head's columns of Q and K
         head_vrow = Signal(range(words(S * H) // pe + 1))      # (h * dh / pe) * S / simd: the head's V^T rows
-        # mirror of the MVAU's weight word counters (nf, sf) for the attention operands
-        att_sf = Signal(range(words(max(S, dh)) + 1))
-        att_nf = Signal(range(max(S, dh) // pe + 1))
-        att_row = Signal(range(words(S * H) // pe + 1))
-        att_cf = Signal.like(att_sf)
-        att_rf = Signal.like(att_nf)
-        att_stride = Signal.like(att_row)
-        with m.If(mvau.weights.en):
-            m.d.sync += att_sf.eq(att_sf + 1)
-            with m.If(att_sf == att_cf - 1):
-                m.d.sync += [att_sf.eq(0), att_nf.eq(att_nf + 1), att_row.eq(att_row + att_stride)]
-                with m.If(att_nf == att_rf - 1):
-                    m.d.sync += [att_nf.eq(0), att_row.eq(0)]
-        with m.Switch(op):
-            with m.Case(Op.SCORES):
-                m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, K_LOCAL + att_row + head_kword + att_sf))
-            with m.Case(Op.PV):
-                m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, V_LOCAL + att_row + head_vrow + att_sf))
-            with m.Default():
-                m.d.comb += mvau.weights.data.eq(ws.wdata)
+        # the attention products read K_h / V_h^T side by side from WORK's banks, following the MVAU's reads
+        m.submodules.attention = attw = AttentionWeights(g.work_words // pe, words(max(S, dh)), max(S, dh) // pe)
+        m.d.comb += attw.en.eq(mvau.weights.en)
+        with m.If((op == Op.SCORES) | (op == Op.PV)):
+            m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, attw.addr))
+        with m.Else():
+            m.d.comb += mvau.weights.data.eq(ws.wdata)
 
         # the x stream: the op's source buffer through the activation operand (narrowed per channel for Q, K, V
         # and FFN up); the byte buffers' words are spread into its int16 lanes
@@ -583,9 +571,11 @@ class LayerEngine(wiring.Component):
                     operand_command(0, words(S), words(S))
                 with m.If(mvau.cmd.ready):
                     m.d.comb += operand.start.eq(1)
-                    m.d.sync += [issued.eq(0), p_count.eq(0), p_word.eq(0), p_lane.eq(0), att_sf.eq(0), att_nf.eq(0),
-                                 att_row.eq(0), att_cf.eq(words(cols)), att_rf.eq(job_rows // pe),
-                                 att_stride.eq(words(H) if o == Op.SCORES else words(S))]
+                    m.d.sync += [issued.eq(0), p_count.eq(0), p_word.eq(0), p_lane.eq(0)]
+                    a = attw.cfg
+                    m.d.comb += [attw.start.eq(1), a.cols.eq(words(cols)), a.rows.eq(job_rows // pe),
+                                 a.base.eq(K_LOCAL + head_kword if o == Op.SCORES else V_LOCAL + head_vrow),
+                                 a.stride.eq(words(H) if o == Op.SCORES else words(S))]
                     if o == Op.PV:
                         m.d.sync += expected.eq(S * dh // pe)
                         start_writer(Placement.ROWS8, dh // pe, words(H), chan_word=head_kword, base=CTX_BASE)
