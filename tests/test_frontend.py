@@ -34,6 +34,8 @@ GROUPS = {
     "bert_decoder": [("encoder.layer", 2)],
     "bert_decoder_legacy": [("model.encoder.layer", 2)],
     "gpt2": [("h", 2)],
+    "gpt2_noopt": [("h", 2)],
+    "llama": [("layers", 2)],
     "t5": [("encoder.block", 2), ("decoder.block", 2)],
     "bart": [("encoder.layers", 2), ("decoder.layers", 2)],
 }
@@ -151,6 +153,34 @@ def _without_norm(model: onnx.ModelProto, node: onnx.NodeProto):
 def _layer_nodes(model, scope, op):
     g = Graph(model)
     return [model.graph.node[i] for i, n in enumerate(g.nodes) if n.op_type == op and scope in g.scopes(i)]
+
+
+def test_noise_in_one_layer_only():
+    """An Identity and a same-dtype Cast that only layer 1 has are no structural difference; a Cast to
+    another dtype is."""
+    def insert(model, cast_to=None):
+        g = Graph(model)
+        k = next(i for i, n in enumerate(g.nodes) if n.op_type == "LayerNormalization"
+                 and "encoder.layer.1" in g.scopes(i))
+        node = model.graph.node[k]
+        src = node.input[0]
+        extra = [onnx.helper.make_node("Identity", [src], ["noise_0"], name="noise_id")]
+        for to in [onnx.TensorProto.FLOAT] + ([cast_to] if cast_to else []):
+            extra.append(onnx.helper.make_node("Cast", [extra[-1].output[0]], [f"noise_{len(extra)}"],
+                                               name=f"noise_cast{len(extra)}", to=to))
+        node.input[0] = extra[-1].output[0]
+        for n in reversed(extra):
+            n.metadata_props.extend(node.metadata_props)           # in layer 1's scope
+            model.graph.node.insert(k, n)
+        return Frontend(Graph(model))
+
+    fe = insert(onnx.load(str(fixture("bert"))))
+    assert fe.engine_refusal() is None
+    for got, want in zip(fe.float_layers(), load(fixture("bert")).float_layers()):
+        for role in ENGINE_ROLES:
+            np.testing.assert_array_equal(getattr(got, role), getattr(want, role))
+    with pytest.raises(FrontendError, match=r"^encoder\.layer\.1: node \d+ \(Cast 'noise_cast2'\) differs"):
+        insert(onnx.load(str(fixture("bert"))), cast_to=onnx.TensorProto.FLOAT16)
 
 
 @pytest.mark.parametrize("name", ["bert", "bert_noopt"])
@@ -271,15 +301,17 @@ def test_engine_refuses_encoder_decoder(frontends, name, capsys, tmp_path):
     assert err.startswith("error: --engine: not runnable on the engine") and "\n" not in err
 
 
-def test_gpt2_loop_body_and_roles(frontends):
-    """GPT-2: 'h.N' blocks, fused QKV (Conv1D weights stored [in, out], Gemm), the optimizer's unscoped
-    Split adopted into its layer."""
-    fe = frontends["gpt2"]
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])
+def test_gpt2_loop_body_and_roles(frontends, name):
+    """GPT-2: 'h.N' blocks, fused QKV (Conv1D weights stored [in, out], Gemm) split after it: by a Split
+    the optimizer made without scope (adopted into its layer), or unoptimised by SplitToSequence."""
+    fe = frontends[name]
     g = fe.graph
     grp = fe.groups[0]
-    assert grp.hierarchy == ("h.0",) and not grp.hoisted
+    assert grp.hierarchy == ("h.0",)
     for r in fe.roles(0):
-        assert any(g.nodes[i].op_type == "Split" and not g.scopes(i) for i in r.layer.nodes)
+        split = [i for i in r.layer.nodes if g.nodes[i].op_type in ("Split", "SplitToSequence")]
+        assert len(split) == 1 and bool(g.scopes(split[0])) == (name == "gpt2_noopt")
         k = r.layer.index
         assert set(r.weights) == {"qkv_w", "qkv_b", "o_w", "o_b", "ffn_up_w", "ffn_up_b", "ffn_down_w", "ffn_down_b",
                                   "ln1_g", "ln1_b", "ln2_g", "ln2_b"}
@@ -294,6 +326,8 @@ def test_gpt2_loop_body_and_roles(frontends):
 
 
 @pytest.mark.parametrize("name,prefix,by", [("gpt2", "h", "LessOrEqual 'node_le_1'"),
+                                            ("gpt2_noopt", "h", "LessOrEqual 'node_le_1'"),
+                                            ("llama", "layers", "LessOrEqual 'node_le_1'"),
                                             ("bert_decoder", "encoder.layer", "LessOrEqual 'node_le'"),
                                             ("bert_decoder_legacy", "model.encoder.layer",
                                              "constant '/model/Cast_1_output_0' (a triangular mask)")])
@@ -310,6 +344,20 @@ def test_decoders_are_refused(frontends, name, prefix, by, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err == f"error: --engine: not runnable on the engine: {reason}"
     assert not (tmp_path / "out").exists()
+
+
+def test_llama_roles(frontends):
+    """A current decoder: grouped-query attention (K and V narrower than Q), three FFN linears (SwiGLU),
+    RMSNorm weights reported under the Mul that applies them."""
+    fe = frontends["llama"]
+    for r in fe.roles(0):
+        w, k = r.weights, r.layer.index
+        assert (w["q_w"].shape, w["k_w"].shape, w["v_w"].shape, w["o_w"].shape) == ((32, 32), (16, 32), (16, 32),
+                                                                                      (32, 32))
+        assert [w[f"ffn_{n}_w"].shape for n in range(3)] == [(64, 32), (64, 32), (32, 64)]
+        assert not r.norms and r.heads == 4
+        np.testing.assert_array_equal(w["mul1"], fe.graph.const(f"layers.{k}.input_layernorm.weight"))
+        np.testing.assert_array_equal(w["mul2"], fe.graph.const(f"layers.{k}.post_attention_layernorm.weight"))
 
 
 def test_decoder_refusal_is_right(frontends):

@@ -3,7 +3,8 @@
     .venv/bin/pip install torch==2.13.0 transformers onnxscript
     .venv/bin/python tools/export_fixtures.py [--out tests/fixtures/onnx] [--only NAME ...]
 
-Every fixture is a tiny randomly initialised Hugging Face model (hidden 32, 2 heads, vocab 96), so
+Every fixture is a tiny randomly initialised Hugging Face model (hidden 32, 2 heads (LLaMA: 4 query and
+2 key-value heads), vocab 96), so
 each file stays far below 1 MB and the default test suite needs neither torch nor transformers.
 Parameters are randomised (biases, LayerNorm affine too) so every layer's initializers differ and the
 exporter's optimizer cannot merge them, except in ``bert_merged`` which keeps Hugging Face's fresh
@@ -60,6 +61,13 @@ def _gpt2(layers):
     return tf.GPT2Model(cfg)
 
 
+def _llama(layers):
+    cfg = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=POS, use_cache=False,
+                         attn_implementation="eager")
+    return tf.LlamaModel(cfg)
+
+
 def _bart(layers):
     cfg = tf.BartConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=layers, decoder_layers=layers,
                         encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=INTER,
@@ -95,6 +103,9 @@ FIXTURES = {
     "bert_decoder_legacy": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2, is_decoder=True, use_cache=False),
                             True, False, False, False),
     "gpt2":        (lambda: _gpt2(2), True, True, False, True, {"by_keyword": True}),
+    "gpt2_noopt":  (lambda: _gpt2(2), True, True, False, True, {"by_keyword": True, "optimize": False}),
+    # a current decoder: RMSNorm, rotary positions, grouped-query attention (4 query, 2 KV heads), SwiGLU
+    "llama":       (lambda: _llama(2), True, True, False, True, {"by_keyword": True}),
     "t5":          (lambda: _t5(2), True, True, True, True),
     "bart":        (lambda: _bart(2), True, True, True, True),
 }
@@ -161,8 +172,8 @@ def export(name: str, out: Path):
                               output_names=["last_hidden_state"], opset_version=17, dynamic_axes=axes)
     _strip_metadata(path)
     meta = {"model": type(model).__name__, "exporter": "dynamo" if dynamo else "legacy",
-            "options": opts, "randomized": randomize, "seq_len": SEQ if not dynamic else "dynamic", "torch": torch.__version__,
-            "transformers": tf.__version__, "config": model.config.to_diff_dict()}
+            "options": opts, "randomized": randomize, "seq_len": SEQ if not dynamic else "dynamic",
+            "torch": torch.__version__, "transformers": tf.__version__, "config": model.config.to_diff_dict()}
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
     print(f"{path}: {path.stat().st_size} bytes")
 

@@ -6,6 +6,10 @@ Scopes: the dynamo exporter (``torch.onnx.export(..., dynamo=True)``) stores on 
 TorchScript exporter (``dynamo=False``) has no metadata; its node names carry the path instead
 (``/encoder/layer.0/attention/self/query/MatMul``). :meth:`Graph.scopes` returns the module paths of a
 node for either, as a tuple of dotted names from the outermost in.
+
+Exporter noise: :meth:`Graph.is_noise` (nodes that pass their input through at inference) and
+:meth:`Graph.source` (a tensor with such nodes looked through); :meth:`Graph.const` folds what is
+computed from constants alone (a weight behind a Transpose, a scale behind CastLike and Sqrt).
 """
 
 from __future__ import annotations

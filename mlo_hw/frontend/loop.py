@@ -5,15 +5,18 @@ A *group* is one stack of layers, e.g. BERT's ``encoder.layer`` (scopes ``encode
 (``[['encoder', 'encoder.layer.0']]``) names each group by its first layer's scope; without one the
 groups are discovered: every scope ``<prefix>.<n>`` whose indices run 0..N-1, outermost only.
 
-Each layer's nodes are those whose scopes contain ``<prefix>.<i>``. Nodes that the exporter attributes
+Each layer's nodes are those whose scopes contain ``<prefix>.<i>``, plus nodes without scope that lie
+inside one layer (the optimiser's fused-QKV ``Split`` in GPT-2). Nodes that the exporter attributes
 to one layer but that every layer uses (the attention-mask preparation lands in layer 0, T5's position
 bias in block 0) are *hoisted* out of the body: a node is hoisted when another layer of the group reads
 one of its outputs, other than the layer's own output, or when only hoisted nodes read it.
 
-The structure check then compares every layer with layer 0 node by node: op type, domain, attributes,
-inferred output shapes and wiring (an input is a node of the same layer, the layer input, a constant of
-a given shape, or a named tensor outside the body that every layer must share). Small constants (at most
-:data:`SMALL_CONST` elements: reshape targets, scales) are compared by value, weights by shape only.
+The structure check then compares every layer with layer 0 node by node, exporter noise
+(:meth:`Graph.is_noise`) left out and looked through: op type, domain, attributes, inferred output
+shapes (by structure: a dim symbolic in one layer and concrete in another is no difference) and wiring
+(an input is a node of the same layer, the layer input, a constant of a given shape, or a named tensor
+outside the body that every layer must share). Small constants (at most :data:`SMALL_CONST` elements:
+reshape targets, scales) are compared by value, weights by shape only.
 """
 
 from __future__ import annotations

@@ -8,14 +8,16 @@ Optimised dynamo exports fold each Linear's weight into a fresh initializer (``v
   follows it; its weight is returned in PyTorch's [out, in] layout;
 * an *attention* is found from each Softmax: the MatMul producing its scores has Q on input 0 and K on
   input 1, the MatMul consuming its probabilities has V on input 1 (each traced back through reshapes,
-  transposes and scalings to its linear); the output projection O is the first linear after that;
-  it is *self* attention when Q, K and V read the same tensor, *cross* attention otherwise;
+  transposes, splits and scalings to its linear; one linear for all three is a fused ``qkv``); the
+  output projection O is the first linear after that; it is *self* attention when Q, K and V read the
+  same tensor, *cross* attention otherwise, and *causal* when its mask compares query and key positions;
 * the linears of no attention are the feed-forward network, in graph order (``ffn_up``, ``ffn_down``);
 * LayerNormalization nodes in order give ``ln1``, ``ln2``, ...; any other weight-sized constant is
   reported under the op that reads it (``mul1``: T5's RMSNorm weight, for instance).
 
 Role names for a BERT layer are the fields of :class:`mlo_hw.model.reference.FloatLayer` (``q_w``, ``q_b``,
-..., ``ln2_b``), so a BERT-family layer converts directly.
+..., ``ln2_b``), so a BERT-family layer converts directly. Exporter noise (Identity, inference-mode
+Dropout, same-dtype casts; :meth:`Graph.is_noise`) is looked through wherever tensors are compared.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .loop import SMALL_CONST, Layer
 __all__ = ["Linear", "Attention", "LayerRoles", "layer_roles", "engine_refusal"]
 
 _PASS = {"Reshape", "Transpose", "Mul", "Div", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Dropout",
-         "Contiguous", "Expand", "Slice", "IsNaN", "Where", "Add", "Split"}
+         "Contiguous", "Expand", "Slice", "IsNaN", "Where", "Add", "Split", "SplitToSequence", "SequenceAt"}
 
 # Comparisons that, between a query position and a key position, make a causal (decoder) mask.
 _COMPARE = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
