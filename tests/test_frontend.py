@@ -287,6 +287,11 @@ def test_t5_and_bart_roles(frontends):
     dec = bart.roles(1)[1].weights
     assert {"self_q_w", "cross_k_w", "cross_o_b", "ln3_g"} <= set(dec)
     assert dec["ffn_up_w"].shape == (64, 32) and dec["ffn_down_w"].shape == (32, 64)   # [out, in]
+    # the decoders' self-attention is causal (BART's mask is shape arithmetic alone: no decoder mask input)
+    for fe in (t5, bart):
+        enc, dec = fe.roles(0)[0].attentions, fe.roles(1)[0].attentions
+        assert [(a.kind, bool(a.causal)) for a in enc] == [("self", False)]
+        assert [(a.kind, bool(a.causal)) for a in dec] == [("self", True), ("cross", False)]
 
 
 @pytest.mark.parametrize("name", ["t5", "bart"])
@@ -340,6 +345,7 @@ def test_decoders_are_refused(frontends, name, prefix, by, capsys, tmp_path):
     assert cli([str(fixture(name))]) == 0                        # the loop body is still reported
     out = capsys.readouterr().out
     assert f"group 0: {prefix}" in out and "2 layers" in out and f"engine: refused: {reason}" in out
+    assert "; attention causal self" in out
     assert cli([str(fixture(name)), "--engine", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: --engine: not runnable on the engine: {reason}"

@@ -200,8 +200,8 @@ def _first_matmul(b: _Body, start: str, forward: bool, scale: list[float] | None
             if not local:
                 return None
             t = local[0]
-            if side is not None:        # constants too: a static-shape export may fold the mask into one
-                side.extend(x for x in node.input if x and x != t and x not in g.plumbing)
+            if side is not None:        # constants and shape arithmetic too: a causal mask without a padding
+                side.extend(x for x in node.input if x and x != t)   # mask is computed from shapes alone
     return None
 
 
