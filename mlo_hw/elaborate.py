@@ -99,7 +99,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg = load_config(args.config)
-    check_fit(cfg)          # a plan with activations in DRAM: refused before anything is built
+    check_fit(cfg)          # no plan fits: refused before anything is built
     out = args.output or Path("build") / cfg.name
     with staged_folder(out, "-o", BUILD_MARKS) as tmp:
         write_build(cfg, tmp)
