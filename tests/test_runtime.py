@@ -239,3 +239,89 @@ def test_golden_and_sim_backends_agree_on_bert_tiny_seq32(tmp_path):
             assert np.array_equal(s.run(x, tokens), want), f"tokens {tokens}"
         s.run(xs[0], per_layer=True)
         assert len(s.profile().rows) == cfg.model.layers and all(r.compute > 0 for r in s.profile().rows)
+
+
+class _UartBridge:
+    """The SoC side of LiteX's UART bridge (UARTBone: ``[cmd, length, word address (4 bytes, big endian)]``,
+    then ``length`` big-endian words written or answered) on a TCP socket that ``litex_server --uart`` opens
+    as ``socket://``; behind it, a golden backend's registers at ``regs_base`` and its DRAM at
+    ``dram_bus_base`` (engine address ``dram_device_base``)."""
+
+    def __init__(self, build, regs_base, dram_bus_base, dram_device_base, dram_size):
+        import threading
+        from mlo_hw.runtime.golden import GoldenBackend
+        self.device = GoldenBackend()
+        self.device.open(build)
+        self.regs_base, self.dram_bus_base, self.dram_size = regs_base, dram_bus_base, dram_size
+        self.dram_device_base = dram_device_base
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _word(self, addr, value=None):
+        if self.regs_base <= addr < self.regs_base + 0x100:
+            if value is None:
+                return self.device.read_reg(addr - self.regs_base)
+            return self.device.write_reg(addr - self.regs_base, value)
+        assert self.dram_bus_base <= addr < self.dram_bus_base + self.dram_size, hex(addr)
+        if value is None:
+            return int.from_bytes(self.device.read_dram(addr - self.dram_bus_base + self.dram_device_base, 4), "little")
+        self.device.write_dram(addr - self.dram_bus_base + self.dram_device_base, value.to_bytes(4, "little"))
+
+    def _serve(self):
+        conn, _ = self.listener.accept()
+        buf = conn.makefile("rwb")
+        while True:
+            head = buf.read(6)
+            if len(head) < 6:
+                return
+            cmd, n, addr = head[0], head[1], int.from_bytes(head[2:], "big") * 4
+            step = 4 if cmd in (1, 2) else 0            # incr or fixed bursts
+            if cmd in (1, 3):
+                data = buf.read(4 * n)
+                for i in range(n):
+                    self._word(addr + i * step, int.from_bytes(data[4 * i:4 * i + 4], "big"))
+            else:
+                buf.write(b"".join(self._word(addr + i * step).to_bytes(4, "big") for i in range(n)))
+                buf.flush()
+
+
+def test_litex_backend_through_litex_server_and_the_uart_bridge_gives_the_golden_bits(small_build, golden):
+    """LiteX's own litex_server (UART bridge) and RemoteClient between the runtime and a device: the LiteX
+    backend's address map (registers at regs_base; engine DRAM address a at dram_bus_base + a -
+    dram_device_base) and word packing deliver the same bits as the golden backend; the device behind the
+    bridge is the golden model (a SoC's simulation is other work)."""
+    import subprocess
+    import sys
+    import time
+    pytest.importorskip("litex", reason="litex is not installed")
+    from mlo_hw.runtime.build import BuildFolder
+    regs_base, dram_bus_base, dram_device_base, dram_size = 0x8200_0000, 0x4000_0000, 0x1000_0000, 1 << 24
+    bridge = _UartBridge(BuildFolder.load(small_build), regs_base, dram_bus_base, dram_device_base, dram_size)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "litex.tools.litex_server", "--uart", "--uart-port",
+                               f"socket://127.0.0.1:{bridge.port}", "--bind-ip", "127.0.0.1", "--bind-port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        cfg = golden.cfg
+        x = _inputs(cfg, build_model(cfg)[1], 41, 1)[0]
+        with Accelerator(small_build, backend="litex", host="127.0.0.1", port=port, regs_base=regs_base,
+                         dram_bus_base=dram_bus_base, dram_device_base=dram_device_base, dram_size=dram_size) as acc:
+            assert acc.weight_base >= dram_device_base          # engine addresses, not bus addresses
+            assert np.array_equal(acc.run(x, 6), golden.run(x, 6))
+            assert bridge.device.read_dram(acc.weight_base, len(acc.build.weights)) == acc.build.weights
+            with pytest.raises(DeviceError, match=r"ERROR_CODE 0x4 \(bad_command\) ERROR_ADDR 0x1000[0-9a-f]{4} "
+                                                  r"\(activation buffer 1, byte 4\) \[litex backend\]"):
+                acc.execute(acc.weight_base, acc.act_bases[0], acc.act_bases[1] + 4, 2, 8, 1.0)
+    finally:
+        server.kill()
+        server.wait()
