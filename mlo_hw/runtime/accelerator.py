@@ -173,9 +173,10 @@ class Accelerator:
                                      f"expected {want:#010x} ({self.regs.source})")
 
     def _check_addresses(self):
-        bits = self.cfg.memory.axi_addr_bits
-        for what, base in (("weights", self.weight_base), ("activations", self.act_bases[1])):
-            if base + self.build.act_bytes > 1 << bits:
+        bits, act = self.cfg.memory.axi_addr_bits, self.build.act_bytes
+        for what, base, size in (("weights", self.weight_base, len(self.build.weights)),
+                                 ("activations", self.act_bases[0], act), ("activations", self.act_bases[1], act)):
+            if base + size > 1 << bits:
                 raise BackendUnavailable(f"{self.backend.name} backend: {what} at {base:#x} are beyond the engine's "
                                          f"{bits}-bit AXI address space (memory.axi_addr_bits)")
 

@@ -114,6 +114,8 @@ class SimBackend(Backend):
         if not line:
             self._died()
         words = line.split()
+        if words and words[0] in ("error", "protocol_error"):
+            raise RuntimeError(f"sim backend: the harness stopped: {line.strip()}")
         if not words or words[0] != keyword:
             raise RuntimeError(f"sim backend: expected '{keyword} ...' from the harness, got {line.strip()!r}")
         return words
@@ -173,6 +175,8 @@ class SimBackend(Backend):
         if not line:
             self._died()
         words = line.split()
+        if words and words[0] in ("error", "protocol_error"):
+            raise RuntimeError(f"sim backend: the harness stopped: {line.strip()}")
         if not words or words[0] not in keywords:
             raise RuntimeError(f"sim backend: unexpected harness output {line.strip()!r}")
         return words[0], int(words[1])
