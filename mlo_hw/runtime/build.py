@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np  # noqa: F401  (annotations)
+import numpy as np
 
 from ..cli import BadInput
 from ..config import ConfigError, config_from_dict
