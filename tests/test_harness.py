@@ -11,7 +11,7 @@ from mlo_hw.model.golden import int_stack
 from mlo_hw.model.quantize import build_model, random_inputs
 from mlo_hw.model.weight_image import layout
 from sim.engine_check import check_run
-from sim.harness import EngineSim, Run
+from sim.harness import EngineSim, Run, small_tiled_config
 
 
 @pytest.fixture(scope="module")
@@ -136,15 +136,6 @@ def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
     assert np.array_equal(ideal.output, ddr3.output)
     assert ddr3.cycles > ideal.cycles and ddr3.stall_cycles > ideal.stall_cycles
     assert sum(p["cycles"] for p in ideal.profile) >= ideal.cycles
-
-
-def small_tiled_config(seq: int = 64, budget: float = 9.5):
-    """The small config forced through the DRAM-tiled schedule: at 64 tokens a 9.5 BRAM36 budget leaves blocks of
-    32 rows (two per pass)."""
-    import dataclasses
-    from mlo_hw.hw.layer_engine import with_seq_len
-    cfg = load_config("small")
-    return with_seq_len(dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=budget)), seq)
 
 
 @pytest.fixture(scope="module")
