@@ -5,10 +5,13 @@ weight tiles double-buffered while the previous tile computes), one matrix-vecto
 (:class:`~mlo_hw.hw.mvau.MVAU`) for every product, :class:`~mlo_hw.hw.softmax.Softmax`,
 :class:`~mlo_hw.hw.layernorm.LayerNorm` (used for both LayerNorms, parameters reloaded per use),
 :class:`~mlo_hw.hw.gelu.GeluTable`, the control registers (:class:`~mlo_hw.hw.regs.ControlRegs`) and an input
-reader / output writer on the same AXI4 port. Activations stay on chip between layers.
+activation mover (:class:`~mlo_hw.hw.engine.block_mover.BlockMover`) on the same AXI4 port. Activations stay on
+chip between layers when the plan (:func:`mlo_hw.plan.plan`) allows it; otherwise the engine runs the DRAM-tiled
+schedule (``docs/tiling.md``): two passes over token blocks per layer, activations in scratch DRAM.
 
 Interface (clock domain ``sync``; :class:`EngineTop` renames it to ``aclk``/``aresetn``):
-    ``m_axi_*``  AXI4 master: reads the weight image and the input activations, writes the output.
+    ``m_axi_*``  AXI4 master (2-bit IDs: reads are tagged by the master inside, writes use ID 0): reads the
+                 weight image and the input activations, writes the output (and, tiled, the scratch).
     ``s_axil_*`` AXI4-Lite slave: the register map of :mod:`mlo_hw.hw.regs`.
     ``irq``      high while DONE or ERROR is set and CTRL.irq_enable.
 DRAM formats: input int16 [seq_len, hidden] row-major at INPUT_BASE (the residual stream, see
@@ -21,8 +24,8 @@ burst and complete those in flight (weight streamer ``cancel``/DMA drop, :class:
 :class:`~mlo_hw.hw.engine.activation_io.BufferStore` ``cancel``); STATUS.busy stays 1 until the bus is idle and CTRL.start is refused
 until then. An error response on the input (the first failing read beat) or the output (the failing write
 burst) likewise ends the run with ERROR, not DONE; ERROR_ADDR and ERROR_CODE name the first error (a
-weight read's, else the input's, else the output's). The input reader and the weight streamer share AR/R through
-:class:`~mlo_hw.hw.axi_interconnect.ReadPortSwitch` (handed over only when the port is quiet).
+weight read's, else the activations'). The activation mover and the weight streamer share AR/R through
+:class:`~mlo_hw.hw.axi_interconnect.ReadArbiter` (round robin per burst, both in flight at once).
 
 Schedule of a layer (one phase after another). The sequencer has one state variable, its FSM: a state names
 the phase and its step (``Q_TILE_WAIT``, ``Q_LATCH``, ``Q_JOB``, ``Q_WAIT``, ..., ``SCORES_JOB``, ``LN1_RUN``),
@@ -62,7 +65,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
-from .axi_interconnect import ReadPortSwitch
+from .axi_interconnect import ReadArbiter
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from ..config import ConfigError
 from .engine.block_mover import BlockMover, Transfer
@@ -255,7 +258,8 @@ class LayerEngine(wiring.Component):
         self.cfg, self.trace = cfg, trace
         self.plan = check_fit(cfg)
         self.g = g = EngineGeometry.from_config(cfg, self.plan.block)
-        self.axi = AxiParams.from_config(cfg)
+        # the port: one more ID bit than the masters inside (the read arbiter tags each burst with its master)
+        self.axi = AxiParams.from_config(cfg, id_bits=2)
         self.mvau_params = MVAUParams.from_config(cfg)
         super().__init__({
             **axi_read_master_members(self.axi), **axi_write_master_members(self.axi),
@@ -287,7 +291,8 @@ class LayerEngine(wiring.Component):
         mvau, softmax, gelu = compute["mvau"], compute["softmax"], compute["gelu"]
         score_ser, operand, ln_lanes = (compute[n] for n in ("score_ser", "operand", "layernorm"))
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block
-        m.submodules.mover = mover = BlockMover(ap, simd=simd, pe=pe, max_words=2 * words(R * H),
+        ap_in = AxiParams.from_config(cfg)                # the masters inside (ID 1 bit)
+        m.submodules.mover = mover = BlockMover(ap_in, simd=simd, pe=pe, max_words=2 * words(R * H),
                                                 max_runs=max(g.heads, H // pe), local_bits=g.addr_bits)
 
         for name in axil_slave_members(AXIL_ADDR_BITS):
@@ -310,14 +315,12 @@ class LayerEngine(wiring.Component):
             m.d.comb += scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
                                        | overlaps(regs.input_base, io) | overlaps(regs.output_base, io))
 
-        # AXI: the activation mover owns AR/R while it loads, the weight streamer otherwise (the port changes
-        # hands only when it is quiet, see ReadPortSwitch); W is the mover's.
-        m.submodules.read_port = rport = ReadPortSwitch(ap, max_bursts=ws.outstanding + 1)
-        loading = Signal()
-        m.d.comb += rport.sel.eq(loading)
+        # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: round robin per
+        # burst, R routed by the ID bit it adds); W is the mover's (its ID zero-extended).
+        m.submodules.read_port = rport = ReadArbiter(ap_in, 2)
         forward_ports(m, self, rport, axi_read_master_members(ap))
         for i, master in enumerate((ws, mover)):        # s0: the weight streamer, s1: the activation mover
-            for name, member in axi_read_master_members(ap).items():
+            for name, member in axi_read_master_members(ap_in).items():
                 sw, own = getattr(rport, name.replace("m_axi", f"s{i}_axi")), getattr(master, name)
                 m.d.comb += sw.eq(own) if member.flow == Out else own.eq(sw)
         for name, member in axi_write_master_members(ap).items():
@@ -507,7 +510,7 @@ class LayerEngine(wiring.Component):
         # STATUS.busy: a run, or AXI transactions still in flight after it was abandoned (a soft reset or an
         # error): no AR pending, no R beat, W beat or B response owed. CTRL.start is ignored until then.
         drained = Signal()
-        m.d.comb += drained.eq(rport.idle & ~ws.busy & ~mover.busy)
+        m.d.comb += drained.eq(~self.m_axi_arvalid & ~ws.busy & ~mover.busy)
         m.d.comb += [regs.busy.eq(busy | ~drained), regs.done.eq(done),
                      regs.error.eq(ws.error | mover.error | bad_tokens | bad_scratch),
                      regs.error_addr.eq(Mux(ws.error, ws.error_addr, mover.error_addr)),
@@ -695,10 +698,10 @@ class LayerEngine(wiring.Component):
                          c.step.eq(step), c.local.eq(local), c.local_step.eq(local_step), c.inner.eq(inner),
                          c.outer_stride.eq(outer_stride)]
 
-        def transfer_wait(name, o, then, reading=False):
+        def transfer_wait(name, o, then):
             """Wait for the mover; an error ends the run (ERROR, see ``regs.error``)."""
             with m.State(name):
-                m.d.comb += [op.eq(o), busy.eq(1), loading.eq(reading)]
+                m.d.comb += [op.eq(o), busy.eq(1)]
                 with m.If(regs.soft_reset):                # the mover finishes its bursts (cancel)
                     abandon()
                 with m.Elif(~mover.busy):                  # busy from the cycle after start
@@ -758,7 +761,7 @@ class LayerEngine(wiring.Component):
                 def after_input():
                     m.d.comb += ws.start.eq(1)
                     m.next = "HEADER_WAIT"
-                transfer_wait("LOAD", Op.LOAD, after_input, reading=True)
+                transfer_wait("LOAD", Op.LOAD, after_input)
             with m.State("HEADER_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(1), ws.param_addr.eq(0)]
                 m.d.sync += [hdr_idx.eq(0), scratch_ready.eq(0)]
@@ -789,7 +792,7 @@ class LayerEngine(wiring.Component):
                     m.d.comb += [op.eq(Op.LOAD), busy.eq(1)]
                     transfer(Transfer.LOAD_X, src + x_off, Mux(first_layer, io_block, block_words))
                     m.next = "P1_LOAD_X_WAIT"
-                transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, lambda: start_matrix(Op.Q), reading=True)
+                transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, lambda: start_matrix(Op.Q))
 
                 def store_q():
                     transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + q_off, words(R * H))
@@ -825,8 +828,8 @@ class LayerEngine(wiring.Component):
                 def load_residual():
                     transfer(Transfer.LOAD_X, src + x_off, Mux(first_layer, io_block, block_words))
                     m.next = "P2_LOAD_X_WAIT"
-                transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual, reading=True)
-                transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, to_attention, reading=True)
+                transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual)
+                transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, to_attention)
 
                 def store_block():
                     transfer(Transfer.STORE_X, dst + x_off, Mux(last_layer, io_block, block_words))
