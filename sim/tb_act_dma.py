@@ -76,7 +76,8 @@ class Dram:
         self.wr.write(0, init)
         self.shadow = bytearray(init)
         self.aws = []
-        self.w_lens = deque()
+        self.w_lens = deque()       # lengths of AW bursts whose W beats have not all been seen
+        self.w_early = deque()      # lengths of W bursts that ended before their AW was seen
         self.clk, self.rst = clk, rst
         cocotb.start_soon(self._monitor())
 
@@ -104,19 +105,26 @@ class Dram:
                 addr, ln = int(dut.m_axi_awaddr.value), int(dut.m_axi_awlen.value) + 1
                 check_burst("AW", addr, ln, int(dut.m_axi_awsize.value), int(dut.m_axi_awburst.value), BYTES, MAX_BURST)
                 self.aws.append((addr, ln))
-                self.w_lens.append(ln)
+                if self.w_early:        # the n-th W burst belongs to the n-th AW
+                    got = self.w_early.popleft()
+                    assert got == ln, f"a {got}-beat W burst (WLAST before its AW) for a {ln}-beat AW"
+                else:
+                    self.w_lens.append(ln)
             if not in_reset and int(dut.m_axi_wvalid.value) and int(dut.m_axi_wready.value):
                 beats += 1
-                if self.w_lens:         # W may lead AW by a cycle; checked once the AW is seen
+                if self.w_lens:         # W may lead AW (A3.3.1): checked beat by beat once the AW is seen
                     assert int(dut.m_axi_wlast.value) == (beats == self.w_lens[0]), \
                         f"WLAST {int(dut.m_axi_wlast.value)} at beat {beats} of a {self.w_lens[0]}-beat burst"
                 if int(dut.m_axi_wlast.value):
                     if self.w_lens:
                         self.w_lens.popleft()
+                    else:               # ... or as a whole burst when its AW comes
+                        self.w_early.append(beats)
                     beats = 0
             if in_reset:
                 beats = 0
                 self.w_lens.clear()
+                self.w_early.clear()
             if not in_reset and self.rd and int(dut.m_axi_arvalid.value) and int(dut.m_axi_arready.value):
                 addr, ln = int(dut.m_axi_araddr.value), int(dut.m_axi_arlen.value) + 1
                 check_burst("AR", addr, ln, int(dut.m_axi_arsize.value), int(dut.m_axi_arburst.value), BYTES, MAX_BURST)

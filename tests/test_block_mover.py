@@ -76,7 +76,7 @@ class MoverTop(wiring.Component):
             m.submodules[("x", "y")[i]] = mem
             w, r = mem.write_port(granularity=nx.RES_BITS), mem.read_port()
             with m.If(self.bd_we):
-                m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data), w.en.eq(Mux(self.bd_sel == i, -1, 0))]
+                m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data), w.en.eq(Mux(self.bd_sel == i, (1 << simd) - 1, 0))]
             with m.Else():
                 m.d.comb += [w.addr.eq(mover.wr.addr), w.data.eq(mover.wr.data),
                              w.en.eq(Mux(mover.wr.valid & (route == load), mover.wr.en, 0))]
@@ -103,9 +103,10 @@ class MoverTop(wiring.Component):
 
 # (config-like geometries): simd, pe, AXI data bits, block rows, hidden (the buffers hold a block [rows, hidden])
 GEOMETRIES = {
-    "small": (4, 4, 64, 32, 32),          # the small config: a word is half a beat
-    "wide": (8, 4, 128, 16, 64),          # a 128-bit bus, pe != simd: two words a beat
-    "bert_tiny": (8, 8, 64, 32, 128),     # bert_tiny's folding: a beat a word
+    "small": (4, 4, 64, 32, 32),          # the small config: a byte word is half a beat, an X word a beat
+    "bert_tiny": (8, 8, 64, 16, 64),      # bert_tiny's folding: a beat a byte word (odd counts: half an X word)
+    "wide": (8, 4, 128, 16, 64),          # a 128-bit bus, pe != simd: two byte words a beat
+    "bert_tiny_block": (8, 8, 64, 32, 128),   # bert_tiny's folding and hidden size, a block of 32 rows
 }
 
 
@@ -121,22 +122,25 @@ def _top(geo, max_burst=16):
 TESTS = ["random_transfers", "error_responses", "cancel_single_run", "zero_words_and_busy", "corruption_is_detected"]
 
 
-def _run(geo, tests):
+def _run(geo, tests, **sweep):
     p, top, params = _top(geo)
     name = f"mover_{geo}"
     v = to_verilog(top, name)
     assert lint(v, name) == []
-    simulate(v, name, "tb_block_mover", params, testcase=tests)
+    simulate(v, name, "tb_block_mover", {**params, **sweep}, testcase=tests)
 
 
-@pytest.mark.parametrize("geo", ["small", "wide"])
+@pytest.mark.parametrize("geo", ["small", "bert_tiny"])
 def test_block_mover_against_axi_ram(geo):
     _run(geo, TESTS)
 
 
 @pytest.mark.slow
-def test_block_mover_bert_tiny_geometry():
-    _run("bert_tiny", TESTS)
+@pytest.mark.parametrize("geo", list(GEOMETRIES))
+def test_block_mover_sweep(geo):
+    """Three times the transfers, errors and cancels of the default test from other seeds; also a 128-bit bus
+    and bert_tiny's hidden size."""
+    _run(geo, TESTS, trials=3, seed0=10000)
 
 
 @pytest.mark.xfail(strict=True, reason="BlockMover: a cancel pulse (the engine's soft reset) during run 0 of a "
@@ -144,3 +148,17 @@ def test_block_mover_bert_tiny_geometry():
                                         "starts run 1 (RUN checks cancel only in its own cycle)")
 def test_block_mover_cancel_stops_later_runs():
     _run("small", ["cancel_multi_run"])
+
+
+@pytest.mark.slow
+def test_block_mover_synthesizes_without_latches():
+    """The mover as bert_tiny's tiled engine sizes it (blocks of 32 rows, 256-beat bursts, 32-bit addresses)."""
+    p = AxiParams(addr_bits=32, data_bits=64, max_burst_beats=256)
+    simd, pe, rows, hidden = 8, 8, 32, 128
+    mover = BlockMover(p, simd=simd, pe=pe, max_words=2 * rows * hidden // simd, max_runs=hidden // pe,
+                       local_bits=(2 * rows * hidden // simd).bit_length())
+    v = to_verilog(mover, "mover_syn")
+    assert lint(v, "mover_syn") == []
+    r = synth_verilog(v, "mover_syn")
+    print("BlockMover:", r.used, "logic depth", r.logic_depth)
+    assert r.latches == 0
