@@ -454,10 +454,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     part = cfg.target.part if args.part is None else args.part
+    where = "--part" if args.part is not None else "target.part"
     try:
-        _part_family(part)
+        family = _part_family(part)
     except ConfigError as e:
-        raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part is not None else str(e)) from None
+        raise ConfigError(str(e).replace("target.part", where, 1)) from None
+    if not family.startswith("xc7"):
+        raise ConfigError(f"{where}: {part} is not an AMD 7-series part (synth_xilinx); the ECP5 flow is "
+                          "python -m mlo_hw.soc --board ecpix5 --build")
     out = args.output or Path("build") / cfg.name
     design = design_of(cfg)
     u = synthesize(design, part)

@@ -362,7 +362,12 @@ def test_utf16_config_with_a_bom_loads(tmp_path):
 
 
 def test_board_parts_match_the_board_platforms():
-    assert BOARD_PARTS == {name: _part_family(b.part) for name, b in boards.BOARDS.items()}
+    from mlo_hw.soc import SOC_BOARDS
+    for name, b in boards.BOARDS.items():
+        assert BOARD_PARTS[name] == _part_family(b.part)
+    for name, b in SOC_BOARDS.items():
+        assert BOARD_PARTS[name] == _part_family(b.part)
+    assert set(BOARD_PARTS) == set(boards.BOARDS) | set(SOC_BOARDS)
 
 
 # ---- properties --------------------------------------------------------------------------------------
