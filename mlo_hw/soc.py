@@ -1,12 +1,13 @@
 """SoCs for the boards: the layer engine with the board's DDR3, a host bridge and its interrupt.
 
-``python -m mlo_hw.soc --config CONFIG [--board BOARD] [-o DIR] [--build]`` writes the SoC of ``BOARD``
+``python -m mlo_hw.soc --config CONFIG [--board BOARD] [--bridge etherbone|uart] [-o DIR] [--build]`` writes the SoC of ``BOARD``
 (default: ``target.board`` of the config) into ``DIR`` (default ``build/<config>/soc_<board>/``):
 
 - LiteX boards (:data:`SOC_BOARDS` with ``kind == "litex"``: Arty A7-35/100, Nexys Video, ECPIX-5): a
   LiteX SoC built from the litex-boards target of the board (its clock/reset generator and LiteDRAM's
   DDR3 PHY and controller) with no CPU; the host is the bus master through a bridge: Etherbone (liteeth,
-  UDP port 1234 at ``ETH_IP``) on the board's Ethernet, or LiteX's UART bridge when the board has none.
+  UDP port 1234 at ``ETH_IP``) on the board's Ethernet, or LiteX's UART bridge (``--bridge uart``, on the
+  board's USB-UART) as the fallback.
   The engine (``mlo_hw.hw.layer_engine.engine_top(cfg)``, Verilog module ``mlo_engine``) is a Verilog
   ``Instance`` clocked by the SoC's ``sys`` clock:
 
@@ -59,7 +60,9 @@ ZYNQ_REGS_BASE = 0x43C0_0000     # ... on the Zynq's M_AXI_GP0 (Vivado's first P
 REGS_SIZE = 0x1000
 ETH_IP = "192.168.1.50"
 ETH_UDP_PORT = 1234
-MARK = "report.md"               # the file that marks an earlier build of this command
+MARK = "report.md"
+BRIDGES = {"etherbone": "Etherbone (liteeth, UDP)", "uart": "UART bridge (LiteX uartbone, 115200 baud)",
+           "axi": "the PS7's ARM cores (M_AXI_GP0)"}               # the file that marks an earlier build of this command
 
 
 @dataclass(frozen=True)
@@ -216,15 +219,15 @@ def _ethphy(soc, board: SocBoard):
     return None
 
 
-def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list):
-    """The LiteX SoC of ``board`` (litex-boards' ``BaseSoC``, no CPU) with the bridge and the engine."""
+def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list, bridge: str):
+    """The LiteX SoC of ``board`` (litex-boards' ``BaseSoC``, no CPU) with the host ``bridge`` and the engine."""
     target = importlib.import_module(f"litex_boards.targets.{board.target}")
-    uart = board.bridge == "uart"
+    uart = bridge == "uart"
     soc = target.BaseSoC(toolchain=board.toolchain, sys_clk_freq=board.sys_mhz * 1e6, cpu_type=None,
                          integrated_rom_size=0, integrated_sram_size=0, with_uart=uart, uart_name="uartbone" if uart else "serial",
                          with_led_chaser=False, **board.target_args)
     soc.platform.name = TOP_NAME
-    if board.bridge == "etherbone":
+    if bridge == "etherbone":
         soc.ethphy = _ethphy(soc, board)
         soc.add_etherbone(phy=soc.ethphy, ip_address=ETH_IP, udp_port=ETH_UDP_PORT)
     add_engine(soc, cfg, verilog_path, ports)
@@ -248,7 +251,7 @@ def _quiet(fn, *args, **kwargs):
         logging.disable(logging.NOTSET)
 
 
-def write_litex(cfg, board: SocBoard, out: Path) -> dict:
+def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     """Write the LiteX SoC (gateware + vendor script, nothing run) into ``out``; returns facts for the report."""
     try:
         from litedram.init import get_sdram_phy_py_header
@@ -261,7 +264,7 @@ def write_litex(cfg, board: SocBoard, out: Path) -> dict:
     vpath = gw / "mlo_engine.v"
     text, ports = engine_rtl(cfg)
     vpath.write_text(text)
-    soc = _quiet(litex_soc, cfg, board, vpath, ports)
+    soc = _quiet(litex_soc, cfg, board, vpath, ports, bridge)
     builder = Builder(soc, output_dir=str(out), gateware_dir=str(gw), compile_software=False,
                       compile_gateware=False, csr_csv=str(out / "csr.csv"), csr_json=str(out / "csr.json"))
     _quiet(builder.build, build_name=TOP_NAME, run=False)
@@ -271,7 +274,7 @@ def write_litex(cfg, board: SocBoard, out: Path) -> dict:
         "# LiteDRAM's DDR3 initialisation for the host (no CPU in this SoC): the DFI injector's commands.\n"
         + get_sdram_phy_py_header(soc.sdram.controller.settings.phy, soc.sdram.controller.settings.timing))
     regions = {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}
-    return {"regions": regions, "sys_mhz": board.sys_mhz,
+    return {"regions": regions, "sys_mhz": board.sys_mhz, "bridge": bridge,
             "dram_port_bits": soc.sdram.crossbar.controller.data_width}
 
 
@@ -411,7 +414,7 @@ def pynq_xdc(cfg) -> str:
             "set_property BITSTREAM.GENERAL.COMPRESS TRUE [current_design]\n")
 
 
-def write_zynq(cfg, board: SocBoard, out: Path) -> dict:
+def write_zynq(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     text, ports = engine_rtl(cfg)
     (out / "mlo_engine.v").write_text(text)
@@ -422,7 +425,7 @@ def write_zynq(cfg, board: SocBoard, out: Path) -> dict:
         "#!/bin/sh\n# Block design, implementation and bitstream (+ .hwh and .xsa for PYNQ) with Vivado.\n"
         f'cd "$(dirname "$0")" && vivado -mode batch -nojournal -source {TOP_NAME}_bd.tcl\n')
     return {"regions": {"mlo": (ZYNQ_REGS_BASE, REGS_SIZE), "ddr (S_AXI_HP0)": (0, 0x2000_0000)},
-            "sys_mhz": cfg.target.clock_mhz}
+            "sys_mhz": cfg.target.clock_mhz, "bridge": bridge}
 
 
 # ---- running the vendor flow -------------------------------------------------------------------------------
@@ -502,8 +505,8 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
     from .perf import onchip_bram36
     lines = [f"# {cfg.name} SoC on the {board.title}", "",
              f"- part: {board.part}; engine clock: {facts['sys_mhz']:g} MHz; DRAM: {board.dram}",
-             f"- host bridge: {board.bridge}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})" if board.bridge == "etherbone"
-                                                 else ""),
+             f"- host bridge: {BRIDGES[facts['bridge']]}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})"
+                                                             if facts["bridge"] == "etherbone" else ""),
              f"- engine: AXI4 master {cfg.memory.axi_data_bits} bit, block RAM planned "
              f"{sum(onchip_bram36(cfg).values()):g} BRAM36 of {PARTS[board.family]['BRAM36']}", "",
              "| region | base | size |", "| --- | --- | --- |"]
@@ -522,6 +525,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
     ap.add_argument("--board", help=f"one of {', '.join(SOC_BOARDS)} (default: target.board of the config)")
     ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config>/soc_<board>)")
+    ap.add_argument("--bridge", choices=("etherbone", "uart"),
+                    help="host bridge of a LiteX board (default etherbone: every LiteX board here has Ethernet)")
     ap.add_argument("--build", action="store_true",
                     help="also run the vendor flow (Vivado for the Xilinx boards; PyPI's yosys/nextpnr for ECPIX-5)")
     args = ap.parse_args(argv)
@@ -529,12 +534,16 @@ def main(argv=None) -> int:
     board = soc_board(args.board if args.board is not None else cfg.target.board,
                       "--board" if args.board is not None else "target.board")
     cfg = retarget(cfg, board, explicit=args.board is not None)
+    if args.bridge and board.kind == "zynq":
+        raise BadInput(f"--bridge: the {board.title}'s host is its own ARM cores (PS7 over M_AXI_GP0); "
+                       "there is no bridge to choose")
+    bridge = args.bridge or board.bridge
     if args.build and board.toolchain == "vivado" and not shutil.which("vivado"):
         raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH), which is not installed here; "
                        "leave out --build to write the scripts")
     out = args.output or Path("build") / cfg.name / f"soc_{board.name}"
     with staged_folder(out, "-o", (MARK,)) as tmp:
-        facts = (write_zynq if board.kind == "zynq" else write_litex)(cfg, board, tmp)
+        facts = (write_zynq if board.kind == "zynq" else write_litex)(cfg, board, tmp, bridge)
         (tmp / MARK).write_text(report(cfg, board, facts, None))
     print(f"{cfg.name} SoC on {board.title} ({board.part}) at {facts['sys_mhz']:g} MHz: wrote {out}")
     if board.kind == "zynq":

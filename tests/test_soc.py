@@ -117,6 +117,18 @@ def test_engine_ports_check_catches_an_open_port():
         check_engine_wired(bad, ports)
 
 
+def test_uart_bridge_is_the_fallback(tmp_path):
+    out = tmp_path / "o"
+    assert soc.main(["--config", "small", "--board", "arty_a7_35", "--bridge", "uart", "-o", str(out)]) == 0
+    v = (out / "gateware" / "mlo_soc.v").read_text()
+    check_engine_wired(v, _ports())
+    assert "uartbone" in v and "etherbone_" not in v
+    xdc = (out / "gateware" / "mlo_soc.xdc").read_text()
+    assert re.search(r"set_property LOC A9 \[get_ports {serial_rx}\]", xdc)      # the Arty's USB-UART
+    assert "eth_rx" not in xdc and "eth_tx" not in xdc          # no Ethernet PHY (the CRG still drives eth_ref_clk)
+    assert "UART bridge" in (out / "report.md").read_text()
+
+
 def test_ecp5_soc_writes_the_open_flow_scripts(tmp_path_factory):
     out = _write("ecpix5", tmp_path_factory)
     gw = out / "gateware"
@@ -240,6 +252,8 @@ def check_refused(rc, err, needle):
     (["--config", "small", "--board", "pynq_z2", "--build"], "needs Vivado"),
     (["--config", "bad_part.yaml"], "target.board: pynq_z2 carries an xc7z020, not the config's part xc7a35t"),
     (["--config", "small", "--board", "ecpix5", "-o", "afile"], "afile is a file"),
+    (["--config", "small", "--board", "pynq_z2", "--bridge", "uart"], "--bridge: the TUL PYNQ-Z2's host is"),
+    (["--config", "small", "--board", "arty_a7_35", "--bridge", "pcie"], "--bridge: invalid choice: 'pcie'"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
