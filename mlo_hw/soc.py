@@ -50,7 +50,7 @@ from pathlib import Path
 from .cli import ArgumentParser, BadInput, command, folder, staged_folder
 from .config import BOARD_PARTS, PARTS, ConfigError, _check_fit, _part_family, _validate, load_config
 
-__all__ = ["SocBoard", "SOC_BOARDS", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
+__all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
            "engine_rtl", "MloEngine", "add_engine", "litex_soc", "write_litex", "bd_wrapper", "pynq_bd_tcl",
            "write_zynq", "yosys_workaround", "parse_nextpnr", "run_build", "main", "TOP_NAME"]
 
@@ -58,6 +58,9 @@ TOP_NAME = "mlo_soc"
 REGS_BASE = 0x3000_0000          # the engine's AXI4-Lite registers on the LiteX SoC bus
 ZYNQ_REGS_BASE = 0x43C0_0000     # ... on the Zynq's M_AXI_GP0 (Vivado's first PL address there)
 REGS_SIZE = 0x1000
+# Block RAM (BRAM36) the LiteX SoC around the engine may take: no L2 cache, no ROM/SRAM; Etherbone's
+# 12 x 128 buffer is the one memory deeper than distributed RAM (soc_bram36 counts it; tests check this).
+SOC_BRAM36 = 1.0
 ETH_IP = "192.168.1.50"
 ETH_UDP_PORT = 1234
 MARK = "report.md"
@@ -118,20 +121,36 @@ def retarget(cfg, board: SocBoard, explicit: bool):
     """``cfg`` for ``board``: its part and board (and, on a LiteX board, the SoC clock), checked again.
 
     Without ``--board`` (``explicit`` false) the config's own part must be the board's FPGA; with it the
-    config is moved to the board's part, and it must still fit there (``perf.check_fit``)."""
+    config is moved to the board's part. Either way the engine must fit the part's block RAM less what the
+    SoC around it takes (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none) with activations
+    on chip (``perf.check_fit``)."""
     from .perf import check_fit
     if not explicit and _part_family(cfg.target.part) != board.family:
         raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {board.name} ({board.part})")
     mhz = board.sys_mhz or cfg.target.clock_mhz
+    budget = PARTS[board.family]["BRAM36"] - (SOC_BRAM36 if board.kind == "litex" else 0)
+    if cfg.target.bram36_budget is not None:
+        budget = min(budget, cfg.target.bram36_budget)
     new = dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, part=board.part, board=board.name,
-                                                              clock_mhz=mhz))
+                                                              clock_mhz=mhz, bram36_budget=budget))
     try:
         _validate(new)
         _check_fit(new)
         check_fit(new)
     except ConfigError as e:
-        raise ConfigError(f"--board {board.name}: {cfg.name} does not fit the {board.part}: {e}") from None
+        where = "--board" if explicit else "target.board:"
+        raise ConfigError(f"{where} {board.name}: {cfg.name} does not fit the {board.part} "
+                          f"({budget:g} BRAM36 for the engine): {e}") from None
     return new
+
+
+def soc_bram36(verilog: str, lutram_depth: int = 64) -> float:
+    """BRAM36 of the memories LiteX writes into ``verilog`` (``reg [W-1:0] name[0:D-1];``) deeper than
+    ``lutram_depth`` (shallower ones become distributed RAM), counted as ``perf.bram36`` counts them."""
+    from .perf import bram36
+    return sum(bram36(int(w) + 1, int(d) + 1)
+               for w, d in re.findall(r"^reg \[(\d+):0\] \w+\[0:(\d+)\];", verilog, re.M)
+               if int(d) + 1 > lutram_depth)
 
 
 # ---- the engine --------------------------------------------------------------------------------------------
@@ -225,7 +244,7 @@ def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list, bridge: str
     uart = bridge == "uart"
     soc = target.BaseSoC(toolchain=board.toolchain, sys_clk_freq=board.sys_mhz * 1e6, cpu_type=None,
                          integrated_rom_size=0, integrated_sram_size=0, with_uart=uart, uart_name="uartbone" if uart else "serial",
-                         with_led_chaser=False, **board.target_args)
+                         with_led_chaser=False, l2_size=0, **board.target_args)
     soc.platform.name = TOP_NAME
     if bridge == "etherbone":
         soc.ethphy = _ethphy(soc, board)
@@ -274,7 +293,10 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
         "# LiteDRAM's DDR3 initialisation for the host (no CPU in this SoC): the DFI injector's commands.\n"
         + get_sdram_phy_py_header(soc.sdram.controller.settings.phy, soc.sdram.controller.settings.timing))
     regions = {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}
-    return {"regions": regions, "sys_mhz": board.sys_mhz, "bridge": bridge,
+    soc_ram = soc_bram36((gw / f"{TOP_NAME}.v").read_text())
+    if soc_ram > SOC_BRAM36:
+        raise RuntimeError(f"the SoC around the engine takes {soc_ram:g} BRAM36, more than SOC_BRAM36={SOC_BRAM36:g}")
+    return {"regions": regions, "sys_mhz": board.sys_mhz, "bridge": bridge, "soc_bram36": soc_ram,
             "dram_port_bits": soc.sdram.crossbar.controller.data_width}
 
 
@@ -507,8 +529,13 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
              f"- part: {board.part}; engine clock: {facts['sys_mhz']:g} MHz; DRAM: {board.dram}",
              f"- host bridge: {BRIDGES[facts['bridge']]}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})"
                                                              if facts["bridge"] == "etherbone" else ""),
+             *([f"- DRAM controller: LiteDRAM, native port {facts['dram_port_bits']} bit; the engine's AXI4 master "
+                f"reaches it through LiteDRAMAXI2Native at {cfg.memory.axi_data_bits} bit"]
+               if "dram_port_bits" in facts else []),
              f"- engine: AXI4 master {cfg.memory.axi_data_bits} bit, block RAM planned "
-             f"{sum(onchip_bram36(cfg).values()):g} BRAM36 of {PARTS[board.family]['BRAM36']}", "",
+             f"{sum(onchip_bram36(cfg).values()):g} BRAM36 of {cfg.target.bram36_budget:g} (the part's "
+             f"{PARTS[board.family]['BRAM36']}" + (f" less the SoC's {SOC_BRAM36:g}; counted in its Verilog: "
+                                                   f"{facts['soc_bram36']:g})" if "soc_bram36" in facts else ")"), "",
              "| region | base | size |", "| --- | --- | --- |"]
     lines += [f"| {n} | 0x{o:08x} | 0x{s:x} |" for n, (o, s) in sorted(facts["regions"].items(), key=lambda x: x[1][0])]
     if built:

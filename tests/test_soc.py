@@ -87,6 +87,11 @@ def test_vivado_soc_scripts_name_every_ip_address_clock_and_constraint(board, pa
     assert "IDELAYE2" in v and "OSERDESE2" in v and "PLLE2_ADV" in v
     # the engine's 64-bit port on the 128-bit controller goes through a native port converter
     assert "litedramnativeportconverter" in v and "etherbone_" in v
+    # the SoC's own block RAM (Etherbone's buffer) is within what the fit check reserves for it;
+    # an 8 KiB L2 cache (16 byte lanes x 512) would not be
+    assert 0 < soc.soc_bram36(v) <= soc.SOC_BRAM36
+    l2 = "".join(f"reg [7:0] data_mem_grain{i}[0:511];\n" for i in range(16))
+    assert soc.soc_bram36(v + l2) == soc.soc_bram36(v) + 8
     regions = _regions(out)
     assert regions["mlo"] == (REGS_BASE, 0x1000)
     assert regions["main_ram"][0] == 0x40000000
@@ -246,7 +251,8 @@ def check_refused(rc, err, needle):
 
 @pytest.mark.parametrize("args,needle", [
     (["--config", "small", "--board", "de10_nano"], "--board: unknown board 'de10_nano'; expected one of"),
-    (["--config", "minilm_l6", "--board", "arty_a7_35"], "--board arty_a7_35: minilm_l6 does not fit the xc7a35t"),
+    (["--config", "minilm_l6", "--board", "arty_a7_35"],
+     "--board arty_a7_35: minilm_l6 does not fit the xc7a35ticsg324-1L (49 BRAM36 for the engine)"),
     (["--config", "minilm_l6", "--board", "pynq_z2"], "does not fit the xc7z020clg400-1"),
     (["--config", "small", "--board", "nexys_video", "--build"], "needs Vivado"),
     (["--config", "small", "--board", "pynq_z2", "--build"], "needs Vivado"),
