@@ -52,7 +52,7 @@ from .config import BOARD_PARTS, PARTS, ConfigError, _check_fit, _part_family, _
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
            "engine_rtl", "MloEngine", "add_engine", "litex_soc", "write_litex", "bd_wrapper", "pynq_bd_tcl",
-           "write_zynq", "yosys_workaround", "parse_nextpnr", "run_build", "main", "TOP_NAME"]
+           "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME"]
 
 TOP_NAME = "mlo_soc"
 REGS_BASE = 0x3000_0000          # the engine's AXI4-Lite registers on the LiteX SoC bus
@@ -489,15 +489,18 @@ def _tool_wrappers(out: Path) -> Path:
 
 
 def parse_nextpnr(log: str) -> dict:
-    """The routed Fmax of every clock and the device utilisation from nextpnr-ecp5's log."""
-    fmax = {}
+    """The routed Fmax of every clock, the device utilisation and each clock's critical path report from
+    nextpnr-ecp5's log (the last report of each: after routing)."""
+    fmax, paths = {}, {}
     for m in re.finditer(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz \((PASS|FAIL) at ([\d.]+) MHz\)", log):
         fmax[m.group(1)] = (float(m.group(2)), float(m.group(4)), m.group(3))   # last one (after routing) wins
     util = {}
     tail = log[log.rfind("Device utilisation:"):] if "Device utilisation:" in log else ""
     for m in re.finditer(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+(\d+)%", tail, re.M):
         util[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    return {"fmax": fmax, "util": util}
+    for m in re.finditer(r"^Info: Critical path report for clock '([^']+)'.*?\n((?:Info:.*\S.*\n)+)", log, re.M):
+        paths[m.group(1)] = [line[len("Info:"):].rstrip() for line in m.group(2).splitlines()]
+    return {"fmax": fmax, "util": util, "paths": paths}
 
 
 def run_build(board: SocBoard, out: Path) -> dict | None:
@@ -521,6 +524,14 @@ def run_build(board: SocBoard, out: Path) -> dict | None:
     return parse_nextpnr(log.read_text())
 
 
+def engine_clock(built: dict, mhz: float) -> str | None:
+    """The clock the engine runs on: the one constrained to the SoC clock ``mhz`` (its name is LiteX's)."""
+    for c, (_, t, _) in built["fmax"].items():
+        if abs(t - mhz) < 0.05:
+            return c
+    return None
+
+
 # ---- report and command ------------------------------------------------------------------------------------
 
 def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
@@ -539,10 +550,16 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
              "| region | base | size |", "| --- | --- | --- |"]
     lines += [f"| {n} | 0x{o:08x} | 0x{s:x} |" for n, (o, s) in sorted(facts["regions"].items(), key=lambda x: x[1][0])]
     if built:
+        sys_clock = engine_clock(built, facts["sys_mhz"])
         lines += ["", "## Routed (nextpnr-ecp5)", "", "| clock | Fmax MHz | constraint MHz | |", "| --- | --- | --- | --- |"]
-        lines += [f"| {c} | {f:.2f} | {t:.2f} | {ok} |" for c, (f, t, ok) in built["fmax"].items()]
+        lines += [f"| {c}{' (sys: the engine, LiteDRAM, the bus)' if c == sys_clock else ''} | {f:.2f} | {t:.2f} | {ok} |"
+                  for c, (f, t, ok) in built["fmax"].items()]
         lines += ["", "| resource | used | available | % |", "| --- | --- | --- | --- |"]
         lines += [f"| {k} | {u} | {n} | {100 * u / n:.1f} |" for k, (u, n) in built["util"].items() if u]
+        if sys_clock in built["paths"]:
+            path = built["paths"][sys_clock]
+            lines += ["", f"Critical path of the sys clock ({len(path)} lines of nextpnr's report"
+                      + (", first 60" if len(path) > 60 else "") + "):", "", "```", *path[:60], "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -582,8 +599,9 @@ def main(argv=None) -> int:
         built = run_build(board, Path(out))
         (Path(out) / MARK).write_text(report(cfg, board, facts, built))
         if built:
+            sys_clock = engine_clock(built, facts["sys_mhz"])
             for c, (f, t, ok) in built["fmax"].items():
-                print(f"routed: {c}: {f:.2f} MHz ({ok} at {t:.2f} MHz)")
+                print(f"routed: {c}{' (sys)' if c == sys_clock else ''}: {f:.2f} MHz ({ok} at {t:.2f} MHz)")
             print("utilisation: " + ", ".join(f"{k} {u}/{n}" for k, (u, n) in built["util"].items() if u))
             print(f"bitstream: {out}/gateware/{TOP_NAME}.bit; report: {out}/{MARK}")
     return 0
