@@ -98,9 +98,24 @@ def test_vivado_soc_scripts_name_every_ip_address_clock_and_constraint(board, pa
     csrs = (out / "csr.csv").read_text()
     assert "csr_register,mlo_ev_status" in csrs and "csr_register,mlo_ev_pending" in csrs
     assert "csr_register,sdram_dfii_control" in csrs
-    ns: dict = {}
+    ns: dict = {"__name__": "sdram_init"}
     exec((out / "sdram_init.py").read_text(), ns)
-    assert len(ns["init_sequence"]) >= 4 and ns["dfii_command_ras"] == 0x08
+    written = []
+
+    class Reg:
+        def __init__(self, name):
+            self.name = name
+
+        def write(self, value):
+            written.append((self.name, value))
+
+    class Regs:
+        def __getattr__(self, name):
+            assert f"csr_register,{name}," in csrs, name          # every CSR it writes exists in this SoC
+            return Reg(name)
+
+    ns["run"](type("Bus", (), {"regs": Regs()})())
+    assert written == ns["OPS"] and len(written) > 10
     assert "| mlo | 0x30000000 | 0x1000 |" in (out / "report.md").read_text()
 
 
@@ -111,6 +126,38 @@ def test_board_part_is_the_litex_platform_device(board):
         toolchain=board.toolchain, **board.target_args)
     fam = board.family
     assert plat.device.lower().replace(f"{fam}-", fam, 1) == board.part.lower().replace(f"{fam}-", fam, 1)
+
+
+def _c_header_ops(header: str) -> list[tuple[str, int]]:
+    """The CSR writes of LiteX's C init_sequence() (what the BIOS runs), evaluated with its own #defines."""
+    defs = {k: int(v, 0) for k, v in re.findall(r"#define (DFII_\w+)\s+(0x[0-9a-fA-F]+|\d+)", header)}
+    body = header[header.index("init_sequence(void)"):]
+    body = body[body.index("{") + 1:body.index("\n}")]
+    ops = []
+    for fn, arg in re.findall(r"(\w+)\(([^;]*)\);", body):
+        value = sum(defs[t] if t in defs else int(t, 0) for t in arg.split("|")) if arg else 0
+        if fn == "command_p0":
+            ops += [("sdram_dfii_pi0_command", value), ("sdram_dfii_pi0_command_issue", 1)]
+        elif fn.endswith("_write"):
+            ops.append((fn[:-len("_write")], value))
+    return ops
+
+
+def test_sdram_init_is_the_bios_sequence(board="arty_a7_35"):
+    """The host's DDR3 sequence equals LiteX's C init_sequence() for the same PHY and module, between
+    software control on and off; a wrong mode register is caught."""
+    from litedram.init import get_sdram_phy_c_header
+    from litex.soc.integration.builder import Builder  # noqa: F401  (LiteX loaded as in write_litex)
+    cfg = soc.retarget(load_config("small"), SOC_BOARDS[board], explicit=True)
+    text, ports = engine_rtl(cfg)
+    s = soc._quiet(soc.litex_soc, cfg, SOC_BOARDS[board], Path("mlo_engine.v"), ports, "etherbone")
+    st = s.sdram.controller.settings
+    ops = soc.sdram_init_ops(st)
+    ref = _c_header_ops(get_sdram_phy_c_header(st.phy, st.timing, st.geom))
+    assert ops[0] == ("sdram_dfii_control", 0x0e) and ops[-1] == ("sdram_dfii_control", 0x01)
+    assert ops[1:-1] == ref
+    bad = [(n, v ^ 0x10) if n == "sdram_dfii_pi0_address" and i == 4 else (n, v) for i, (n, v) in enumerate(ops)]
+    assert bad[1:-1] != ref
 
 
 def test_engine_ports_check_catches_an_open_port():
