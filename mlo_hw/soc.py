@@ -121,9 +121,9 @@ def retarget(cfg, board: SocBoard, explicit: bool):
     """``cfg`` for ``board``: its part and board (and, on a LiteX board, the SoC clock), checked again.
 
     Without ``--board`` (``explicit`` false) the config's own part must be the board's FPGA; with it the
-    config is moved to the board's part. Either way the engine must fit the part's block RAM less what the
-    SoC around it takes (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none) with activations
-    on chip (``perf.check_fit``)."""
+    config is moved to the board's part. Either way a plan of the engine (all on chip, or activations in
+    DRAM in token blocks: ``perf.check_fit``) must fit the part's block RAM less what the SoC around it
+    takes (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none)."""
     from .perf import check_fit
     if not explicit and _part_family(cfg.target.part) != board.family:
         raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {board.name} ({board.part})")
@@ -585,7 +585,8 @@ def engine_clock(built: dict, mhz: float) -> str | None:
 # ---- report and command ------------------------------------------------------------------------------------
 
 def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
-    from .perf import onchip_bram36
+    from .plan import plan
+    p = plan(cfg)
     lines = [f"# {cfg.name} SoC on the {board.title}", "",
              f"- part: {board.part}; engine clock: {facts['sys_mhz']:g} MHz; DRAM: {board.dram}",
              f"- host bridge: {BRIDGES[facts['bridge']]}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})"
@@ -594,7 +595,8 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
                 f"reaches it through LiteDRAMAXI2Native at {cfg.memory.axi_data_bits} bit"]
                if "dram_port_bits" in facts else []),
              f"- engine: AXI4 master {cfg.memory.axi_data_bits} bit, block RAM planned "
-             f"{sum(onchip_bram36(cfg).values()):g} BRAM36 of {cfg.target.bram36_budget:g} (the part's "
+             f"{p.bram36:g} BRAM36 ({'activations on chip' if p.mode == 'on-chip' else f'activations in DRAM, blocks of {p.block} tokens'}) "
+             f"of {cfg.target.bram36_budget:g} (the part's "
              f"{PARTS[board.family]['BRAM36']}" + (f" less the SoC's {SOC_BRAM36:g}; counted in its Verilog: "
                                                    f"{facts['soc_bram36']:g})" if "soc_bram36" in facts else ")"), "",
              "| region | base | size |", "| --- | --- | --- |"]
