@@ -338,7 +338,7 @@ def test_without_board_the_config_board_is_used(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_ecp5_soc_reaches_a_bitstream_with_open_tools(tmp_path, capsys):
-    """The whole ECPIX-5 flow with PyPI's yosys, nextpnr-ecp5 and ecppack (~10-20 minutes on 2 cores)."""
+    """The whole ECPIX-5 flow with PyPI's yosys, nextpnr-ecp5 and ecppack (48 minutes on 2 busy cores)."""
     out = tmp_path / "ecp5"
     assert soc.main(["--config", "small", "--board", "ecpix5", "-o", str(out), "--build"]) == 0
     printed = capsys.readouterr().out
