@@ -135,9 +135,9 @@ class Softmax(wiring.Component):
     def latency(row: int, lanes: int = 1) -> int:
         """Cycles from a row's first input beat to its first output beat, nothing stalled."""
         beats, levels = row // lanes, (lanes - 1).bit_length()
-        ingest = beats + levels + 2                   # last beat -> leaves -> tree -> running max -> EXP
-        exp = beats + EXP_PIPE + levels + 2           # last read -> e -> tree -> running sum -> DIV
-        return ingest + exp + DIVIDE_CYCLES + 2 + OUT_PIPE + 1
+        ingest = beats + levels + 1                   # last beat -> leaves -> tree -> running max -> EXP
+        exp = beats + EXP_PIPE + levels               # last read -> e -> tree -> running sum -> DIV
+        return ingest + exp + DIVIDE_CYCLES + 1 + OUT_PIPE
 
     @classmethod
     def default_slots(cls, row: int, lanes: int = 1) -> int:
