@@ -10,9 +10,13 @@ from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 BITS = load_config("bert_tiny").acc_bits(64)       # 23-bit scores: a head size up to 64
-# (row, lanes): rows of 8, 32 and 128 keys at 1, 4, 8 and 16 lanes (lanes <= row)
-SWEEP = [(n, lanes) for n in (8, 32, 128) for lanes in (1, 4, 8, 16) if lanes <= n]
-FAST = [(8, 1), (32, 4), (128, 16)]
+SMALL_BITS = load_config("small").acc_bits(load_config("small").head_dim)
+# (row, lanes, score_bits, config for real score rows): one key a beat (today's engine) and PE keys a beat
+# for the small config (rows of 8); bert_tiny's rows (128 keys) at 16 lanes, minilm_l6's PE
+FAST = [(8, 1, SMALL_BITS, "small"), (8, 4, SMALL_BITS, "small"), (128, 16, BITS, "bert_tiny")]
+# the rest of rows of 8, 32 and 128 keys at 1, 4, 8 and 16 lanes (lanes <= row)
+SWEEP = [(n, lanes, BITS, None) for n in (8, 32, 128) for lanes in (1, 4, 8, 16)
+         if lanes <= n and (n, lanes) not in ((8, 1), (8, 4), (128, 16))]
 
 
 def _verilog(row, lanes, bits=BITS):
@@ -20,46 +24,36 @@ def _verilog(row, lanes, bits=BITS):
     return to_verilog(Softmax(row=row, score_bits=bits, lanes=lanes), top), top
 
 
-def _run(row, lanes, rows, bits=BITS, **params):
+def _run(row, lanes, bits, config, rows):
     v, top = _verilog(row, lanes, bits)
     assert lint(v, top) == []
-    simulate(v, top, "tb_softmax", {"row": row, "lanes": lanes, "score_bits": bits, "seed": 7, "rows": rows,
-                                    **params})
+    params = {"row": row, "lanes": lanes, "score_bits": bits, "seed": 7, "rows": rows}
+    simulate(v, top, "tb_softmax", params | ({"config": config} if config else {}))
 
 
-@pytest.mark.parametrize("row,lanes", FAST)
-def test_softmax_bit_exact_full_rate_under_backpressure(row, lanes):
-    """Random and edge rows under random valid/ready, and the full-rate throughput and latency."""
-    _run(row, lanes, rows=max(4, 96 // row))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("row,lanes", [c for c in SWEEP if c not in FAST])
-def test_softmax_sweep(row, lanes):
-    _run(row, lanes, rows=max(4, 256 // row))
-
-
-@pytest.mark.parametrize("cfg_name,lanes,rows", [("small", 1, 24), ("small", 4, 24)])
-def test_softmax_realistic_rows(cfg_name, lanes, rows):
-    """The config's real layer-0 score rows (padding keys masked), one key a beat and PE keys a beat."""
-    cfg = load_config(cfg_name)
-    _run(cfg.seq_padded, lanes, rows, bits=cfg.acc_bits(cfg.head_dim), config=cfg_name)
+@pytest.mark.parametrize("row,lanes,bits,config", FAST)
+def test_softmax_bit_exact_full_rate_under_backpressure(row, lanes, bits, config):
+    """Real and random/edge rows under random valid/ready; the full-rate throughput and latency."""
+    _run(row, lanes, bits, config, rows=max(4, 96 // row))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cfg_name", ["bert_tiny", "minilm_l6"])
-def test_softmax_realistic_rows_at_pe_lanes(cfg_name):
-    cfg = load_config(cfg_name)
-    _run(cfg.seq_padded, cfg.folding.pe, 8, bits=cfg.acc_bits(cfg.head_dim), config=cfg_name)
+@pytest.mark.parametrize("row,lanes,bits,config", SWEEP)
+def test_softmax_sweep(row, lanes, bits, config):
+    _run(row, lanes, bits, config, rows=max(4, 256 // row))
+
+
+@pytest.mark.slow
+def test_softmax_realistic_rows_at_minilm_pe():
+    cfg = load_config("minilm_l6")
+    _run(cfg.seq_padded, cfg.folding.pe, cfg.acc_bits(cfg.head_dim), "minilm_l6", rows=8)
 
 
 def test_softmax_testbench_catches_a_wrong_result():
-    cfg = load_config("small")
-    v, top = _verilog(cfg.seq_padded, 4, cfg.acc_bits(cfg.head_dim))
+    v, top = _verilog(8, 4, SMALL_BITS)          # a build of the fast suite
     with pytest.raises(AssertionError, match="realistic_rows"):
-        simulate(v, top, "tb_softmax", {"row": cfg.seq_padded, "lanes": 4, "score_bits": cfg.acc_bits(cfg.head_dim),
-                                        "config": "small", "seed": 7, "rows": 24, "corrupt": True},
-                 testcase="realistic_rows")
+        simulate(v, top, "tb_softmax", {"row": 8, "lanes": 4, "score_bits": SMALL_BITS, "config": "small",
+                                        "seed": 7, "rows": 24, "corrupt": True}, testcase="realistic_rows")
 
 
 @pytest.mark.slow
