@@ -398,7 +398,7 @@ class LayerEngine(wiring.Component):
         m.d.comb += softmax.o.ready.eq(1)
         with m.If(softmax.o.valid):
             b = bufs["p"]
-            m.d.comb += [b.w.addr.eq(p_word), b.w.data.eq(softmax.o.payload.replicate(simd)),
+            m.d.comb += [b.w.addr.eq(p_word), b.w.data.eq(softmax.o.payload.as_value().replicate(simd)),
                          b.w.en.eq(1 << p_lane)]
             m.d.sync += [p_count.eq(p_count + 1), p_lane.eq(p_lane + 1)]
             with m.If(p_lane == simd - 1):

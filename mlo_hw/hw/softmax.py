@@ -31,7 +31,7 @@ from .divide import SerialDivider
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
-EXP_PIPE = 5                   # cycles from a score word read to its exponent word (registered)
+EXP_PIPE = 4                   # cycles from a score word read to its exponent word
 OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
@@ -92,11 +92,11 @@ class Softmax(wiring.Component):
     ``DIVIDE_CYCLES = 19`` cycles a row. ``dividers`` defaults to ``ceil(19 / beats)`` and ``slots`` to
     the rows a row's lifetime covers (:meth:`default_slots`), so the default build runs at full rate;
     with fewer dividers the rate is ``min(1, dividers * beats / 19)`` beats a cycle. Measured (always
-    valid, always ready, default build, ``tests/test_softmax.py::test_softmax_full_rate``): one beat
-    every cycle, gapless across rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (e.g. 12 rows of
-    128 keys at 16 lanes: 96 beats in 96 cycles; 12 rows of 8 keys at 1 lane: 96 beats in 96 cycles).
-    Latency: first input to first output ``3 * beats + 2 * log2(lanes) + 35`` cycles at full rate
-    (:meth:`latency`; measured: 419 at 128 keys x 1 lane, 67 at 128 x 16, 59 at 8 x 1, 43 at 8 x 8).
+    valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
+    rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
+    16 elements a cycle).
+    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 27`` cycles,
+    nothing stalled (measured, asserted exactly: 283 at 128 keys x 1 lane, 51 at 128 x 16, 43 at 8 x 1).
     Storage: scores ``slots * beats`` words of ``lanes * (score_bits + 1)`` bits, exponents as many
     words of ``lanes * 16`` bits, one 256 x 16 exp2 ROM per lane. DSP: ``2 * lanes`` multipliers
     ((max - s) * mult, e * rcp).
@@ -135,7 +135,7 @@ class Softmax(wiring.Component):
     def latency(row: int, lanes: int = 1) -> int:
         """Cycles from a row's first input beat to its first output beat, nothing stalled."""
         beats, levels = row // lanes, (lanes - 1).bit_length()
-        ingest = beats + levels + 1                   # last beat -> leaves -> tree -> running max -> EXP
+        ingest = beats + levels                       # last beat -> tree -> running max -> EXP
         exp = beats + EXP_PIPE + levels               # last read -> e -> tree -> running sum -> DIV
         return ingest + exp + DIVIDE_CYCLES + 1 + OUT_PIPE
 
@@ -186,7 +186,7 @@ class Softmax(wiring.Component):
         """Store the beats; the row max over masked-in keys (a lane tree per beat, then across beats)."""
         n, w = self.beats, self.score_bits
         in_slot = Signal(s.slot_bits)
-        in_idx = Signal(range(n))
+        in_idx = Signal(range(max(n, 2)))
         beat = self.i.payload
         take = Signal()
         score_w = s.scores.write_port()
@@ -197,18 +197,18 @@ class Softmax(wiring.Component):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), s.phase[in_slot].eq(Phase.MAX)]
             with m.Else():
                 m.d.sync += in_idx.eq(in_idx + 1)
-        # the beat's masked-in maximum: leaves registered, then one register per tree level
+        # the beat's masked-in maximum: one register per tree level (none for one lane)
         cand = data.StructLayout({"any": 1, "max": signed(w)})
         leaves = [Signal(cand, name=f"max_leaf{k}") for k in range(self.lanes)]
         for k, leaf in enumerate(leaves):
-            m.d.sync += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
+            m.d.comb += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
 
         def larger(a, b):
             return Mux(b.any & (~a.any | (b.max > a.max)), b, a)
 
         beat_max, levels = _tree(m, leaves, cand, larger, "max_tree")
         meta = Signal(self._meta(s), name="max_meta")
-        m.d.sync += [meta.valid.eq(take), meta.first.eq(in_idx == 0), meta.last.eq(in_idx == n - 1),
+        m.d.comb += [meta.valid.eq(take), meta.first.eq(in_idx == 0), meta.last.eq(in_idx == n - 1),
                      meta.slot.eq(in_slot)]
         end = self._delay(m, meta, levels, "max_meta")
         # across the row's beats
@@ -224,7 +224,7 @@ class Softmax(wiring.Component):
         """Exponents of a word of scores a cycle (a fixed pipeline, no stalls), stored; the row sum."""
         n, w = self.beats, self.score_bits
         ex_slot = Signal(s.slot_bits)
-        ex_idx = Signal(range(n))
+        ex_idx = Signal(range(max(n, 2)))
         issue = Signal()
         score_r = s.scores.read_port()
         m.d.comb += [issue.eq(s.phase[ex_slot] == Phase.EXP), score_r.addr.eq(Cat(ex_idx, ex_slot))]
@@ -234,11 +234,11 @@ class Softmax(wiring.Component):
             with m.Else():
                 m.d.sync += ex_idx.eq(ex_idx + 1)
         meta = Signal(self._meta(s), name="ex_meta")
-        idx = Signal(range(n), name="ex_meta_idx")
+        idx = Signal.like(ex_idx, name="ex_meta_idx")
         row_max = Signal(signed(w))
         m.d.sync += [meta.valid.eq(issue), meta.first.eq(ex_idx == 0), meta.last.eq(ex_idx == n - 1),
                      meta.slot.eq(ex_slot), idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
-        # stage 1 (score word from memory) .. EXP_PIPE (registered exponents), per lane
+        # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
         for k in range(self.lanes):
@@ -255,7 +255,7 @@ class Softmax(wiring.Component):
             table_r = table.read_port()
             m.d.comb += [u.eq(prod >> self.shift), table_r.addr.eq(u[:nx.EXP_FRAC_BITS])]
             m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[2].eq(keep[1])]
-            m.d.sync += e[k].eq(Mux(keep[2] & (q < 16), table_r.data >> q, 0))     # stage 5
+            m.d.comb += e[k].eq(Mux(keep[2] & (q < 16), table_r.data >> q, 0))     # stage 4
         end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
         end_idx = self._delay(m, idx, EXP_PIPE - 1, "ex_meta_idx")
         exp_w = s.exps.write_port()
@@ -274,7 +274,7 @@ class Softmax(wiring.Component):
     def _divide(self, m, s):
         """Reciprocals of the row sums, rows dealt to the dividers in turn."""
         dv_slot = Signal(s.slot_bits)
-        turn = Signal(range(self.dividers))
+        turn = Signal(range(max(self.dividers, 2)))
         go = Signal()
         busy = Signal(self.dividers)
         m.d.comb += go.eq((s.phase[dv_slot] == Phase.DIV) & ~busy.bit_select(turn, 1))
@@ -298,7 +298,7 @@ class Softmax(wiring.Component):
         """Probabilities out, a word a cycle (a pipeline that stalls on output backpressure)."""
         n = self.beats
         out_slot = Signal(s.slot_bits)
-        out_idx = Signal(range(n))
+        out_idx = Signal(range(max(n, 2)))
         advance = Signal()
         take = Signal()
         exp_r = s.exps.read_port()
