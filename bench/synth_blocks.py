@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlo_hw.cli import ArgumentParser, command  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.synth import RESOURCE_KEYS, synth_verilog  # noqa: E402
+from mlo_hw.synth import BLOCK_SYNTH_EXTRA, RESOURCE_KEYS, synth_verilog  # noqa: E402
 from sim.runner import to_verilog  # noqa: E402
 
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
         for label, comp in variants:
             top = f"{name}_top"
             t0 = time.time()
-            res = synth_verilog(to_verilog(comp, top), top)
+            res = synth_verilog(to_verilog(comp, top), top, extra=BLOCK_SYNTH_EXTRA.get(name, ""))
             results[label] = res
             used = res.used
             cells = [f"{used[k]:g}" for k in RESOURCE_KEYS]

@@ -6,7 +6,7 @@ import pytest
 
 from mlo_hw.config import load_config
 from mlo_hw.hw.softmax import Softmax
-from mlo_hw.synth import synth_verilog
+from mlo_hw.synth import BLOCK_SYNTH_EXTRA, synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 BITS = load_config("bert_tiny").acc_bits(64)       # 23-bit scores: a head size up to 64
@@ -60,7 +60,7 @@ def test_softmax_testbench_catches_a_wrong_result():
 @pytest.mark.parametrize("row,lanes", [(8, 1), (128, 16)])
 def test_softmax_synthesizes_without_latches(row, lanes):
     v, top = _verilog(row, lanes)
-    r = synth_verilog(v, top)
+    r = synth_verilog(v, top, extra=BLOCK_SYNTH_EXTRA["softmax"])
     assert r.latches == 0
     assert r.logic_depth <= 20, f"logic depth {r.logic_depth}"
     assert r.used["LUT"] > 0
