@@ -1,15 +1,16 @@
 """Measured cycles of the layer engine RTL against the roofline bound, per layer and in total.
 
-    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3]
+    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3] [--bram36-budget N]
 
 Runs the engine RTL in the full-stack harness (sim/harness.py: the DRAM model in the simulated design)
-on one input with every token valid, checks it tensor by tensor against the golden model, and prints
+on one input with every token valid, checks it tensor by tensor against the golden model (a DRAM-tiled
+plan: the output, as its tensors come block by block), and prints
 per layer: measured cycles, the roofline bound of the config's plan (``mlo_hw.plan``: for the on-chip engine
 ``mlo_hw.perf.layer_bound``, the sum over tiles of max(compute, DMA) plus the attention products), their
 ratio, the compute-busy and DMA-stall counters,
 then the cycles per phase. ``--memory ideal`` answers every beat at once (no stalls); ``--memory ddr3``
 applies the DRAM timing model (``sim.harness.ddr3``: read latency, row misses, refresh, turnaround and the
-DRAM's data rate). Input load and output store are counted in the total only (and so is their transfer time in
+DRAM's data rate). On chip, input load and output store are counted in the total only (and so is their transfer time in
 the total bound: every DRAM byte is counted). The last two lines:
 ``dma: bytes=B beats=N bus_fraction=F dram_fraction=D`` (bytes moved over the AXI port, the share of the
 run's cycles with a beat on it, and the share of the DRAM's data time they took) and ``total: measured=N bound=M ratio=R memory=ideal|ddr3``.
@@ -48,12 +49,17 @@ def measure(cfg, memory: str):
     sim = EngineSim(cfg, model)
     x_float, _ = random_inputs(cfg, np.random.default_rng(1), 1, padded=False)[0]
     x = model.quantize_input(x_float)
-    r = sim.run(x, cfg.model.seq_len, memory=memory)
+    tiled = plan(cfg).mode == "tiled"
+    r = sim.run(x, cfg.model.seq_len, memory=memory, trace=not tiled)
     if not r.irq:
         raise AssertionError("the run timed out")
     traces = []
     want = int_stack(x, model.layers, np.ones(cfg.model.seq_len, bool), cfg.model.heads, traces)
-    check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, cfg.model.layers)
+    if tiled:
+        if not np.array_equal(r.output, want):
+            raise AssertionError(f"output in DRAM differs at {tuple(int(b) for b in np.argwhere(r.output != want)[0])}")
+    else:
+        check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, cfg.model.layers)
     return r
 
 
@@ -63,26 +69,34 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True)
     ap.add_argument("--seq", type=positive_int, help="sequence length (default: the config's)")
     ap.add_argument("--memory", choices=("ideal", "ddr3"), default="ideal")
+    ap.add_argument("--bram36-budget", type=float, help="block RAM the plan may use (forces the DRAM-tiled "
+                                                                "plan on a small config)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    if args.seq is not None:
-        cfg = with_seq_len(cfg, args.seq)
+    if args.bram36_budget is not None:
+        import dataclasses
+        cfg = dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=args.bram36_budget))
+    if args.seq is not None or args.bram36_budget is not None:
+        cfg = with_seq_len(cfg, cfg.model.seq_len if args.seq is None else args.seq)
     t0 = time.time()
     r = measure(cfg, args.memory)
     wall = time.time() - t0
-    bound = plan(cfg).layer_cycles
+    p = plan(cfg)
+    bound = p.layer_cycles
+    io_ops = ("LOAD", "STORE", "IDLE") if p.mode == "on-chip" else ("IDLE",)
     per_layer = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
     per_op = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
     for ph in r.profile:
         op = Op(ph["op"]).name
         for k in ("cycles", "compute", "stall"):
-            if op not in ("LOAD", "STORE", "IDLE"):
+            if op not in io_ops:
                 per_layer[ph["layer"]][k] += ph[k]
             per_op[op][k] += ph[k]
     mem = memory_model(cfg, args.memory)
     print(f"config {cfg.name}: layers={cfg.model.layers} seq={cfg.model.seq_len} (padded {cfg.seq_padded}) "
           f"hidden={cfg.model.hidden} pe x simd={cfg.folding.pe}x{cfg.folding.simd} "
-          f"bus={cfg.memory.axi_data_bits} bits memory={mem}   (built, simulated and checked in {wall:.0f} s)")
+          f"bus={cfg.memory.axi_data_bits} bits memory={mem} plan={p.mode} block={p.block}   "
+          f"(built, simulated and checked in {wall:.0f} s)")
     print(f"{'layer':>6} {'measured':>10} {'bound':>10} {'ratio':>6} {'compute-busy':>13} {'dma-stall':>10}")
     for layer in sorted(k for k in per_layer if k < cfg.model.layers):
         row = per_layer[layer]

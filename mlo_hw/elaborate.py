@@ -3,8 +3,9 @@
 Writes into ``DIR`` (default ``build/<config name>/``): ``mlo_engine.v`` (the layer engine's plain
 Verilog top level ``mlo_engine``: ``aclk``, ``aresetn``, ``m_axi_*``, ``s_axil_*``, ``irq``) and
 ``files.f`` (its file list), ``weights.bin`` and ``manifest.json`` (the DRAM weight image),
-``regs.json`` and ``mlo_hw_regs.h`` (the register map), ``golden_input.bin``/``golden_output.bin``
-(a test vector), ``report.md``. The build is written into a temporary folder beside ``DIR`` and renamed
+``regs.json`` and ``mlo_hw_regs.h`` (the register map), ``runtime.json`` (the config and the scales of
+the int16 input and output: what the host runtime, :mod:`mlo_hw.runtime`, reads besides those),
+``golden_input.bin``/``golden_output.bin`` (a test vector), ``report.md``. The build is written into a temporary folder beside ``DIR`` and renamed
 to ``DIR`` once complete; an existing ``DIR`` is replaced only then, and only when it is empty or an
 earlier build (a bad config or argument exits with status 2 and one line, see :mod:`mlo_hw.cli`).
 """
@@ -66,12 +67,16 @@ def report(cfg, rtl_note: str) -> str:
     return "\n".join(lines)
 
 
-def write_build(cfg, out: Path):
-    """Write the RTL, register map, weight image, manifest, test vector and report of ``cfg`` into ``out``."""
+def write_build(cfg, out: Path, model=None):
+    """Write the RTL, register map, weight image, manifest, runtime description, test vector and report of
+    ``cfg`` into ``out``; ``model``: the quantized model to put in the image (default: the config's own,
+    ``build_model``)."""
     from amaranth.back import verilog
     from .hw.layer_engine import engine_top
     from .hw.regs import write_register_map
-    _, model = build_model(cfg)
+    from .runtime.build import write_runtime_json
+    if model is None:
+        _, model = build_model(cfg)
     if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
         from .frontend.host import onnx_inputs
         x, mask = onnx_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
@@ -84,6 +89,7 @@ def write_build(cfg, out: Path):
     write_register_map(out, cfg)
     (out / "weights.bin").write_bytes(pack_image(cfg, model.layers))
     write_manifest(out / "manifest.json", cfg)
+    write_runtime_json(out, cfg, model.input_scale, model.output_scale)
     (out / "golden_input.bin").write_bytes(dram_bytes(x_int))
     (out / "golden_output.bin").write_bytes(dram_bytes(y))
     rtl_note = ("mlo_engine.v (top level `mlo_engine`: aclk, aresetn, m_axi_*, s_axil_*, irq), "
@@ -99,12 +105,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg = load_config(args.config)
-    check_fit(cfg)          # a plan with activations in DRAM: refused before anything is built
+    check_fit(cfg)          # no plan fits: refused before anything is built
     out = args.output or Path("build") / cfg.name
     with staged_folder(out, "-o", BUILD_MARKS) as tmp:
         write_build(cfg, tmp)
     print(f"{cfg.name}: wrote {out}/mlo_engine.v, files.f, weights.bin, manifest.json, regs.json, "
-          f"mlo_hw_regs.h, report.md ({time.perf_counter() - t0:.2f} s).")
+          f"mlo_hw_regs.h, runtime.json, report.md ({time.perf_counter() - t0:.2f} s).")
     return 0
 
 

@@ -113,12 +113,7 @@ def onchip_bram36(cfg) -> dict[str, float]:
 
 
 def check_fit(cfg):
-    """Raise ConfigError with one line unless the engine this version builds (all activations on chip) fits the
-    plan's budget: a config whose plan keeps activations in DRAM is refused honestly (see mlo_hw.plan)."""
-    from .config import ConfigError
+    """The plan the engine is built for (:func:`mlo_hw.plan.plan`: all on chip, or activations in DRAM in token
+    blocks); ConfigError with one line when no plan fits the block RAM budget."""
     from .plan import plan
-    p = plan(cfg)
-    if p.mode != "on-chip":
-        raise ConfigError(f"target.part: {cfg.name} needs activations in DRAM ({p.bram36:g} BRAM36 tiled in blocks of "
-                          f"{p.block} rows; all on chip needs {sum(onchip_bram36(cfg).values()):g} of {p.budget:g}); "
-                          f"this version builds the on-chip engine only")
+    return plan(cfg)

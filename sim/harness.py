@@ -37,13 +37,14 @@ from mlo_hw.hw.mvau import MVAUParams
 from mlo_hw.model.numerics import RES_BITS
 from mlo_hw.model.quantize import DRAM_DTYPE, dram_bytes, from_dram
 from mlo_hw.hw.regs import register_map
+from mlo_hw.plan import plan
 from mlo_hw.model.weight_image import layout, pack_image
 
 from .engine_check import Trace
 from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin
 
 __all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
-           "HDL"]
+           "HDL", "small_tiled_config"]
 
 HDL = Path(__file__).resolve().parent / "hdl"
 ENGINE_MODULE = "mlo_engine_traced"
@@ -101,10 +102,12 @@ def memory_model(cfg, name: str) -> DramTiming:
 
 @dataclass(frozen=True)
 class DramMap:
-    """Where a run keeps its input, output and weight image in the simulated DRAM (4 KiB aligned)."""
+    """Where a run keeps its input, output, weight image and activation scratch in the simulated DRAM (4 KiB
+    aligned; the scratch is empty when the plan keeps every activation on chip)."""
     input_base: int
     output_base: int
     weight_base: int
+    scratch_base: int
     size: int              # bytes, a power of two
 
     @classmethod
@@ -117,8 +120,18 @@ class DramMap:
         inp = page
         out = up(inp + act) + page
         weights = up(out + act) + page
-        end = weights + layout(cfg).total_bytes
-        return cls(inp, out, weights, 1 << (end - 1).bit_length())
+        scratch = up(weights + layout(cfg).total_bytes) + page
+        end = scratch + plan(cfg).scratch_bytes
+        return cls(inp, out, weights, scratch, 1 << (end - 1).bit_length())
+
+
+def small_tiled_config(seq: int = 64, budget: float = 9.5):
+    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36 budget leaves
+    blocks of 32 rows (two per pass)."""
+    from mlo_hw.config import load_config
+    from mlo_hw.hw.layer_engine import with_seq_len
+    cfg = load_config("small")
+    return with_seq_len(dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=budget)), seq)
 
 
 def _width(member) -> int:
@@ -260,6 +273,7 @@ class Run:
     trace: bool = True
     soft_reset_first: bool = False
     drain_cycles: int = 2000
+    scratch_base: int | None = None     # SCRATCH_BASE for this run (None: the DRAM map's)
 
 
 class EngineSim:
@@ -292,7 +306,8 @@ class EngineSim:
                        "reset 4", "reseed", f"load {d.weight_base} {tmp / 'image.bin'}",
                        f"write {h.reg('WEIGHT_BASE_LO')} {d.weight_base}",
                        f"write {h.reg('INPUT_BASE_LO')} {d.input_base}",
-                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}"]
+                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}",
+                       f"write {h.reg('SCRATCH_BASE_LO')} {d.scratch_base}"]
             rng = np.random.default_rng(seed)
             for i, r in enumerate(runs):
                 (tmp / f"input{i}.bin").write_bytes(dram_bytes(r.x))
@@ -305,6 +320,7 @@ class EngineSim:
                            f"load {d.output_base} {tmp / f'garbage{i}.bin'}",
                            f"write {h.reg('LAYERS')} {cfg.model.layers if r.layers is None else r.layers}",
                            f"write {h.reg('TOKENS')} {r.tokens}", "profile /dev/null",
+                           f"write {h.reg('SCRATCH_BASE_LO')} {d.scratch_base if r.scratch_base is None else r.scratch_base}",
                            f"trace {tmp / f'trace{i}'}" if r.trace else "trace off",
                            f"write {h.reg('CTRL')} {h.bit('CTRL', 'irq_enable') | h.bit('CTRL', 'start')}",
                            f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / f'profile{i}.txt'}",

@@ -60,11 +60,13 @@ def test_unsupported_folding_rejected_with_a_clear_message():
         EngineGeometry.from_config(dataclasses.replace(cfg, numerics=dataclasses.replace(cfg.numerics, act_bits=6)))
 
 
-def test_a_config_whose_activations_do_not_fit_on_chip_is_refused_by_the_engine_with_the_numbers():
-    cfg = with_seq_len(load_config("bert_tiny"), 512)       # plans (activations in DRAM), the engine refuses
-    with pytest.raises(ConfigError, match=r"target.part: bert_tiny_s512 needs activations in DRAM \([\d.]+ BRAM36 tiled "
-                                          r"in blocks of \d+ rows; all on chip needs [\d.]+ of 50\)"):
-        LayerEngine(cfg)
+def test_a_config_whose_activations_do_not_fit_on_chip_builds_the_dram_tiled_engine_of_its_plan():
+    from mlo_hw.plan import plan
+    cfg = with_seq_len(load_config("bert_tiny"), 512)       # activations in DRAM (tiled in token blocks)
+    p, eng = plan(cfg), LayerEngine(cfg)
+    assert p.mode == "tiled" and (eng.g.rows, eng.g.blocks) == (p.block, 512 // p.block) and eng.g.tiled
+    onchip = LayerEngine(load_config("bert_tiny"))
+    assert not onchip.g.tiled and onchip.g.rows == 128
 
 
 def test_elaborate_writes_the_rtl_file_list_and_register_map(tmp_path):

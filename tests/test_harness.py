@@ -11,7 +11,7 @@ from mlo_hw.model.golden import int_stack
 from mlo_hw.model.quantize import build_model, random_inputs
 from mlo_hw.model.weight_image import layout
 from sim.engine_check import check_run
-from sim.harness import EngineSim, Run
+from sim.harness import EngineSim, Run, small_tiled_config
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +136,66 @@ def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
     assert np.array_equal(ideal.output, ddr3.output)
     assert ddr3.cycles > ideal.cycles and ddr3.stall_cycles > ideal.stall_cycles
     assert sum(p["cycles"] for p in ideal.profile) >= ideal.cycles
+
+
+@pytest.fixture(scope="module")
+def small_tiled():
+    from mlo_hw.plan import plan
+    cfg = small_tiled_config()
+    p = plan(cfg)
+    assert (p.mode, p.block, p.blocks) == ("tiled", 32, 2)
+    return cfg, EngineSim(cfg, build_model(cfg)[1])
+
+
+def _check_output(cfg, sim, r, x, tokens, layers):
+    assert r.irq and r.status & sim.h.bit("STATUS", "done") and not r.status & sim.h.bit("STATUS", "error"), \
+        f"STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+    want, _ = _golden(cfg, sim.model, x, tokens, layers)
+    bad = np.argwhere(r.output[:tokens] != want[:tokens])
+    assert len(bad) == 0, f"output in DRAM differs first at {tuple(int(b) for b in bad[0])} ({len(bad)} elements)"
+
+
+def test_small_config_through_dram_tiled_activations_bit_exact_under_random_stalls_and_ddr3(small_tiled):
+    """Activations in DRAM: two passes over two token blocks per layer, Q/K/V^T and the residual stream through
+    scratch DRAM, K_h/V_h^T streamed back as tiles; bit exact with the golden model for full and padded inputs,
+    one and two layers, random stalls on all five channels, the DDR3 timing model."""
+    cfg, sim = small_tiled
+    rng = random.Random(5)
+    cases = [(2, 64, 0.0, "ideal"), (2, 64 - 37, 0.3, "ideal"), (1, rng.randint(1, 31), 0.5, "ideal"),
+             (2, rng.randint(33, 63), 0.2, "ddr3")]
+    runs = [Run(_input(cfg, sim.model, 200 + i), tokens, layers, trace=False) for i, (layers, tokens, _, _) in
+            enumerate(cases)]
+    for i, ((layers, tokens, stall, memory), run) in enumerate(zip(cases, runs)):
+        r = sim.run_many([run], stall=stall, memory=memory, seed=i + 1)[0]
+        _check_output(cfg, sim, r, run.x, tokens, layers)
+        assert r.stats["wr_beats"] > 2 * cfg.model.seq_len * cfg.model.hidden // cfg.axi_data_bytes  # scratch
+        with pytest.raises(AssertionError, match="output in DRAM differs"):       # negative check
+            r.output[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
+            _check_output(cfg, sim, r, run.x, tokens, layers)
+
+
+def test_dram_tiled_scratch_errors_stop_the_run_and_a_bad_scratch_base_is_refused(small_tiled):
+    """SLVERR on a scratch beat (written in pass 1 or read back in pass 2) ends the run with ERROR and the beat's
+    address; a misaligned or overlapping SCRATCH_BASE is refused at START (ERROR_CODE.bad_scratch, nothing
+    moves); after a soft reset the next run is bit exact."""
+    from mlo_hw.model.tiled import scratch_layout
+    cfg, sim = small_tiled
+    d, sc, beat = sim.h.dram, scratch_layout(cfg), cfg.axi_data_bytes
+    x = _input(cfg, sim.model, 9)
+    k_beat = d.scratch_base + sc.k + 5 * beat          # K of head 0, written in pass 1, read in pass 2
+    runs = [Run(x, 64, err_addr=k_beat, trace=False), Run(x, 64, trace=False, soft_reset_first=True),
+            Run(x, 64, trace=False, scratch_base=d.scratch_base + 64),
+            Run(x, 64, trace=False, scratch_base=d.weight_base),
+            Run(x, 64, trace=False, soft_reset_first=True)]
+    bad, good, misaligned, overlapping, again = sim.run_many(runs, stall=0.3, seed=3)
+    error, bad_scratch = sim.h.bit("STATUS", "error"), sim.h.bit("ERROR_CODE", "bad_scratch")
+    assert bad.irq and bad.status & error and bad.error_code & 3 == 2, f"STATUS {bad.status:#x}"
+    assert bad.error_addr // (16 * beat) == k_beat // (16 * beat), f"ERROR_ADDR {bad.error_addr:#x} vs {k_beat:#x}"
+    for r in (misaligned, overlapping):
+        assert r.irq and r.status & error and r.error_code & bad_scratch and r.cycles == 0, \
+            f"STATUS {r.status:#x} ERROR_CODE {r.error_code:#x} CYCLES {r.cycles}"
+    for r in (good, again):
+        _check_output(cfg, sim, r, x, 64, cfg.model.layers)
 
 
 @pytest.mark.slow

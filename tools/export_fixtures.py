@@ -3,7 +3,8 @@
     .venv/bin/pip install torch==2.13.0 transformers onnxscript
     .venv/bin/python tools/export_fixtures.py [--out tests/fixtures/onnx] [--only NAME ...]
 
-Every fixture is a tiny randomly initialised Hugging Face model (hidden 32, 2 heads, vocab 96), so
+Every fixture is a tiny randomly initialised Hugging Face model (hidden 32, 2 heads (LLaMA: 4 query and
+2 key-value heads), vocab 96), so
 each file stays far below 1 MB and the default test suite needs neither torch nor transformers.
 Parameters are randomised (biases, LayerNorm affine too) so every layer's initializers differ and the
 exporter's optimizer cannot merge them, except in ``bert_merged`` which keeps Hugging Face's fresh
@@ -54,6 +55,19 @@ def _t5(layers):
     return tf.T5Model(cfg)
 
 
+def _gpt2(layers):
+    cfg = tf.GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=layers, n_head=HEADS, n_inner=INTER,
+                        n_positions=POS, use_cache=False, attn_implementation="eager")
+    return tf.GPT2Model(cfg)
+
+
+def _llama(layers):
+    cfg = tf.LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTER, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=POS, use_cache=False,
+                         attn_implementation="eager")
+    return tf.LlamaModel(cfg)
+
+
 def _bart(layers):
     cfg = tf.BartConfig(vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=layers, decoder_layers=layers,
                         encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=INTER,
@@ -62,7 +76,7 @@ def _bart(layers):
     return tf.BartModel(cfg)
 
 
-# name: (builder, randomize, dynamo exporter, encoder-decoder, dynamic sequence length)
+# name: (builder, randomize, dynamo exporter, encoder-decoder, dynamic sequence length[, export options])
 FIXTURES = {
     "bert":        (lambda: _bert_like(tf.BertModel, tf.BertConfig, 3), True, True, False, True),
     "bert_merged": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2), False, True, False, True),
@@ -74,6 +88,24 @@ FIXTURES = {
                     True),
     "distilbert":  (lambda: _distilbert(2), True, True, False, True),
     "bert_legacy": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2), True, False, False, True),
+    # legacy exporter, static shapes: shape inference leaves layer 0's batch dim symbolic, layer 1's concrete
+    "bert_legacy_static": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2), True, False, False, False),
+    # the unoptimised dynamo graph: Identity, CastLike, Constant, eval-mode Dropout, weight Transposes
+    "bert_noopt":  (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2), True, True, False, True,
+                    {"optimize": False}),
+    "bert_noopt_sdpa": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2, attn="sdpa"), True, True, False, True,
+                        {"optimize": False}),   # scores scaled by CastLike -> Sqrt -> Mul on Q and on K
+    # decoders: causal self-attention (refused); BERT's structure with a causal mask, and GPT-2 (pre-LN, fused QKV)
+    "bert_decoder": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2, is_decoder=True,
+                                                  use_cache=False), True, True, False, True),
+    # GPT2Model's second positional parameter is the cache: its inputs are passed by keyword
+    # the legacy exporter over static shapes folds the causal comparison into constants
+    "bert_decoder_legacy": (lambda: _bert_like(tf.BertModel, tf.BertConfig, 2, is_decoder=True, use_cache=False),
+                            True, False, False, False),
+    "gpt2":        (lambda: _gpt2(2), True, True, False, True, {"by_keyword": True}),
+    "gpt2_noopt":  (lambda: _gpt2(2), True, True, False, True, {"by_keyword": True, "optimize": False}),
+    # a current decoder: RMSNorm, rotary positions, grouped-query attention (4 query, 2 KV heads), SwiGLU
+    "llama":       (lambda: _llama(2), True, True, False, True, {"by_keyword": True}),
     "t5":          (lambda: _t5(2), True, True, True, True),
     "bart":        (lambda: _bart(2), True, True, True, True),
 }
@@ -105,7 +137,9 @@ def _strip_metadata(path: Path):
 
 
 def export(name: str, out: Path):
-    build, randomize, dynamo, enc_dec, dynamic = FIXTURES[name]
+    build, randomize, dynamo, enc_dec, dynamic, *opts = FIXTURES[name]
+    opts = dict(opts[0]) if opts else {}
+    by_keyword = opts.pop("by_keyword", False)
     torch.manual_seed(0)
     model = build().eval()
     if randomize:
@@ -114,6 +148,8 @@ def export(name: str, out: Path):
     mask = torch.ones(1, SEQ, dtype=torch.long)
     args, kwargs = (ids,), {"attention_mask": mask}
     names = ["input_ids", "attention_mask"]
+    if by_keyword:
+        args, kwargs = (), {"input_ids": ids, **kwargs}
     outputs = ["last_hidden_state", "pooler_output"] if name == "bert_pooler" else ["last_hidden_state"]
     if enc_dec:
         kwargs["decoder_input_ids"] = torch.randint(3, VOCAB, (1, SEQ // 2))
@@ -123,16 +159,21 @@ def export(name: str, out: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if dynamo:
+            if by_keyword:   # dynamic_axes would be bound to the parameters by position: name them
+                seq = torch.export.Dim("seq", max=POS)
+                opts["dynamic_shapes"] = {n: {1: seq} for n in names} if dynamic else None
+            else:
+                opts["dynamic_axes"] = axes
             prog = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, input_names=names,
-                                     output_names=outputs, opset_version=18, dynamic_axes=axes)
+                                     output_names=outputs, opset_version=18, **opts)
             prog.save(str(path))
         else:
             torch.onnx.export(_Wrapped(model), (ids, mask), str(path), dynamo=False, input_names=names,
                               output_names=["last_hidden_state"], opset_version=17, dynamic_axes=axes)
     _strip_metadata(path)
     meta = {"model": type(model).__name__, "exporter": "dynamo" if dynamo else "legacy",
-            "randomized": randomize, "seq_len": SEQ if not dynamic else "dynamic", "torch": torch.__version__,
-            "transformers": tf.__version__, "config": model.config.to_diff_dict()}
+            "options": opts, "randomized": randomize, "seq_len": SEQ if not dynamic else "dynamic",
+            "torch": torch.__version__, "transformers": tf.__version__, "config": model.config.to_diff_dict()}
     (out / f"{name}.json").write_text(json.dumps(meta, indent=1, sort_keys=True, default=str) + "\n")
     print(f"{path}: {path.stat().st_size} bytes")
 

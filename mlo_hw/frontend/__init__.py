@@ -111,7 +111,8 @@ class Frontend:
                 "nodes_per_layer": grp.body_size, "hoisted_nodes": len(grp.hoisted),
                 "input": grp.layers[0].input, "output": grp.layers[-1].output,
                 "heads": rs[0].heads,
-                "attention": [a.kind for a in rs[0].attentions],
+                "attention": [("causal " if a.causal else "") + a.kind + (" (fused QKV)" if a.fused else "")
+                              for a in rs[0].attentions],
                 "per_layer": [{"scope": grp.scope(r.layer.index),
                                "weights": {name: list(v.shape) for name, v in r.weights.items()}} for r in rs]})
         return {"model": str(self.path) if self.path else None,

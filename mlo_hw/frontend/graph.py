@@ -6,6 +6,10 @@ Scopes: the dynamo exporter (``torch.onnx.export(..., dynamo=True)``) stores on 
 TorchScript exporter (``dynamo=False``) has no metadata; its node names carry the path instead
 (``/encoder/layer.0/attention/self/query/MatMul``). :meth:`Graph.scopes` returns the module paths of a
 node for either, as a tuple of dotted names from the outermost in.
+
+Exporter noise: :meth:`Graph.is_noise` (nodes that pass their input through at inference) and
+:meth:`Graph.source` (a tensor with such nodes looked through); :meth:`Graph.const` folds what is
+computed from constants alone (a weight behind a Transpose, a scale behind CastLike and Sqrt).
 """
 
 from __future__ import annotations
@@ -32,7 +36,24 @@ _FOLD = {
     "Reshape": lambda a, n: a[0].reshape([int(d) if d != 0 else a[0].shape[i] for i, d in enumerate(a[1])]),
     "Squeeze": lambda a, n: np.squeeze(a[0], tuple(int(d) for d in a[1]) if len(a) > 1 else None),
     "Unsqueeze": lambda a, n: np.expand_dims(a[0], tuple(int(d) for d in a[1])),
+    "CastLike": lambda a, n: a[0],      # the second input gives only the dtype (see _FIRST_ONLY)
+    "Concat": lambda a, n: np.concatenate(a, axis=_attr(n, "axis", 0)),
+    "Sqrt": lambda a, n: np.sqrt(a[0]),
+    "Neg": lambda a, n: -a[0],
+    "Mul": lambda a, n: a[0] * a[1],
+    "Div": lambda a, n: a[0] / a[1],
+    "Add": lambda a, n: a[0] + a[1],
+    "Sub": lambda a, n: a[0] - a[1],
+    "Less": lambda a, n: a[0] < a[1],       # a causal mask over static shapes: arange(s)[None] <= arange(s)[:, None]
+    "LessOrEqual": lambda a, n: a[0] <= a[1],
+    "Greater": lambda a, n: a[0] > a[1],
+    "GreaterOrEqual": lambda a, n: a[0] >= a[1],
 }
+_FIRST_ONLY = {"CastLike"}              # folded when the first input alone is constant
+_FOLD_MAX = 1 << 20                     # elementwise folds of larger constants are not attempted
+
+# Exporter noise: nodes that pass their first input through unchanged in inference (see Graph.is_noise).
+_NOISE = {"Identity", "Dropout", "Cast", "CastLike"}
 
 
 class FrontendError(BadInput):
@@ -134,16 +155,76 @@ class Graph:
                     value = np.array(onnx.helper.get_attribute_value(a))
                 elif a.name in ("value_floats", "value_ints"):
                     value = np.array(list(onnx.helper.get_attribute_value(a)))
-            elif node.op_type in _FOLD and node.input and all(self.const(t) is not None for t in node.input if t):
-                try:
-                    value = _FOLD[node.op_type]([self.const(t) for t in node.input if t], node)
-                except (ValueError, IndexError):
-                    value = None
+            elif node.op_type in _FOLD and node.input:
+                ins = [t for t in node.input if t][:1] if node.op_type in _FIRST_ONLY else [t for t in node.input if t]
+                args = [self.const(t) for t in ins]
+                if all(a is not None for a in args) and (len(args) == 1 or sum(a.size for a in args) <= _FOLD_MAX):
+                    try:
+                        with np.errstate(all="ignore"):
+                            value = _FOLD[node.op_type](args, node)
+                    except (ValueError, IndexError, TypeError):
+                        value = None
         self._const[name] = value
         return value
 
     def is_const(self, name: str) -> bool:
         return self.const(name) is not None
+
+    # ---- exporter noise ----------------------------------------------------------------------
+    def is_noise(self, i: int) -> bool:
+        """Node ``i`` passes its first input through unchanged at inference: Identity, Dropout in
+        inference mode (no or a constant false ``training_mode``), a Cast or CastLike to the dtype the
+        input already has. Constants are not noise (they are folded instead)."""
+        n = self.nodes[i]
+        if n.op_type not in _NOISE or not n.input or not n.input[0] or self.is_const(n.output[0]):
+            return False
+        if n.op_type == "Dropout":
+            mode = n.input[2] if len(n.input) > 2 else ""
+            return not mode or (self.is_const(mode) and not bool(np.ravel(self.const(mode))[0]))
+        if n.op_type in ("Cast", "CastLike"):
+            src = self.dtypes.get(n.input[0])
+            return src is not None and src == self.dtypes.get(n.output[0])
+        return True
+
+    def source(self, t: str) -> str:
+        """Tensor ``t`` with the exporter noise that produced it looked through (see :meth:`is_noise`)."""
+        for _ in range(len(self.nodes)):
+            p = self.producer.get(t)
+            if p is None or not self.is_noise(p):
+                return t
+            t = self.nodes[p].input[0]
+        return t
+
+    def same(self, a: str, b: str) -> bool:
+        """``a`` and ``b`` are the same tensor once exporter noise is looked through."""
+        return self.source(a) == self.source(b)
+
+    @cached_property
+    def positions(self) -> set[str]:
+        """Integer tensors computed from a ``Range`` (token positions, as in ``arange(seq)``)."""
+        ints = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8}
+        out: set[str] = set()
+        for n in self.nodes:                        # graph order is topological
+            if n.op_type == "Range" or any(t in out for t in n.input if t):
+                out.update(o for o in n.output if o and (n.op_type == "Range" or self.dtypes.get(o) in ints))
+        return out
+
+    @cached_property
+    def dtypes(self) -> dict[str, int]:
+        """Element types (``onnx.TensorProto`` codes) of every tensor shape inference can tell."""
+        out = {t.name: t.data_type for t in self.model.graph.initializer}
+        for vi in list(self._inferred.graph.value_info) + list(self._inferred.graph.input) + \
+                list(self._inferred.graph.output):
+            if vi.type.tensor_type.elem_type:
+                out[vi.name] = vi.type.tensor_type.elem_type
+        return out
+
+    @cached_property
+    def _inferred(self) -> onnx.ModelProto:
+        try:
+            return onnx.shape_inference.infer_shapes(self.model)
+        except Exception:          # shape inference is best effort; unknown shapes compare as None
+            return self.model
 
     @cached_property
     def shapes(self) -> dict[str, tuple]:
@@ -152,10 +233,7 @@ class Graph:
         Names that shape inference invents ('unk__8') or that name an output differ from layer to layer
         for the same dim, so they compare as '?'.
         """
-        try:
-            inferred = onnx.shape_inference.infer_shapes(self.model)
-        except Exception:          # shape inference is best effort; unknown shapes compare as None
-            inferred = self.model
+        inferred = self._inferred
         out = {}
         g = inferred.graph
         named = {d.dim_param for vi in self.graph_inputs for d in vi.type.tensor_type.shape.dim if d.dim_param}

@@ -5,15 +5,18 @@ A *group* is one stack of layers, e.g. BERT's ``encoder.layer`` (scopes ``encode
 (``[['encoder', 'encoder.layer.0']]``) names each group by its first layer's scope; without one the
 groups are discovered: every scope ``<prefix>.<n>`` whose indices run 0..N-1, outermost only.
 
-Each layer's nodes are those whose scopes contain ``<prefix>.<i>``. Nodes that the exporter attributes
+Each layer's nodes are those whose scopes contain ``<prefix>.<i>``, plus nodes without scope that lie
+inside one layer (the optimiser's fused-QKV ``Split`` in GPT-2). Nodes that the exporter attributes
 to one layer but that every layer uses (the attention-mask preparation lands in layer 0, T5's position
 bias in block 0) are *hoisted* out of the body: a node is hoisted when another layer of the group reads
 one of its outputs, other than the layer's own output, or when only hoisted nodes read it.
 
-The structure check then compares every layer with layer 0 node by node: op type, domain, attributes,
-inferred output shapes and wiring (an input is a node of the same layer, the layer input, a constant of
-a given shape, or a named tensor outside the body that every layer must share). Small constants (at most
-:data:`SMALL_CONST` elements: reshape targets, scales) are compared by value, weights by shape only.
+The structure check then compares every layer with layer 0 node by node, exporter noise
+(:meth:`Graph.is_noise`) left out and looked through: op type, domain, attributes, inferred output
+shapes (by structure: a dim symbolic in one layer and concrete in another is no difference) and wiring
+(an input is a node of the same layer, the layer input, a constant of a given shape, or a named tensor
+outside the body that every layer must share). Small constants (at most :data:`SMALL_CONST` elements:
+reshape targets, scales) are compared by value, weights by shape only.
 """
 
 from __future__ import annotations
@@ -118,7 +121,25 @@ def _layer_nodes(g: Graph, prefix: str) -> list[list[int]]:
     n = len(per)
     if sorted(per) != list(range(n)):
         raise FrontendError(f"{prefix}: layer scopes are not numbered 0..{n - 1}: {sorted(per)}")
-    return [per[k] for k in range(n)]
+    return _adopt_unscoped(g, [per[k] for k in range(n)])
+
+
+def _adopt_unscoped(g: Graph, layers: list[list[int]]) -> list[list[int]]:
+    """Give a layer the nodes without scope that lie inside it: nodes the exporter's optimizer made
+    without metadata (GPT-2's fused QKV Split) whose activations all come from one layer and whose
+    results only that layer reads."""
+    owner = {i: k for k, nodes in enumerate(layers) for i in nodes}
+    adopted = [list(nodes) for nodes in layers]
+    for i, n in enumerate(g.nodes):
+        if i in owner or g.scopes(i) or g.is_static(i):
+            continue
+        srcs = {owner.get(g.producer.get(t)) for t in n.input if t and not g.is_const(t) and t not in g.plumbing}
+        readers = {owner.get(c) for o in n.output if o for c in g.consumers.get(o, [])}
+        if len(srcs) == 1 and srcs == readers and None not in srcs and not any(o in g.graph_outputs for o in n.output):
+            k = srcs.pop()
+            owner[i] = k
+            adopted[k].append(i)
+    return [sorted(nodes) for nodes in adopted]
 
 
 def _escapes(g: Graph, nodes: set[int], i: int) -> bool:
@@ -160,7 +181,8 @@ def _split_layers(g: Graph, prefix: str) -> Group:
     for k, nodes in enumerate(raw):
         body = [i for i in nodes if i not in hoisted]
         outs = [o for o in g.nodes[out_node[k]].output if o]
-        layers.append(Layer(index=k, nodes=body, compute=[i for i in body if not g.is_static(i)], output=outs[0]))
+        compute = [i for i in body if not g.is_static(i) and not g.is_noise(i)]
+        layers.append(Layer(index=k, nodes=body, compute=compute, output=outs[0]))
     for k in range(1, len(layers)):
         layers[k].input = layers[k - 1].output
     layers[0].input = _first_input(g, layers)
@@ -174,7 +196,7 @@ def _first_input(g: Graph, layers: list[Layer]) -> str:
     if n1 is not None and len(n0) == len(n1):
         for a, b in zip(n1, n0):
             for slot, t in enumerate(g.nodes[a].input):
-                if t == layers[1].input and slot < len(g.nodes[b].input):
+                if t and g.same(t, layers[1].input) and slot < len(g.nodes[b].input):
                     return g.nodes[b].input[slot]
     inside = {o for i in first.nodes for o in g.nodes[i].output}
     reads: dict[str, int] = {}
@@ -209,21 +231,24 @@ def _attr_key(a: onnx.AttributeProto):
 
 
 def _signature(g: Graph, layer: Layer) -> tuple[list[int], list[tuple]]:
+    """Per compute node: op, domain, attributes, inputs (exporter noise looked through), output shapes."""
     nodes = layer.compute
     local = {}
     for k, i in enumerate(nodes):
         for s, o in enumerate(g.nodes[i].output):
             local[o] = (k, s)
+    layer_input = g.source(layer.input)
     sig = []
     for i in nodes:
         n = g.nodes[i]
         ins = []
         for t in n.input:
+            t = g.source(t) if t and not g.is_const(t) else t
             if not t:
                 ins.append(("none",))
             elif t in local:
                 ins.append(("node",) + local[t])
-            elif t == layer.input:
+            elif t == layer_input:
                 ins.append(("layer input",))
             elif g.is_const(t):
                 ins.append(_value_key(g.const(t)))
@@ -237,10 +262,24 @@ def _signature(g: Graph, layer: Layer) -> tuple[list[int], list[tuple]]:
     return nodes, sig
 
 
+def _same_dims(a, b) -> bool:
+    """Inferred shapes agree: same rank, and equal wherever both dims are known numbers. A dim that
+    one layer has symbolic and another concrete is no structural difference (legacy exports with
+    static shapes leave layer 0's batch dim symbolic and infer the later layers' as 1)."""
+    if a is None or b is None:
+        return True
+    return len(a) == len(b) and all(x == y or not isinstance(x, int) or not isinstance(y, int)
+                                    for x, y in zip(a, b))
+
+
+def _same_node(a: tuple, b: tuple) -> bool:
+    return a[:4] == b[:4] and len(a[4]) == len(b[4]) and all(_same_dims(x, y) for x, y in zip(a[4], b[4]))
+
+
 def _first_difference(a: tuple, b: tuple) -> str:
     names = ("op", "domain", "attributes", "inputs", "output shapes")
     for name, x, y in zip(names, a, b):
-        if x != y:
+        if x != y and (name != "output shapes" or not _same_node(a, b)):
             if name == "inputs":
                 for s, (p, q) in enumerate(zip(x, y)):
                     if p != q:
@@ -261,7 +300,7 @@ def check_structure(g: Graph, group: Group):
     for layer in group.layers[1:]:
         nodes, sig = _signature(g, layer)
         for k, (a, b) in enumerate(zip(ref, sig)):
-            if a != b:
+            if not _same_node(a, b):
                 raise FrontendError(f"{group.scope(layer.index)}: node {k} ({g.describe(nodes[k])}) differs "
                                     f"from {group.scope(0)}: {_first_difference(a, b)}")
         if len(sig) != len(ref):

@@ -8,14 +8,16 @@ Optimised dynamo exports fold each Linear's weight into a fresh initializer (``v
   follows it; its weight is returned in PyTorch's [out, in] layout;
 * an *attention* is found from each Softmax: the MatMul producing its scores has Q on input 0 and K on
   input 1, the MatMul consuming its probabilities has V on input 1 (each traced back through reshapes,
-  transposes and scalings to its linear); the output projection O is the first linear after that;
-  it is *self* attention when Q, K and V read the same tensor, *cross* attention otherwise;
+  transposes, splits and scalings to its linear; one linear for all three is a fused ``qkv``); the
+  output projection O is the first linear after that; it is *self* attention when Q, K and V read the
+  same tensor, *cross* attention otherwise, and *causal* when its mask compares query and key positions;
 * the linears of no attention are the feed-forward network, in graph order (``ffn_up``, ``ffn_down``);
 * LayerNormalization nodes in order give ``ln1``, ``ln2``, ...; any other weight-sized constant is
   reported under the op that reads it (``mul1``: T5's RMSNorm weight, for instance).
 
 Role names for a BERT layer are the fields of :class:`mlo_hw.model.reference.FloatLayer` (``q_w``, ``q_b``,
-..., ``ln2_b``), so a BERT-family layer converts directly.
+..., ``ln2_b``), so a BERT-family layer converts directly. Exporter noise (Identity, inference-mode
+Dropout, same-dtype casts; :meth:`Graph.is_noise`) is looked through wherever tensors are compared.
 """
 
 from __future__ import annotations
@@ -30,8 +32,11 @@ from .loop import SMALL_CONST, Layer
 
 __all__ = ["Linear", "Attention", "LayerRoles", "layer_roles", "engine_refusal"]
 
-_PASS = {"Reshape", "Transpose", "Mul", "Div", "Cast", "Identity", "Squeeze", "Unsqueeze", "Dropout",
-         "Contiguous", "Expand", "Slice", "IsNaN", "Where", "Add"}
+_PASS = {"Reshape", "Transpose", "Mul", "Div", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Dropout",
+         "Contiguous", "Expand", "Slice", "IsNaN", "Where", "Add", "Split", "SplitToSequence", "SequenceAt"}
+
+# Comparisons that, between a query position and a key position, make a causal (decoder) mask.
+_COMPARE = {"Less", "LessOrEqual", "Greater", "GreaterOrEqual"}
 
 
 @dataclass
@@ -55,9 +60,17 @@ class Attention:
     context: int                # node index of P @ V
     scale: float                # product of the constant scalings between the Q, K linears and Softmax
 
+    causal: str | None = None   # the node that makes the mask causal (decoder self-attention), if any
+    inputs: tuple[str, str, str] = ("", "", "")   # the tensors Q, K and V read, exporter noise looked through
+
     @property
     def kind(self) -> str:
-        return "self" if self.q.input == self.k.input == self.v.input else "cross"
+        return "self" if self.inputs[0] == self.inputs[1] == self.inputs[2] else "cross"
+
+    @property
+    def fused(self) -> bool:
+        """Q, K and V come from one linear layer (GPT-2's ``c_attn``), split after it."""
+        return self.q is self.k is self.v
 
 
 @dataclass
@@ -153,8 +166,11 @@ def _trace_back(b: _Body, t: str, by_output: dict[str, Linear], scale: list[floa
     return None
 
 
-def _first_matmul(b: _Body, start: str, forward: bool, scale: list[float] | None = None) -> int | None:
-    """The nearest activation-by-activation MatMul before (or after) tensor ``start`` in the body."""
+def _first_matmul(b: _Body, start: str, forward: bool, scale: list[float] | None = None,
+                  side: list[str] | None = None) -> int | None:
+    """The nearest activation-by-activation MatMul before (or after) tensor ``start`` in the body.
+
+    Walking back, the activations that join the path on the way (the attention mask) go to ``side``."""
     g = b.g
     t = start
     for _ in range(64):
@@ -184,6 +200,49 @@ def _first_matmul(b: _Body, start: str, forward: bool, scale: list[float] | None
             if not local:
                 return None
             t = local[0]
+            if side is not None:        # constants and shape arithmetic too: a causal mask without a padding
+                side.extend(x for x in node.input if x and x != t)   # mask is computed from shapes alone
+    return None
+
+
+def _row_source(g: Graph, t: str) -> str:
+    """``t`` looked back through exporter noise and through reshapes that keep each row (the last dim):
+    GPT-2 flattens [batch, seq, hidden] to [batch * seq, hidden] around each Gemm."""
+    for _ in range(64):
+        t = g.source(t)
+        p = g.producer.get(t)
+        if p is None or g.nodes[p].op_type != "Reshape":
+            return t
+        a, y = g.shapes.get(g.nodes[p].input[0]), g.shapes.get(t)
+        if not a or not y or not isinstance(a[-1], int) or a[-1] != y[-1]:
+            return t
+        t = g.nodes[p].input[0]
+    return t
+
+
+def _causal(g: Graph, mask: list[str]) -> str | None:
+    """The node that makes an attention mask causal, or None: a comparison of two position tensors
+    (``kv_idx <= q_idx``), a Trilu, or a constant square mask whose rows differ."""
+    seen, todo = set(), list(mask)
+    while todo:
+        t = todo.pop()
+        if not t or t in seen:
+            continue
+        seen.add(t)
+        c = g.const(t)
+        if c is not None:
+            if c.ndim >= 2 and c.shape[-1] == c.shape[-2] > 1 and len(np.unique(c)) <= 2 \
+                    and not (c == c[..., :1, :]).all():
+                return f"constant {t!r} (a triangular mask)"
+            continue
+        p = g.producer.get(t)
+        if p is None:
+            continue
+        node = g.nodes[p]
+        if node.op_type == "Trilu" or (node.op_type in _COMPARE and len(node.input) == 2
+                                       and all(x in g.positions for x in node.input)):
+            return g.describe(p)
+        todo.extend(node.input)
     return None
 
 
@@ -255,8 +314,8 @@ def layer_roles(g: Graph, layer: Layer) -> LayerRoles:
         if g.nodes[i].op_type != "Softmax":
             continue
         where = f"{g.describe(i)}"
-        scale = [1.0]
-        scores = _first_matmul(b, g.nodes[i].input[0], forward=False, scale=scale)
+        scale, mask = [1.0], []
+        scores = _first_matmul(b, g.nodes[i].input[0], forward=False, scale=scale, side=mask)
         context = _first_matmul(b, g.nodes[i].output[0], forward=True)
         if scores is None or context is None:
             raise FrontendError(f"{where}: no score or context MatMul around this Softmax")
@@ -268,8 +327,9 @@ def layer_roles(g: Graph, layer: Layer) -> LayerRoles:
             raise FrontendError(f"{where}: cannot trace Q, K and V back to their linear layers")
         after = _reachable(b, g.nodes[context].output[0])
         o = next((lin for lin in linears if lin.matmul in after), None)
+        ins = tuple(_row_source(g, x.input) for x in (q, k, v))
         attentions.append(Attention(q=q, k=k, v=v, o=o, scores=scores, softmax=i, context=context,
-                                    scale=scale[0]))
+                                    scale=scale[0], causal=_causal(g, mask), inputs=ins))
     used = {id(x) for a in attentions for x in (a.q, a.k, a.v, a.o) if x is not None}
     ffn = [lin for lin in linears if id(lin) not in used]
     norms = [i for i in layer.nodes if g.nodes[i].op_type == "LayerNormalization"]
@@ -278,8 +338,12 @@ def layer_roles(g: Graph, layer: Layer) -> LayerRoles:
                        activations=activations)
     _name_weights(g, b, roles)
     if attentions:
-        hidden = attentions[0].q.w.shape[1]
-        roles.heads = _heads(b, attentions[0].q, hidden)
+        a = attentions[0]
+        hidden = a.q.w.shape[1]
+        roles.heads = None if a.fused else _heads(b, a.q, hidden)
+        if roles.heads is None:     # else from the scores' inferred shape [.., heads, seq, seq]
+            shape = g.shapes.get(g.nodes[a.scores].output[0]) or ()
+            roles.heads = shape[-3] if len(shape) >= 3 and isinstance(shape[-3], int) else None
     return roles
 
 
@@ -299,16 +363,17 @@ def _name_weights(g: Graph, b: _Body, r: LayerRoles):
             pre = f"{a.kind}_"
         else:
             pre = f"{a.kind}{n}_"
-        for part in ("q", "k", "v", "o"):
-            if getattr(a, part) is not None:
-                put(pre + part, getattr(a, part))
+        for part in ("qkv", "o") if a.fused else ("q", "k", "v", "o"):
+            lin = a.q if part == "qkv" else getattr(a, part)
+            if lin is not None:
+                put(pre + part, lin)
     if len(r.ffn) == 2:
         put("ffn_up", r.ffn[0])
         put("ffn_down", r.ffn[1])
     else:
         for n, lin in enumerate(r.ffn):
             put(f"ffn_{n}", lin)
-    used = {g.nodes[lin.matmul].input[1] for lin in r.linears}
+    used = {t for lin in r.linears for t in g.nodes[lin.matmul].input[1:]}     # Gemm: weight and bias
     used |= {t for lin in r.linears if lin.bias_add is not None for t in g.nodes[lin.bias_add].input}
     for n, i in enumerate(r.norms, start=1):
         ins = g.nodes[i].input
@@ -333,6 +398,14 @@ def _name_weights(g: Graph, b: _Body, r: LayerRoles):
 def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
     """Why the layer engine (a post-LN BERT layer) cannot run this layer, or None when it can."""
     layer = r.layer
+    for i in layer.nodes:
+        if g.nodes[i].op_type == "Dropout" and not g.is_noise(i):
+            return (f"{g.describe(i)} may be in training mode (export after model.eval()); "
+                    f"the engine runs inference")
+    causal = next((a.causal for a in r.attentions if a.causal and a.kind == "self"), None)
+    if causal:
+        return (f"decoder layers (causal self-attention: the mask is made by {causal}) are not supported "
+                f"by the engine yet; it runs encoder layers")
     if len(r.attentions) != 1:
         return (f"{len(r.attentions)} attention blocks per layer ({', '.join(a.kind for a in r.attentions)}); "
                 f"the engine runs exactly one self-attention")
@@ -340,8 +413,10 @@ def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
         other = " (it normalises some other way, e.g. T5's RMSNorm)" if not r.norms else ""
         return f"{len(r.norms)} LayerNormalization nodes per layer{other}; a post-LN BERT layer has two"
     a = r.attentions[0]
-    if a.kind != "self" or a.q.input != layer.input:
+    if a.kind != "self" or a.inputs[0] != _row_source(g, layer.input):
         return "the attention does not read the layer input as Q, K and V (not a self-attention)"
+    if a.fused:
+        return "Q, K and V come from one fused linear layer; the engine has three"
     if a.o is None:
         return "no output projection after the attention"
     if len(r.ffn) != 2:
@@ -363,12 +438,13 @@ def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
             return "tanh-approximated GELU; the engine's table implements the exact (erf) GELU"
     ln1, ln2 = (g.nodes[i] for i in r.norms)
     if not _is_residual(g, ln1.input[0], a.o.output, layer.input):
-        return "LayerNorm 1 does not normalise (layer input + attention output): not a post-LN layer"
-    if up.input != ln1.output[0]:
+        pre = " (a pre-LN layer normalises before the attention)" if _reads(g, a.inputs[0], ln1) else ""
+        return f"LayerNorm 1 does not normalise (layer input + attention output): not a post-LN layer{pre}"
+    if _row_source(g, up.input) != _row_source(g, ln1.output[0]):
         return "the FFN does not read LayerNorm 1's output"
     if not _is_residual(g, ln2.input[0], down.output, ln1.output[0]):
         return "LayerNorm 2 does not normalise (LayerNorm 1 output + FFN output): not a post-LN layer"
-    if layer.output != ln2.output[0]:
+    if _row_source(g, layer.output) != _row_source(g, ln2.output[0]):
         return "the layer output is not LayerNorm 2's output"
     if r.heads is None:
         return "cannot tell the head count from the reshape after Q"
@@ -382,5 +458,11 @@ def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
 
 
 def _is_residual(g: Graph, t: str, a: str, b: str) -> bool:
-    p = g.producer.get(t)
-    return p is not None and g.nodes[p].op_type == "Add" and set(g.nodes[p].input) == {a, b}
+    """``t`` is ``a + b`` (exporter noise and row-keeping reshapes looked through)."""
+    p = g.producer.get(_row_source(g, t))
+    return p is not None and g.nodes[p].op_type == "Add" and len(g.nodes[p].input) == 2 and \
+        sorted(_row_source(g, x) for x in g.nodes[p].input) == sorted(_row_source(g, x) for x in (a, b))
+
+
+def _reads(g: Graph, t: str, norm) -> bool:
+    return _row_source(g, t) == _row_source(g, norm.output[0])

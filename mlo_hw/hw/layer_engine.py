@@ -65,7 +65,7 @@ from .axi import AxiParams, axi_read_master_members, axi_write_master_members, a
 from .axi_interconnect import ReadPortSwitch
 from .buffers import PARAM_SECTIONS, ParamGeometry
 from ..config import ConfigError
-from .engine.activation_io import BufferLoad, BufferStore
+from .engine.block_mover import BlockMover, Transfer
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
@@ -79,7 +79,8 @@ from .mvau import MVAU, MVAUParams
 from ..perf import check_fit
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
-from ..model.weight_image import HEADER_FIELDS
+from ..model.tiled import scratch_layout
+from ..model.weight_image import HEADER_FIELDS, layout
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "Narrow", "trace_members",
            "LayerEngine", "EngineTop", "engine_top"]
@@ -88,7 +89,7 @@ __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer",
 class Op(enum.Enum, shape=4):
     """The phase the engine is in: selects every multiplexer of the datapath."""
     IDLE = 0
-    LOAD = 1
+    LOAD = 1           # X from DRAM (the input; tiled: a block of the layer input or the residual)
     Q = 2
     K = 3
     V = 4
@@ -99,7 +100,9 @@ class Op(enum.Enum, shape=4):
     FFN_UP = 9
     FFN_DOWN = 10
     LN2 = 11
-    STORE = 12
+    STORE = 12         # X to DRAM (the output; tiled: a block of the layer output)
+    LOAD_Q = 13        # tiled: a block of Q from scratch into Y
+    STORE_QKV = 14     # tiled: a block's Q, K and V^T into scratch
 
 
 RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
@@ -119,9 +122,17 @@ class EngineGeometry:
     simd: int
     tile_rows: int
     beat_bytes: int
+    rows: int = 0      # token rows of a block (the plan's; ``seq`` when every activation stays on chip)
+    blocks: int = 1    # blocks of the DRAM-tiled schedule (1: on chip)
+
+    @property
+    def tiled(self) -> bool:
+        return self.blocks > 1
 
     @classmethod
-    def from_config(cls, cfg) -> "EngineGeometry":
+    def from_config(cls, cfg, block: int | None = None) -> "EngineGeometry":
+        """The geometry of ``cfg``'s engine with activation blocks of ``block`` token rows (None: all on chip;
+        the engine takes the plan's, :func:`mlo_hw.plan.plan`)."""
         f, m = cfg.folding, cfg.model
         for name in ("weight_bits", "act_bits"):
             if getattr(cfg.numerics, name) != 8:
@@ -142,8 +153,12 @@ class EngineGeometry:
         if (m.seq_len * m.hidden * RES_BYTES) % b:
             raise ConfigError(f"model.hidden: an activation tensor ({m.seq_len} x {m.hidden} int16) is not a "
                               f"whole number of {b}-byte AXI beats")
+        if f.simd % 2 or (b % f.simd and f.simd % b):
+            raise ConfigError(f"folding.simd: activations move in words of simd bytes, so simd={f.simd} must be even "
+                              f"and divide or be a multiple of the AXI beat ({b} bytes)")
+        rows = cfg.seq_padded if block is None else block
         return cls(cfg.seq_padded, m.seq_len, m.hidden, m.intermediate, m.heads, cfg.head_dim, f.pe, f.simd,
-                   f.tile_rows, b)
+                   f.tile_rows, b, rows, cfg.seq_padded // rows)
 
     def words(self, cols: int) -> int:
         """Buffer words per row of ``cols`` elements."""
@@ -151,13 +166,15 @@ class EngineGeometry:
 
     @property
     def work_words(self) -> int:
-        """WORK holds K, V^T and CTX (3 x [S, H]) during attention, then the FFN intermediate [S, I]."""
-        return self.words(max(3 * self.seq * self.hidden, self.seq * self.inter))
+        """On chip WORK holds K, V^T and CTX (3 x [S, H]) during attention, then the FFN intermediate [S, I];
+        tiled, a block's K and V^T (pass 1), then its CTX and its FFN intermediate (pass 2)."""
+        r, h = self.rows, self.hidden
+        return self.words(max(2 * r * h, r * self.inter) if self.tiled else max(3 * r * h, r * self.inter))
 
     @property
     def addr_bits(self) -> int:
         """Width of a word address into any activation buffer."""
-        return max(self.work_words, self.words(self.seq * self.seq)).bit_length()
+        return max(self.work_words, self.words(self.rows * self.seq)).bit_length()
 
 
 def with_seq_len(cfg, seq_len: int):
@@ -236,8 +253,8 @@ class LayerEngine(wiring.Component):
 
     def __init__(self, cfg, trace: bool = False):
         self.cfg, self.trace = cfg, trace
-        self.g = g = EngineGeometry.from_config(cfg)
-        check_fit(cfg)
+        self.plan = check_fit(cfg)
+        self.g = g = EngineGeometry.from_config(cfg, self.plan.block)
         self.axi = AxiParams.from_config(cfg)
         self.mvau_params = MVAUParams.from_config(cfg)
         super().__init__({
@@ -250,6 +267,7 @@ class LayerEngine(wiring.Component):
         m = Module()
         cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
         S, H, I, pe, simd, tr = g.seq, g.hidden, g.inter, g.pe, g.simd, g.tile_rows
+        R, T, tiled = g.rows, g.blocks, g.tiled        # a block's token rows (S on chip), blocks per pass
         dh, ab = g.head_dim, cfg.numerics.act_bits
         words = g.words
         word_bits = 8 * simd                  # a word of P, WORK: simd bytes
@@ -257,7 +275,7 @@ class LayerEngine(wiring.Component):
 
         # ---- control registers, memory system, compute blocks ----------------------------------------
         m.submodules.regs = regs = ControlRegs(cfg)
-        m.submodules.ws = ws = WeightStreamer(cfg)
+        m.submodules.ws = ws = WeightStreamer(cfg, blocks=T)
         flush = Signal()            # resets the compute blocks at start and soft reset
         compute = {}
         for name, block in (("mvau", MVAU(mp)), ("softmax", Softmax.from_config(cfg)),
@@ -268,9 +286,9 @@ class LayerEngine(wiring.Component):
             compute[name] = block
         mvau, softmax, gelu = compute["mvau"], compute["softmax"], compute["gelu"]
         score_ser, operand, ln_lanes = (compute[n] for n in ("score_ser", "operand", "layernorm"))
-        # the layer input in, the last layer's output out: X's words to and from DRAM (int16 [tokens, H])
-        m.submodules.input = inp = BufferLoad(ap, nx.RES_BITS * simd, words(S * H))
-        m.submodules.output = outw = BufferStore(ap, nx.RES_BITS * simd, words(S * H))
+        # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block
+        m.submodules.mover = mover = BlockMover(ap, simd=simd, pe=pe, max_words=2 * words(R * H),
+                                                max_runs=max(g.heads, H // pe), local_bits=g.addr_bits)
 
         for name in axil_slave_members(AXIL_ADDR_BITS):
             port, inner = getattr(self, name), getattr(regs, name)
@@ -279,29 +297,42 @@ class LayerEngine(wiring.Component):
         m.d.comb += self.irq.eq(regs.irq)
         tokens = Signal(range(g.tokens + 1))     # TOKENS, latched at START
         bad_tokens = Signal()                   # START with TOKENS outside 1..seq_len (sticky until the next)
+        bad_scratch = Signal()                  # START with a misaligned or overlapping SCRATCH_BASE (tiled)
+        scratch_ready = Signal()                # tiled: this layer's K and V^T are in scratch DRAM
+        blk = Signal(range(max(g.blocks, 2)))   # the token block of the pass (tiled)
+        scratch_bad = Signal()
+        if g.tiled:
+            sb = regs.scratch_base
+            img, io = layout(cfg).total_bytes, g.tokens * H * RES_BYTES
 
-        # AXI: the input reader owns AR/R while it loads, the weight streamer otherwise (the port changes
-        # hands only when it is quiet, see ReadPortSwitch); W is the writer's.
-        m.submodules.read_port = rport = ReadPortSwitch(ap, max_bursts=max(ws.outstanding, inp.outstanding) + 1)
+            def overlaps(base, n):
+                return (sb < base + n) & (base < sb + scratch_layout(cfg).bytes)
+            m.d.comb += scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
+                                       | overlaps(regs.input_base, io) | overlaps(regs.output_base, io))
+
+        # AXI: the activation mover owns AR/R while it loads, the weight streamer otherwise (the port changes
+        # hands only when it is quiet, see ReadPortSwitch); W is the mover's.
+        m.submodules.read_port = rport = ReadPortSwitch(ap, max_bursts=ws.outstanding + 1)
         loading = Signal()
         m.d.comb += rport.sel.eq(loading)
         forward_ports(m, self, rport, axi_read_master_members(ap))
-        for i, master in enumerate((ws, inp)):          # s0: the weight streamer, s1: the input reader
+        for i, master in enumerate((ws, mover)):        # s0: the weight streamer, s1: the activation mover
             for name, member in axi_read_master_members(ap).items():
                 sw, own = getattr(rport, name.replace("m_axi", f"s{i}_axi")), getattr(master, name)
                 m.d.comb += sw.eq(own) if member.flow == Out else own.eq(sw)
         for name, member in axi_write_master_members(ap).items():
-            port, inner = getattr(self, name), getattr(outw, name)
+            port, inner = getattr(self, name), getattr(mover, name)
             m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
 
         # ---- activation buffers --------------------------------------------------------------------
         # X: layer input/output; Y: Q during attention, then O's and LN1's output (int16); P: one head's
         # probabilities; WORK (pe banks): K, V^T and CTX during attention, then the FFN intermediate.
-        wsh = words(S * H)
+        # (tiled: a block's rows; pass 1 keeps K and V^T in WORK, pass 2 CTX from word 0)
+        wsh = words(R * H)
         K_LOCAL, V_LOCAL = 0, wsh // pe                 # bank-local word offsets of K and V^T
-        CTX_BASE, F_BASE = 2 * wsh, 0                   # row-major word offsets inside WORK
+        CTX_BASE, F_BASE = (0 if tiled else 2 * wsh), 0  # row-major word offsets inside WORK
         bufs = {name: _Buffer(m, f"buf_{name}", n, simd, lane_bits) for name, n, lane_bits in (
-            ("x", wsh, nx.RES_BITS), ("y", wsh, nx.RES_BITS), ("p", words(S * S), 8))}
+            ("x", wsh, nx.RES_BITS), ("y", wsh, nx.RES_BITS), ("p", words(R * S), 8))}
         work = _Banks(m, "buf_work", g.work_words // pe, simd, pe)
         for b in list(bufs.values()) + work.banks:
             m.d.comb += b.w.en.eq(0)
@@ -320,23 +351,28 @@ class LayerEngine(wiring.Component):
         is_matrix_op = Signal()
         m.d.comb += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
         # a tile's bias/mult, latched in two sets so that jobs overlap (PV reads a fixed multiplier instead)
-        m.submodules.tile_params = tparams = TileParamLatch(mp, tr, S)
+        m.submodules.tile_params = tparams = TileParamLatch(mp, tr, R)
         m.d.comb += [tparams.matrix.eq(is_matrix_op), tparams.fixed_mult.eq(hdr["ctx_mult"]),
                      ws.caddr.eq(tparams.src_addr), tparams.src_data.eq(Cat(ws.bias.as_value(), ws.mult.as_value()))]
         wiring.connect(m, tparams.params, mvau.params)
-        issued = Signal(range(S * nfg * words(max(H, I)) + 1))   # weight words read by the current job
+        att_words = R * S * dh // (pe * simd)                   # weight words an attention product reads
+        issued = Signal(range(max(R * nfg * words(max(H, I)), att_words) + 1))   # weight words read by the job
         with m.If(mvau.weights.en):
             m.d.sync += issued.eq(issued + 1)
         m.d.comb += ws.waddr.eq(mvau.weights.addr)
         head_kword = Signal(range(words(H) + 1))                # h * dh / simd: the head's columns of Q and K
         head_vrow = Signal(range(words(S * H) // pe + 1))      # (h * dh / pe) * S / simd: the head's V^T rows
         # the attention products read K_h / V_h^T side by side from WORK's banks, following the MVAU's reads
-        m.submodules.attention = attw = AttentionWeights(g.work_words // pe, words(max(S, dh)), max(S, dh) // pe)
-        m.d.comb += attw.en.eq(mvau.weights.en)
-        with m.If((op == Op.SCORES) | (op == Op.PV)):
-            m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, attw.addr))
-        with m.Else():
+        # (tiled: K_h and V_h^T stream from scratch DRAM into the tile buffer like weight tiles)
+        if tiled:
             m.d.comb += mvau.weights.data.eq(ws.wdata)
+        else:
+            m.submodules.attention = attw = AttentionWeights(g.work_words // pe, words(max(S, dh)), max(S, dh) // pe)
+            m.d.comb += attw.en.eq(mvau.weights.en)
+            with m.If((op == Op.SCORES) | (op == Op.PV)):
+                m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, attw.addr))
+            with m.Else():
+                m.d.comb += mvau.weights.data.eq(ws.wdata)
 
         # the x stream: the op's source buffer through the activation operand (narrowed per channel for Q, K, V
         # and FFN up); the byte buffers' words are spread into its int16 lanes
@@ -372,7 +408,7 @@ class LayerEngine(wiring.Component):
 
         # the result writer places each beat (PE channels of one vector) in its consumer's layout
         m.submodules.results = writer = ResultWriter(
-            pe=pe, simd=simd, seq=S, hidden=H, intermediate=I, tile_rows=tr, k_local=K_LOCAL, v_local=V_LOCAL,
+            pe=pe, simd=simd, seq=R, hidden=H, intermediate=I, tile_rows=tr, k_local=K_LOCAL, v_local=V_LOCAL,
             bank_words=g.work_words // pe)
         m.d.comb += [writer.i.valid.eq(res_valid), writer.i.payload.bytes.eq(res_data),
                      writer.i.payload.wide.eq(res_wide)]
@@ -392,9 +428,9 @@ class LayerEngine(wiring.Component):
                      softmax.mult.eq(hdr["softmax_mult"]), softmax.shift.eq(hdr["softmax_shift"])]
         with m.If(softmax.i.valid & softmax.i.ready):
             m.d.sync += key.eq(Mux(key == S - 1, 0, key + 1))
-        p_word = Signal(range(words(S * S) + 1))
+        p_word = Signal(range(words(R * S) + 1))
         p_lane = Signal(range(simd))
-        p_count = Signal(range(S * S + 1))
+        p_count = Signal(range(R * S + 1))
         m.d.comb += softmax.o.ready.eq(1)
         with m.If(softmax.o.valid):
             b = bufs["p"]
@@ -413,7 +449,7 @@ class LayerEngine(wiring.Component):
             return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
 
         is_ln2 = op == Op.LN2
-        m.d.comb += [ln_lanes.rows.eq(S), ln_lanes.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"])),
+        m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.shift.eq(Mux(is_ln2, hdr["ln2_shift"], hdr["ln1_shift"])),
                      ln_lanes.w.ready.eq(1)]
         for o, a_buf, b_buf in ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
             with m.If(op == o):
@@ -427,23 +463,26 @@ class LayerEngine(wiring.Component):
         ln_words, ln_start = ln_lanes.written, ln_lanes.start
 
         # ---- input and output ----------------------------------------------------------------------------
-        xb = bufs["x"]
-        m.d.comb += inp.w.ready.eq(1)                   # X takes a word every cycle
-        with m.If(op == Op.LOAD):
-            m.d.comb += [xb.w.addr.eq(inp.w.payload.addr), xb.w.data.eq(inp.w.payload.data),
-                         xb.w.en.eq(Mux(inp.w.valid, (1 << simd) - 1, 0))]
-        with m.If(op == Op.STORE):
-            m.d.comb += [xb.r.addr.eq(outw.r_addr), xb.r.en.eq(outw.r_en)]
-        m.d.comb += [outw.r_data.eq(xb.r.data),
-                     inp.base.eq(regs.input_base), inp.words.eq(words(g.tokens * H)), inp.word_base.eq(0),
-                     outw.base.eq(regs.output_base), outw.words.eq(words(g.tokens * H)), outw.word_base.eq(0)]
+        # LOAD: X <- DRAM; STORE: X -> DRAM; tiled also LOAD_Q: Y <- DRAM, STORE_QKV: Y, WORK -> DRAM
+        wr = mover.wr
+        for o, name in ((Op.LOAD, "x"), (Op.LOAD_Q, "y")):
+            with m.If(op == o):
+                b = bufs[name]
+                m.d.comb += [b.w.addr.eq(wr.addr), b.w.data.eq(wr.data), b.w.en.eq(Mux(wr.valid, wr.en, 0))]
+        for o, name in ((Op.STORE, "x"), (Op.STORE_QKV, "y")):
+            with m.If(op == o):
+                b = bufs[name]
+                m.d.comb += [b.r.addr.eq(mover.rd_addr), b.r.en.eq(mover.rd_en), mover.rd_word.eq(b.r.data)]
+        with m.If(op == Op.STORE_QKV):
+            m.d.comb += [c for b in work.banks for c in (b.r.addr.eq(mover.rd_addr), b.r.en.eq(mover.rd_en))]
+        m.d.comb += mover.rd_banks.eq(Cat(*(b.r.data for b in work.banks)))
 
         # ---- parameter copies (ParamStore -> LayerNorm gains/biases, GELU table, narrowing shifts) ----------
         pgeo = ParamGeometry.from_config(cfg)
         m.submodules.copier = copier = ParamCopier.from_config(cfg)
         m.d.comb += [ws.param_slot.eq(slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
                      copier.loaded.eq(ws.param_loaded[slot]), copier.flush.eq(flush),
-                     ws.param_release.eq(copier.release)]       # LN2's copy: the slot is done with
+                     ws.param_release.eq(copier.release & (blk == g.blocks - 1))]   # the last LN2 copy: slot done
         wiring.connect(m, copier.shift, operand.shift)
         wiring.connect(m, copier.gelu, gelu.table_w)
         wiring.connect(m, copier.ln, ln_lanes.param)
@@ -468,17 +507,16 @@ class LayerEngine(wiring.Component):
         # STATUS.busy: a run, or AXI transactions still in flight after it was abandoned (a soft reset or an
         # error): no AR pending, no R beat, W beat or B response owed. CTRL.start is ignored until then.
         drained = Signal()
-        m.d.comb += drained.eq(rport.idle & ~ws.busy & ~inp.busy & ~outw.busy)
+        m.d.comb += drained.eq(rport.idle & ~ws.busy & ~mover.busy)
         m.d.comb += [regs.busy.eq(busy | ~drained), regs.done.eq(done),
-                     regs.error.eq(ws.error | outw.error | inp.error | bad_tokens),
-                     regs.error_addr.eq(Mux(ws.error, ws.error_addr, Mux(inp.error, inp.error_addr, outw.error_addr))),
-                     regs.error_code.eq(Cat(Mux(ws.error, ws.error_code, Mux(inp.error, inp.error_code, outw.error_code)),
-                                            bad_tokens)),
+                     regs.error.eq(ws.error | mover.error | bad_tokens | bad_scratch),
+                     regs.error_addr.eq(Mux(ws.error, ws.error_addr, mover.error_addr)),
+                     regs.error_code.eq(Cat(Mux(ws.error, ws.error_code, mover.error_code), bad_tokens, bad_scratch)),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(mvau.busy), regs.dma_stall.eq(stall),
                      ws.layers.eq(layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset),
-                     ws.clear.eq(regs.start), inp.cancel.eq(regs.soft_reset), outw.cancel.eq(regs.soft_reset),
-                     inp.clear.eq(regs.start), outw.clear.eq(regs.start)]
+                     ws.clear.eq(regs.start), mover.cancel.eq(regs.soft_reset), mover.clear.eq(regs.start),
+                     ws.scratch_base.eq(regs.scratch_base), ws.scratch_ready.eq(scratch_ready)]
         mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
         mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
         mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",
@@ -497,11 +535,11 @@ class LayerEngine(wiring.Component):
 
         def operand_command(base, stride, n_words, narrowed=False, shift_base=0):
             c = operand.cmd
-            m.d.comb += [c.base.eq(base), c.stride.eq(stride), c.words.eq(n_words), c.vectors.eq(S),
+            m.d.comb += [c.base.eq(base), c.stride.eq(stride), c.words.eq(n_words), c.vectors.eq(R),
                          c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
 
         def start_matrix(o):
-            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), expected.eq(S * mat_rows[o] // pe)]
+            m.d.sync += [tile.eq(0), tiles.eq(mat_rows[o] // tr - 1), expected.eq(R * mat_rows[o] // pe)]
             m.d.comb += tparams.clear.eq(1)
             start_writer(placement[o], nfg, words(dst_cols.get(o, H)), base=F_BASE if o == Op.FFN_UP else 0, tiles=1)
             m.next = f"{o.name}_TILE_WAIT"
@@ -512,12 +550,12 @@ class LayerEngine(wiring.Component):
             m.next = "IDLE"
 
         def abort():
-            # an AXI read error on the weights or a soft reset abandons the run
-            with m.If(regs.soft_reset | ws.error):
+            # an AXI error on the weights or the activations, or a soft reset, abandons the run
+            with m.If(regs.soft_reset | ws.error | mover.error):
                 abandon()
 
         def matrix_states(o, then):
-            """A weight matrix: per tile, wait for it, latch its bias/mult, issue the job (all S vectors), and
+            """A weight matrix: per tile, wait for it, latch its bias/mult, issue the job (all R vectors), and
             release the bank once the MVAU has read its last weight word (the last tile: once every result
             is written); then ``then()``."""
             cols, name = mat_cols[o], o.name
@@ -534,7 +572,7 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State(f"{name}_JOB"):
                 m.d.comb += [op.eq(o), busy.eq(1), mvau.cmd.valid.eq(1),
-                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(tr // pe), cmd.vectors.eq(S),
+                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(tr // pe), cmd.vectors.eq(R),
                              cmd.shift.eq(hdr[mat_shift[o]]), cmd.raw.eq(0),
                              cmd.act_unsigned.eq(o == Op.FFN_DOWN),      # uint8 GELU codes
                              cmd.wide.eq(o in (Op.O, Op.FFN_DOWN))]     # int16 residual stream
@@ -548,7 +586,7 @@ class LayerEngine(wiring.Component):
             with m.State(f"{name}_WAIT"):
                 m.d.comb += [op.eq(o), busy.eq(1)]
                 with m.If(tile != tiles):
-                    with m.If(issued == S * nfg * words(cols)):
+                    with m.If(issued == R * nfg * words(cols)):
                         m.d.comb += ws.tile_release.eq(1)
                         m.d.sync += tile.eq(tile + 1)
                         m.next = f"{name}_TILE_WAIT"
@@ -559,10 +597,17 @@ class LayerEngine(wiring.Component):
                 abort()
 
         def attention_states(o, job_rows, cols, then):
-            """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h), its operands on chip."""
+            """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h); on chip its weight
+            operand (K_h, V_h^T) is read from WORK, tiled it is a tile of the weight stream."""
+            if tiled:
+                with m.State(f"{o.name}_TILE_WAIT"):
+                    m.d.comb += [op.eq(o), busy.eq(1), stall.eq(~ws.tile_ready)]
+                    with m.If(ws.tile_ready):
+                        m.next = f"{o.name}_JOB"
+                    abort()
             with m.State(f"{o.name}_JOB"):
                 m.d.comb += [op.eq(o), busy.eq(1), mvau.cmd.valid.eq(1),
-                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(job_rows // pe), cmd.vectors.eq(S)]
+                             cmd.col_folds.eq(cols // simd), cmd.row_folds.eq(job_rows // pe), cmd.vectors.eq(R)]
                 if o == Op.SCORES:
                     m.d.comb += cmd.raw.eq(1)
                     operand_command(head_kword, words(H), words(dh))
@@ -572,20 +617,26 @@ class LayerEngine(wiring.Component):
                 with m.If(mvau.cmd.ready):
                     m.d.comb += operand.start.eq(1)
                     m.d.sync += [issued.eq(0), p_count.eq(0), p_word.eq(0), p_lane.eq(0)]
-                    a = attw.cfg
-                    m.d.comb += [attw.start.eq(1), a.cols.eq(words(cols)), a.rows.eq(job_rows // pe),
-                                 a.base.eq(K_LOCAL + head_kword if o == Op.SCORES else V_LOCAL + head_vrow),
-                                 a.stride.eq(words(H) if o == Op.SCORES else words(S))]
+                    if not tiled:
+                        a = attw.cfg
+                        m.d.comb += [attw.start.eq(1), a.cols.eq(words(cols)), a.rows.eq(job_rows // pe),
+                                     a.base.eq(K_LOCAL + head_kword if o == Op.SCORES else V_LOCAL + head_vrow),
+                                     a.stride.eq(words(H) if o == Op.SCORES else words(S))]
                     if o == Op.PV:
-                        m.d.sync += expected.eq(S * dh // pe)
+                        m.d.sync += expected.eq(R * dh // pe)
                         start_writer(Placement.ROWS8, dh // pe, words(H), chan_word=head_kword, base=CTX_BASE)
                     m.next = f"{o.name}_WAIT"
                 abort()
             with m.State(f"{o.name}_WAIT"):
                 m.d.comb += [op.eq(o), busy.eq(1)]
-                with m.If((p_count == S * S) if o == Op.SCORES else (res_count == expected)):
+                with m.If((p_count == R * S) if o == Op.SCORES else (res_count == expected)):
+                    if tiled:       # every weight word has been read long before the last result
+                        m.d.comb += ws.tile_release.eq(1)
                     then()
                 abort()
+
+        def first_attention_step():
+            m.next = "SCORES_TILE_WAIT" if tiled else "SCORES_JOB"
 
         def next_head():
             m.d.sync += [head.eq(head + 1), head_kword.eq(head_kword + words(dh)),
@@ -594,20 +645,19 @@ class LayerEngine(wiring.Component):
                 start_matrix(Op.O)
                 request_copy(CopyKind.LN1)
             with m.Else():
-                m.next = "SCORES_JOB"
+                first_attention_step()
 
-        def params_state(o):
-            """The matrix ``o`` (Q, or FFN up) starts once its parameter copy (the narrowing shifts, or the GELU
-            table) is done."""
+        def params_state(o, then):
+            """Once the parameter copy of ``o`` (Q: the narrowing shifts; FFN up: the GELU table) is done, ``then()``."""
             with m.State(f"{o.name}_PARAMS"):
                 m.d.comb += op.eq(o)
                 wait_for_copy()
                 with m.If(copy_done):
-                    start_matrix(o)
+                    then()
                 abort()
 
         def layernorm_states(o, then):
-            """LayerNorm ``o`` over all S rows, once its gains and biases (copied during the phase before) are in."""
+            """LayerNorm ``o`` over the R rows, once its gains and biases (copied during the phase before) are in."""
             with m.State(f"{o.name}_PARAMS"):
                 m.d.comb += op.eq(o)
                 wait_for_copy()
@@ -619,15 +669,66 @@ class LayerEngine(wiring.Component):
                 abort()
             with m.State(f"{o.name}_RUN"):
                 m.d.comb += [op.eq(o), busy.eq(1)]
-                with m.If(ln_words == words(S * H)):
+                with m.If(ln_words == words(R * H)):
                     then()
                 abort()
 
+        # ---- activation transfers (tiled: every block; on chip: the input and the output) ----------------
+        sc = scratch_layout(cfg)
+        io_words = 2 * words(g.tokens * H)                 # byte words of the DRAM input / output (tokens rows)
+        x_off = Signal(ap.addr_bits)                       # the block's byte offset in an int16 [S, H] tensor,
+        q_off, k_off, vt_off = (Signal(ap.addr_bits) for _ in range(3))   # in Q [S, H], a head's K_h and V_h^T runs
+        io_left = Signal(range(io_words + 1))              # byte words of the input / output from this block on
+        src = Signal(ap.addr_bits)                         # the layer's input, output
+        dst = Signal(ap.addr_bits)
+        first_layer, last_layer = layer == 0, layer == layers - 1
+        m.d.comb += [src.eq(Mux(first_layer, regs.input_base, regs.scratch_base + Mux(layer[0], sc.x1, sc.x0))),
+                     dst.eq(Mux(last_layer, regs.output_base, regs.scratch_base + Mux(layer[0], sc.x0, sc.x1)))]
+        block_words = 2 * words(R * H)
+        io_block = Signal.like(io_left)                    # byte words of this block inside the input / output
+        m.d.comb += io_block.eq(Mux(io_left > block_words, block_words, io_left))
+
+        def transfer(kind, base, n_words, runs=1, step=0, local=0, local_step=0, inner=1, outer_stride=0):
+            c = mover.cmd
+            # (not when the run is abandoned in this cycle; ws.error is stale while START clears it)
+            m.d.comb += [mover.start.eq(~(regs.soft_reset | (ws.error & ~regs.start))), c.kind.eq(kind), c.base.eq(base), c.words.eq(n_words), c.runs.eq(runs),
+                         c.step.eq(step), c.local.eq(local), c.local_step.eq(local_step), c.inner.eq(inner),
+                         c.outer_stride.eq(outer_stride)]
+
+        def transfer_wait(name, o, then, reading=False):
+            """Wait for the mover; an error ends the run (ERROR, see ``regs.error``)."""
+            with m.State(name):
+                m.d.comb += [op.eq(o), busy.eq(1), loading.eq(reading)]
+                with m.If(regs.soft_reset):                # the mover finishes its bursts (cancel)
+                    abandon()
+                with m.Elif(~mover.busy):                  # busy from the cycle after start
+                    with m.If(mover.error):
+                        abandon()
+                    with m.Else():
+                        then()
+
+        def start_pass(first):
+            m.d.sync += [blk.eq(0), x_off.eq(0), q_off.eq(0), k_off.eq(0), vt_off.eq(0), io_left.eq(io_words)]
+            m.next = first
+
+        def next_block(more, last):
+            m.d.sync += [blk.eq(blk + 1), x_off.eq(x_off + 2 * R * H), q_off.eq(q_off + R * H),
+                         k_off.eq(k_off + R * dh), vt_off.eq(vt_off + R * pe),
+                         io_left.eq(Mux(io_left > block_words, io_left - block_words, 0))]
+            with m.If(blk == T - 1):
+                last()
+            with m.Else():
+                m.next = more
+
         def end_of_layer():
             m.d.sync += layer.eq(layer + 1)
-            with m.If(layer == layers - 1):
-                m.d.comb += outw.start.eq(~regs.soft_reset)    # abort() wins
-                m.next = "STORE"
+            with m.If(last_layer):
+                if tiled:
+                    m.d.comb += done.eq(1)
+                    m.next = "IDLE"
+                else:
+                    transfer(Transfer.STORE_X, regs.output_base, io_words)
+                    m.next = "STORE"
             with m.Else():
                 m.next = "HEADER_WAIT"
 
@@ -637,26 +738,30 @@ class LayerEngine(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += flush.eq(regs.start | regs.soft_reset)
                 with m.If(regs.start):
-                    m.d.sync += [tokens.eq(regs.tokens), bad_tokens.eq(0)]
+                    m.d.sync += [tokens.eq(regs.tokens), bad_tokens.eq(0), bad_scratch.eq(0)]
                     with m.If((regs.tokens == 0) | (regs.tokens > g.tokens)):
                         m.d.sync += bad_tokens.eq(1)
+                    with m.Elif(scratch_bad):
+                        m.d.sync += bad_scratch.eq(1)
                     with m.Else():
-                        m.d.sync += [layer.eq(0), layers.eq(regs.layers)]
-                        m.d.comb += inp.start.eq(1)
-                        m.next = "LOAD"
-            with m.State("LOAD"):
-                m.d.comb += [op.eq(Op.LOAD), busy.eq(1), loading.eq(1)]
-                with m.If(regs.soft_reset):                # the input reader finishes its burst (cancel)
-                    abandon()
-                with m.Elif(~inp.busy & ~inp.start):
-                    with m.If(inp.error):               # a misaligned INPUT_BASE or a read error: no run
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.d.comb += ws.start.eq(1)
-                        m.next = "HEADER_WAIT"
+                        m.d.sync += [layer.eq(0), layers.eq(regs.layers), scratch_ready.eq(0)]
+                        if tiled:
+                            m.next = "FETCH"
+                        else:
+                            transfer(Transfer.LOAD_X, regs.input_base, io_words)
+                            m.next = "LOAD"
+            if tiled:
+                with m.State("FETCH"):                     # LAYERS is latched: the weight stream starts
+                    m.d.comb += [busy.eq(1), ws.start.eq(~regs.soft_reset)]
+                    m.next = "HEADER_WAIT"
+            else:
+                def after_input():
+                    m.d.comb += ws.start.eq(1)
+                    m.next = "HEADER_WAIT"
+                transfer_wait("LOAD", Op.LOAD, after_input, reading=True)
             with m.State("HEADER_WAIT"):
                 m.d.comb += [busy.eq(1), stall.eq(1), ws.param_addr.eq(0)]
-                m.d.sync += hdr_idx.eq(0)
+                m.d.sync += [hdr_idx.eq(0), scratch_ready.eq(0)]
                 with m.If(ws.param_loaded[slot][PARAM_SECTIONS.index("header")]):
                     m.next = "HEADER_READ"
                 abort()
@@ -672,17 +777,71 @@ class LayerEngine(wiring.Component):
                     request_copy(CopyKind.NARROW)
                     m.next = "Q_PARAMS"
                 abort()
-            params_state(Op.Q)
-            matrix_states(Op.Q, lambda: start_matrix(Op.K))
-            matrix_states(Op.K, lambda: start_matrix(Op.V))
 
             def to_attention():
                 m.d.sync += [head.eq(0), head_kword.eq(0), head_vrow.eq(0)]
-                m.next = "SCORES_JOB"
-            matrix_states(Op.V, to_attention)
+                first_attention_step()
+
+            if tiled:
+                # pass 1, per block: X_t in; Q, K, V; Q_t, K_t (a run per head), V_t^T (a run per pe channels) out
+                params_state(Op.Q, lambda: start_pass("P1_LOAD_X"))
+                with m.State("P1_LOAD_X"):
+                    m.d.comb += [op.eq(Op.LOAD), busy.eq(1)]
+                    transfer(Transfer.LOAD_X, src + x_off, Mux(first_layer, io_block, block_words))
+                    m.next = "P1_LOAD_X_WAIT"
+                transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, lambda: start_matrix(Op.Q), reading=True)
+
+                def store_q():
+                    transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + q_off, words(R * H))
+                    m.next = "P1_STORE_Q"
+                matrix_states(Op.Q, lambda: start_matrix(Op.K))
+                matrix_states(Op.K, lambda: start_matrix(Op.V))
+                matrix_states(Op.V, store_q)
+
+                def store_k():
+                    transfer(Transfer.STORE_K, regs.scratch_base + sc.k + k_off, words(R * dh),
+                             runs=g.heads, step=S * dh, local=K_LOCAL, local_step=words(dh), inner=words(dh),
+                             outer_stride=words(H))
+                    m.next = "P1_STORE_K"
+
+                def store_vt():
+                    transfer(Transfer.STORE_VT, regs.scratch_base + sc.vt + vt_off, words(R * pe),
+                             runs=H // pe, step=S * pe, local=V_LOCAL, local_step=words(R), inner=words(R))
+                    m.next = "P1_STORE_VT"
+
+                def pass1_done():
+                    m.d.sync += scratch_ready.eq(1)
+                    start_pass("P2_LOAD_Q")
+                transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k)
+                transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt)
+                transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: next_block("P1_LOAD_X", pass1_done))
+
+                # pass 2, per block: Q_t and the residual X_t in; attention (K_h, V_h^T streamed), O, LN1, FFN, LN2
+                with m.State("P2_LOAD_Q"):
+                    m.d.comb += [op.eq(Op.LOAD_Q), busy.eq(1)]
+                    transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + q_off, words(R * H))
+                    m.next = "P2_LOAD_Q_WAIT"
+
+                def load_residual():
+                    transfer(Transfer.LOAD_X, src + x_off, Mux(first_layer, io_block, block_words))
+                    m.next = "P2_LOAD_X_WAIT"
+                transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual, reading=True)
+                transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, to_attention, reading=True)
+
+                def store_block():
+                    transfer(Transfer.STORE_X, dst + x_off, Mux(last_layer, io_block, block_words))
+                    m.next = "P2_STORE_X"
+                transfer_wait("P2_STORE_X", Op.STORE, lambda: next_block("P2_LOAD_Q", end_of_layer))
+                to_ln2_done = store_block
+            else:
+                params_state(Op.Q, lambda: start_matrix(Op.Q))
+                matrix_states(Op.Q, lambda: start_matrix(Op.K))
+                matrix_states(Op.K, lambda: start_matrix(Op.V))
+                matrix_states(Op.V, to_attention)
+                to_ln2_done = end_of_layer
 
             def to_pv():
-                m.next = "PV_JOB"
+                m.next = "PV_TILE_WAIT" if tiled else "PV_JOB"
             attention_states(Op.SCORES, S, dh, to_pv)
             attention_states(Op.PV, dh, S, next_head)
 
@@ -693,7 +852,7 @@ class LayerEngine(wiring.Component):
             def to_ffn_up():
                 m.next = "FFN_UP_PARAMS"
             layernorm_states(Op.LN1, to_ffn_up)
-            params_state(Op.FFN_UP)
+            params_state(Op.FFN_UP, lambda: start_matrix(Op.FFN_UP))
 
             def to_ffn_down():
                 start_matrix(Op.FFN_DOWN)
@@ -703,14 +862,12 @@ class LayerEngine(wiring.Component):
             def to_ln2():
                 m.next = "LN2_PARAMS"
             matrix_states(Op.FFN_DOWN, to_ln2)
-            layernorm_states(Op.LN2, end_of_layer)
-            with m.State("STORE"):
-                m.d.comb += [op.eq(Op.STORE), busy.eq(1)]
-                with m.If(regs.soft_reset):                # the output writer finishes its burst (cancel)
-                    abandon()
-                with m.Elif(~outw.busy & ~outw.start):
-                    m.d.comb += done.eq(~outw.error)            # a write error: ERROR, not DONE
+            layernorm_states(Op.LN2, to_ln2_done)
+            if not tiled:
+                def stored():
+                    m.d.comb += done.eq(1)
                     m.next = "IDLE"
+                transfer_wait("STORE", Op.STORE, stored)
         if self.trace:
             m.d.comb += [self.trace_mvau_valid.eq(mvau.o.valid & mvau.o.ready), self.trace_mvau_data.eq(mvau.o.payload),
                          self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),

@@ -98,7 +98,8 @@ class LoopController(wiring.Component):
     ``start`` (pulse) fetches ``layers`` layers from ``weight_base`` (and ``scratch_base`` for the per-head
     entries); ``busy`` until every beat has been delivered, then ``done`` pulses for one cycle (not after
     an error or ``cancel``). ``dma_error`` stops issuing; ``cancel`` stops at once. One command per cycle
-    at most; a tile command waits for ``can_claim`` and pulses ``claim`` when it is taken.
+    at most; a tile command waits for ``can_claim`` and pulses ``claim`` when it is taken; a command from
+    scratch waits for ``scratch_ready`` (the engine has written what it reads: pass 1's K and V^T).
     """
 
     def __init__(self, cfg, blocks: int = 1):
@@ -109,7 +110,7 @@ class LoopController(wiring.Component):
         self.head_bytes = cfg.seq_padded * cfg.head_dim
         super().__init__({
             "start": In(1), "cancel": In(1), "layers": In(LAYER_BITS), "weight_base": In(self.p.addr_bits),
-            "scratch_base": In(self.p.addr_bits),
+            "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1, init=1),
             "cmd": Out(stream.Signature(command_layout(self.p, BEATS_BITS, TAG_BITS))),
             "claim": Out(1), "can_claim": In(1), "dma_busy": In(1), "dma_error": In(1),
             "busy": Out(1), "done": Out(1), "layer": Out(LAYER_BITS),
@@ -151,7 +152,8 @@ class LoopController(wiring.Component):
                     with m.Else():
                         m.next = "ISSUE"
             with m.State("ISSUE"):
-                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(~self.dma_error & (~e["tile"] | self.can_claim))]
+                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(~self.dma_error & (~e["tile"] | self.can_claim)
+                                                             & (~e["scratch"] | self.scratch_ready))]
                 with m.If(self.cancel | self.dma_error):
                     m.next = "DRAIN"
                 with m.Elif(self.cmd.valid & self.cmd.ready):
@@ -202,7 +204,8 @@ class WeightStreamer(wiring.Component):
     (section | parity << 4), ``tile_release``, ``waddr``/``wdata``, ``caddr``/``bias``/``mult``.
     Parameter side (see :class:`~mlo_hw.hw.buffers.ParamStore`): ``param_slot``, ``param_addr``,
     ``param_data``, ``param_loaded``. ``blocks`` > 1: the DRAM-tiled fetch program (:func:`fetch_program`),
-    whose per-head K_h / V_h^T come from ``scratch_base``; the tile buffer's banks then hold a head's as well.
+    whose per-head K_h / V_h^T come from ``scratch_base`` once ``scratch_ready``; the tile buffer's banks then
+    hold a head's as well.
     """
 
     def __init__(self, cfg, outstanding: int = 8, blocks: int = 1):
@@ -217,7 +220,7 @@ class WeightStreamer(wiring.Component):
         pg = self.params
         super().__init__({
             "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS),
-            "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits),
+            "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1, init=1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
             "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1),
@@ -251,7 +254,8 @@ class WeightStreamer(wiring.Component):
         wiring.connect(m, loop.cmd, dma.cmd)
         m.d.comb += [
             loop.start.eq(self.start), loop.cancel.eq(self.cancel), loop.layers.eq(self.layers),
-            loop.weight_base.eq(self.weight_base), loop.scratch_base.eq(self.scratch_base), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
+            loop.weight_base.eq(self.weight_base), loop.scratch_base.eq(self.scratch_base),
+            loop.scratch_ready.eq(self.scratch_ready), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
             loop.dma_busy.eq(dma.busy), loop.dma_error.eq(dma.error),
             dma.cancel.eq(self.cancel), dma.clear.eq(self.start | self.clear), tiles.flush.eq(flush),
             self.busy.eq(loop.busy), self.done.eq(loop.done), self.layer.eq(loop.layer),

@@ -22,6 +22,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import RESP_OKAY, RESP_SLVERR, axil_slave_members
+from ..plan import plan
 
 __all__ = ["ID_VALUE", "Field", "Register", "register_map", "ControlRegs", "write_register_map", "c_header",
            "markdown", "as_dict", "AXIL_ADDR_BITS"]
@@ -106,7 +107,10 @@ def register_map(cfg) -> tuple[Register, ...]:
             Field("rresp", 0, 2, "RO", 0, "RRESP of the failing read beat, or BRESP of the failing write burst: 2 SLVERR, 3 DECERR"),
             Field("bad_command", 2, 1, "RO", 0, "a zero-length or misaligned (not a multiple of the AXI "
                                                 "beat) address"),
-            Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"))),
+            Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"),
+            Field("bad_scratch", 4, 1, "RO", 0, "activations in DRAM: START with SCRATCH_BASE not 4 KiB aligned, or "
+                                                 "its SCRATCH_BYTES overlapping the weight image (LAYERS layers), the "
+                                                 "input or the output (no run)"))),
         _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
         _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
         _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for DRAM: a weight tile, a layer header or a "
@@ -115,6 +119,15 @@ def register_map(cfg) -> tuple[Register, ...]:
         _word("TOKENS", off + 28, "RW", f"valid tokens of the input, 1..{cfg.model.seq_len}: keys 0..TOKENS-1 are "
               f"attended, the rest (padding) masked; read at START", cfg.model.seq_len, TOKEN_BITS),
     ]
+    off += 32
+    pl = plan(cfg)
+    what = "DRAM byte address of the activation scratch (SCRATCH_BYTES bytes, 4 KiB aligned; unused when BLOCK_ROWS = the sequence)"
+    regs += [_word("SCRATCH_BASE_LO", off, "RW", f"{what}, bits 31:0", 0, lo_bits),
+             _word("SCRATCH_BASE_HI", off + 4, "RW" if hi_bits else "RO", f"{what}, bits 63:32", 0, max(hi_bits, 1)),
+             _word("SCRATCH_BYTES", off + 8, "RO", "bytes of scratch DRAM the run uses (0: all activations on chip)",
+                   pl.scratch_bytes),
+             _word("BLOCK_ROWS", off + 12, "RO", "token rows per block of the DRAM-tiled schedule (the padded sequence: "
+                   "on chip)", pl.block)]
     return tuple(regs)
 
 
@@ -123,7 +136,7 @@ class ControlRegs(wiring.Component):
 
     Outputs: ``start``, ``soft_reset`` (one-cycle pulses; ``start`` only when CTRL.start is written
     while ``busy`` is low: a START while busy is ignored, and clears nothing), ``layers``,
-    ``weight_base``, ``input_base``, ``output_base``, ``tokens``, ``irq`` (level: irq_enable and (done or
+    ``weight_base``, ``input_base``, ``output_base``, ``scratch_base``, ``tokens``, ``irq`` (level: irq_enable and (done or
     error)).
     Inputs from the engine: ``busy``, ``done`` (pulse), ``error``, ``error_addr``, ``error_code``,
     ``compute_busy``, ``dma_stall``, ``read_beat`` (one AXI read beat of ``cfg.axi_data_bytes``).
@@ -138,8 +151,8 @@ class ControlRegs(wiring.Component):
         super().__init__({
             **axil_slave_members(AXIL_ADDR_BITS),
             "start": Out(1), "soft_reset": Out(1), "irq": Out(1), "layers": Out(LAYER_BITS), "tokens": Out(TOKEN_BITS),
-            "weight_base": Out(a), "input_base": Out(a), "output_base": Out(a),
-            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(4),
+            "weight_base": Out(a), "input_base": Out(a), "output_base": Out(a), "scratch_base": Out(a),
+            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(5),
             "compute_busy": In(1), "dma_stall": In(1), "read_beat": In(1),
         })
 
@@ -162,7 +175,7 @@ class ControlRegs(wiring.Component):
         m.d.comb += [
             self.layers.eq(store["LAYERS", "value"]), self.tokens.eq(store["TOKENS", "value"]),
             self.weight_base.eq(base("WEIGHT_BASE")), self.input_base.eq(base("INPUT_BASE")),
-            self.output_base.eq(base("OUTPUT_BASE")),
+            self.output_base.eq(base("OUTPUT_BASE")), self.scratch_base.eq(base("SCRATCH_BASE")),
             self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
         ]
         ro = {
@@ -171,7 +184,9 @@ class ControlRegs(wiring.Component):
             ("ERROR_ADDR_LO", "value"): self.error_addr[:32],
             ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
             ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
-            ("ERROR_CODE", "bad_tokens"): self.error_code[3],
+            ("ERROR_CODE", "bad_tokens"): self.error_code[3], ("ERROR_CODE", "bad_scratch"): self.error_code[4],
+            ("SCRATCH_BYTES", "value"): Const(plan(self.cfg).scratch_bytes, 32),
+            ("BLOCK_ROWS", "value"): Const(plan(self.cfg).block, 32),
             **{(n, "value"): s for n, s in counters.items()},
         }
 

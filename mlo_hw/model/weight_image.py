@@ -31,7 +31,7 @@ from . import numerics as nx
 from .golden import IntLayer, IntMatrix
 
 __all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "Section", "Layout", "layout", "pack_image",
-           "unpack_image", "manifest", "pack_tile_weights", "unpack_tile_weights"]
+           "unpack_image", "image_layers", "manifest", "pack_tile_weights", "unpack_tile_weights"]
 
 ALIGN = 64            # every section and tile starts at a multiple of this (covers a 512-bit beat)
 LAYER_ALIGN = 4096    # layer stride: whole AXI 4 KiB pages
@@ -199,6 +199,20 @@ def unpack_image(cfg, img: bytes) -> list[dict]:
         d["narrow_in"] = get(base + lay["narrow"].offset, h, np.uint8)
         d["narrow_ln1"] = get(base + lay["narrow"].offset + h, h, np.uint8)
         out.append(d)
+    return out
+
+
+def image_layers(cfg, img: bytes) -> list[IntLayer]:
+    """The integer layers an image holds (``cfg.model.layers`` of them): :func:`unpack_image` as
+    :class:`IntLayer` objects, the inverse of :func:`pack_image` (float scales are not in the image)."""
+    out = []
+    for d in unpack_image(cfg, img):
+        mats = {m: IntMatrix(d[f"{m}.w"], d[f"{m}.bias"], d[f"{m}.mult"], d[f"{m}_shift"]) for m in IntLayer.MATRICES}
+        out.append(IntLayer(**mats, softmax_mult=d["softmax_mult"], softmax_shift=d["softmax_shift"],
+                            ctx_mult=d["ctx_mult"], ctx_shift=d["ctx_shift"],
+                            ln1_gain=d["ln1.gain"], ln1_bias=d["ln1.bias"], ln1_shift=d["ln1_shift"], gelu=d["gelu"],
+                            narrow_in=d["narrow_in"], narrow_ln1=d["narrow_ln1"],
+                            ln2_gain=d["ln2.gain"], ln2_bias=d["ln2.bias"], ln2_shift=d["ln2_shift"]))
     return out
 
 

@@ -1,0 +1,173 @@
+"""Activation blocks between DRAM and the engine's buffers: the one AXI read and write path of the activations.
+
+Every activation transfer of the engine is a :class:`Transfer` of one or more *runs* (a contiguous DRAM range
+each), moved in words of ``simd`` bytes by one :class:`~mlo_hw.hw.engine.activation_io.BufferLoad` and one
+:class:`~mlo_hw.hw.engine.activation_io.BufferStore`:
+
+    LOAD_X    int16 rows from DRAM into X (the layer input; in the DRAM-tiled schedule also the residual):
+              byte word i is half i % 2 of X's word i // 2
+    LOAD_Q    int8 rows from DRAM into Y (the tiled schedule's Q block), each byte sign-extended to int16
+    STORE_X   X's int16 rows to DRAM (the layer output)
+    STORE_Q   the low bytes of Y's int16 lanes (Q, int8 values) to DRAM
+    STORE_K   K from WORK's ``pe`` banks (token s in bank s % pe) as MVAU weight words of a head (``pe`` tokens x
+              ``simd`` channels, token-major): a run per head
+    STORE_VT  V^T from WORK's banks (channel c in bank c % pe) as weight words (``pe`` channels x ``simd``
+              tokens): a run per group of ``pe`` channels
+
+For STORE_K and STORE_VT a walker turns the store's word index into (bank, bank-local word): bank = index % pe;
+the bank-local word starts at ``local`` (+ ``local_step`` per run), moves on by one every ``pe`` words, and
+after ``inner`` such steps jumps by ``outer_stride`` (K: the next ``pe`` tokens' row). Run r moves ``words``
+words between DRAM ``base + r * step`` and the buffers.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...model import numerics as nx
+from ..axi import AxiParams, axi_read_master_members, axi_write_master_members
+from .activation_io import BufferLoad, BufferStore
+
+__all__ = ["Transfer", "mover_command_layout", "BlockMover"]
+
+
+class Transfer(enum.Enum, shape=3):
+    LOAD_X = 0
+    LOAD_Q = 1
+    STORE_X = 2
+    STORE_Q = 3
+    STORE_K = 4
+    STORE_VT = 5
+
+
+def mover_command_layout(addr_bits: int, max_words: int, max_runs: int, local_bits: int) -> data.StructLayout:
+    return data.StructLayout({"kind": Transfer, "base": addr_bits, "step": addr_bits, "runs": range(max_runs + 1),
+                              "words": range(max_words + 1), "local": local_bits, "local_step": local_bits,
+                              "inner": local_bits, "outer_stride": local_bits})
+
+
+class BlockMover(wiring.Component):
+    """Runs one :class:`Transfer` (module docstring) at a time.
+
+    Interface:
+        start (pulse) with ``cmd`` (:func:`mover_command_layout`); ``busy`` until the last run's last word is in
+        the buffer (loads) or its last B response is in (stores); a run of 0 words moves nothing.
+        cancel (soft reset: the AXI side completes what is in flight), clear (clears ``error``).
+        error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
+        is started after an error.
+        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or the same bank-local word of every WORK
+        bank); one cycle later ``rd_word`` (the X or Y word the engine routes back) or ``rd_banks``.
+        Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``) into X
+        (LOAD_X) or Y (LOAD_Q).
+        ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
+
+    Timing: a run starts one cycle after the previous one ended; words move at one a cycle (see
+    ``BufferLoad``/``BufferStore``).
+    """
+
+    def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int):
+        if simd % 2:
+            raise ValueError(f"BlockMover: simd={simd} bytes must hold whole int16 elements")
+        self.p, self.simd, self.pe, self.max_words = p, simd, pe, max_words
+        self.local_bits = local_bits
+        super().__init__({
+            "start": In(1), "cmd": In(mover_command_layout(p.addr_bits, max_words, max_runs, local_bits)),
+            "cancel": In(1), "clear": In(1), "busy": Out(1),
+            "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
+            "rd_addr": Out(local_bits), "rd_en": Out(1), "rd_word": In(nx.RES_BITS * simd),
+            "rd_banks": In(8 * simd * pe),
+            "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd})),
+            **axi_read_master_members(p), **axi_write_master_members(p),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p, simd, pe = self.p, self.simd, self.pe
+        m.submodules.load = load = BufferLoad(p, 8 * simd, self.max_words)
+        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words)
+        for master, members in ((load, axi_read_master_members(p)), (store, axi_write_master_members(p))):
+            for name, member in members.items():
+                port, inner = getattr(self, name), getattr(master, name)
+                m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
+
+        cmd = Signal.like(self.cmd)
+        run_base = Signal(p.addr_bits)
+        run_local = Signal(self.local_bits)
+        runs_left = Signal.like(self.cmd.runs)
+        is_load = (cmd.kind == Transfer.LOAD_X) | (cmd.kind == Transfer.LOAD_Q)
+        error = load.error | store.error
+        m.d.comb += [load.cancel.eq(self.cancel), store.cancel.eq(self.cancel),
+                     load.clear.eq(self.clear), store.clear.eq(self.clear),
+                     self.error.eq(error), self.error_addr.eq(Mux(load.error, load.error_addr, store.error_addr)),
+                     self.error_code.eq(Mux(load.error, load.error_code, store.error_code)),
+                     load.base.eq(run_base), load.words.eq(cmd.words), load.word_base.eq(0),
+                     store.base.eq(run_base), store.words.eq(cmd.words), store.word_base.eq(0)]
+
+        # ---- the walker over WORK's banks (STORE_K, STORE_VT) ------------------------------------------
+        bank = Signal(range(pe))
+        inner = Signal(self.local_bits)
+        outer = Signal(self.local_bits)
+        with m.If(store.r_en):
+            m.d.sync += bank.eq(bank + 1)
+            with m.If(bank == pe - 1):
+                m.d.sync += [bank.eq(0), inner.eq(inner + 1)]
+                with m.If(inner == cmd.inner - 1):
+                    m.d.sync += [inner.eq(0), outer.eq(outer + cmd.outer_stride)]
+        run_start = Signal()
+        with m.If(run_start):
+            m.d.sync += [bank.eq(0), inner.eq(0), outer.eq(0)]
+
+        # ---- buffer reads for the store ------------------------------------------------------------------
+        half, bank_q = Signal(), Signal(range(pe))        # of the read in flight
+        with m.If(store.r_en):
+            m.d.sync += [half.eq(store.r_addr[0]), bank_q.eq(bank)]
+        m.d.comb += self.rd_en.eq(store.r_en)
+        w8 = 8 * simd
+        with m.Switch(cmd.kind):
+            with m.Case(Transfer.STORE_X):
+                m.d.comb += [self.rd_addr.eq(store.r_addr >> 1),
+                             store.r_data.eq(Mux(half, self.rd_word[w8:], self.rd_word[:w8]))]
+            with m.Case(Transfer.STORE_Q):
+                m.d.comb += [self.rd_addr.eq(store.r_addr),
+                             store.r_data.eq(Cat(*(self.rd_word.word_select(i, nx.RES_BITS)[:8] for i in range(simd))))]
+            with m.Case(Transfer.STORE_K, Transfer.STORE_VT):
+                m.d.comb += [self.rd_addr.eq(run_local + outer + inner),
+                             store.r_data.eq(self.rd_banks.word_select(bank_q, w8))]
+
+        # ---- buffer writes from the load ---------------------------------------------------------------
+        lw = load.w.payload
+        m.d.comb += [load.w.ready.eq(1), self.wr.valid.eq(load.w.valid)]
+        lower = Const((1 << (simd // 2)) - 1, simd)
+        with m.If(cmd.kind == Transfer.LOAD_Q):
+            m.d.comb += [self.wr.addr.eq(lw.addr), self.wr.en.eq((1 << simd) - 1),
+                         self.wr.data.eq(Cat(*(Cat(b, b[7].replicate(nx.RES_BITS - 8))
+                                               for b in (lw.data.word_select(i, 8) for i in range(simd)))))]
+        with m.Else():
+            m.d.comb += [self.wr.addr.eq(lw.addr >> 1), self.wr.data.eq(Cat(lw.data, lw.data)),
+                         self.wr.en.eq(Mux(lw.addr[0], lower << (simd // 2), lower))]
+
+        # ---- runs ---------------------------------------------------------------------------------------
+        running = Signal()
+        with m.FSM(name="mover"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [cmd.eq(self.cmd), run_base.eq(self.cmd.base), run_local.eq(self.cmd.local),
+                                 runs_left.eq(self.cmd.runs)]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += running.eq(1)
+                with m.If((runs_left == 0) | (cmd.words == 0) | error | self.cancel):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += [run_start.eq(1), load.start.eq(is_load), store.start.eq(~is_load)]
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                m.d.comb += running.eq(1)
+                with m.If(~load.busy & ~store.busy):
+                    m.d.sync += [runs_left.eq(runs_left - 1), run_base.eq(run_base + cmd.step),
+                                 run_local.eq(run_local + cmd.local_step)]
+                    m.next = "RUN"
+        m.d.comb += self.busy.eq(running | load.busy | store.busy)
+        return m

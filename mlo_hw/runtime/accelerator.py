@@ -1,0 +1,327 @@
+"""The host runtime's one API: an engine built by ``python -m mlo_hw.elaborate``, on any backend.
+
+    acc = Accelerator("build/bert_tiny", backend="sim")     # or "golden", LiteXBackend(...), PynqBackend(...)
+    acc.load_weights()                                      # weights.bin into the engine's DRAM
+    y = acc.run(x, tokens)                                  # int16 [seq_len, hidden] in and out
+    print(acc.profile())                                    # CYCLES / COMPUTE / STALL of the last run
+
+A run writes the input into DRAM, programs WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE, LAYERS and TOKENS
+(offsets from the build's ``regs.json``), sets CTRL.start with CTRL.irq_enable, waits for the interrupt or
+STATUS.done/error, and reads the output back. A run that ends with ERROR raises :class:`DeviceError`
+naming ERROR_CODE's fields and ERROR_ADDR (and what lives there); no DONE or ERROR within the timeout
+raises :class:`DeviceTimeout` naming the timeout and STATUS's bits. After either, the engine is soft-reset
+so that the next run starts clean. Bad arguments raise :class:`RuntimeInputError` (one line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cli import BadInput
+from ..model.quantize import DRAM_DTYPE, dram_bytes, from_dram
+from ..model.weight_image import layout
+from ..perf import layer_bound
+from .backend import Backend, BackendUnavailable
+from .build import BuildFolder
+
+__all__ = ["Accelerator", "DeviceError", "DeviceTimeout", "RuntimeInputError", "Profile", "ProfileRow", "BACKENDS",
+           "make_backend"]
+
+
+class RuntimeInputError(BadInput):
+    """A bad argument to the runtime (one line naming it)."""
+
+
+class DeviceError(RuntimeError):
+    """A run ended with STATUS.error."""
+
+    def __init__(self, message: str, status: int, code: int, fields: list[str], addr: int | None):
+        super().__init__(message)
+        self.status, self.code, self.fields, self.addr = status, code, fields, addr
+
+
+class DeviceTimeout(DeviceError):
+    """No DONE or ERROR within the timeout."""
+
+
+@dataclass
+class ProfileRow:
+    layers: range               # the layers this row covers
+    cycles: int                 # CYCLES: clock cycles while busy (input load to output store)
+    compute: int                # COMPUTE_CYCLES: the MAC array busy
+    stall: int                  # STALL_CYCLES: compute waiting for DRAM
+    bytes_read: int             # BYTES_READ
+
+    @property
+    def label(self) -> str:
+        r = self.layers
+        return f"layer {r.start}" if len(r) == 1 else f"layers {r.start}..{r.stop - 1}"
+
+
+@dataclass
+class Profile:
+    """The counters of the last run: one row per layer (``run(..., per_layer=True)``) or one for the stack.
+    ``phases``: where the backend can see the engine's phases (the simulation), per engine run (``run``: its
+    index) and per (``layer``, ``op``) as the engine counts them (``layer`` from 0 in each engine run, the
+    output store after the last layer at ``layer`` = LAYERS; ``op``: ``mlo_hw.hw.layer_engine.Op``) the
+    ``cycles`` spent there and the ``compute`` and ``stall`` cycles among them; else None."""
+    backend: str
+    clock_mhz: float
+    rows: list[ProfileRow]
+    has_clock: bool = True
+    phases: list[dict] | None = field(default=None, repr=False)
+
+    @property
+    def cycles(self) -> int:
+        return sum(r.cycles for r in self.rows)
+
+    def __str__(self) -> str:
+        if not self.has_clock:
+            return f"{self.backend} backend: no clock, no counters ({len(self.rows)} runs)"
+        lines = [f"{'':12} {'cycles':>10} {'compute':>10} {'stall':>10} {'util':>6} {'bytes read':>11} {'ms':>8}"]
+        for r in self.rows + ([ProfileRow(range(self.rows[0].layers.start, self.rows[-1].layers.stop),
+                                          *(sum(getattr(x, k) for x in self.rows)
+                                            for k in ("cycles", "compute", "stall", "bytes_read")))]
+                              if len(self.rows) > 1 else []):
+            util = r.compute / r.cycles if r.cycles else 0.0
+            lines.append(f"{r.label:12} {r.cycles:10d} {r.compute:10d} {r.stall:10d} {util:6.1%} {r.bytes_read:11d} "
+                         f"{r.cycles / self.clock_mhz / 1000:8.3f}")
+        return "\n".join(lines)
+
+
+def _golden(**kw):
+    from .golden import GoldenBackend
+    return GoldenBackend(**kw)
+
+
+def _sim(**kw):
+    from .sim import SimBackend
+    return SimBackend(**kw)
+
+
+def _litex(**kw):
+    from .litex import LiteXBackend
+    return LiteXBackend(**kw)
+
+
+def _pynq(**kw):
+    from .pynq import PynqBackend
+    return PynqBackend(**kw)
+
+
+BACKENDS = {"golden": _golden, "sim": _sim, "litex": _litex, "pynq": _pynq}
+
+
+def make_backend(backend, **options) -> Backend:
+    """A backend instance from a name in :data:`BACKENDS` (with its options) or an instance."""
+    if isinstance(backend, Backend):
+        if options:
+            raise RuntimeInputError(f"backend options {sorted(options)} given with a backend instance")
+        return backend
+    if backend not in BACKENDS:
+        raise RuntimeInputError(f"backend: expected one of {', '.join(BACKENDS)} or a Backend, got {backend!r}")
+    try:
+        return BACKENDS[backend](**options)
+    except TypeError as e:
+        raise RuntimeInputError(f"backend {backend}: {e}") from None
+
+
+class Accelerator:
+    """One engine on one backend (see the module docstring). Use as a context manager, or call
+    :meth:`close`."""
+
+    def __init__(self, build_dir, backend="golden", **options):
+        self.build = BuildFolder.load(build_dir)
+        self.cfg, self.regs = self.build.cfg, self.build.regs
+        self.backend = make_backend(backend, **options)
+        self.backend.open(self.build)
+        try:
+            self._check_id()
+            act, weights = self.build.act_bytes, layout(self.cfg).total_bytes
+            self.weight_base = self.backend.alloc(weights)
+            self.act_bases = (self.backend.alloc(act), self.backend.alloc(act))
+            # a plan with activations in DRAM: the engine's scratch (SCRATCH_BYTES, 4 KiB aligned; 0 on chip)
+            scratch = int(self.regs.registers["SCRATCH_BYTES"]["reset"]) if "SCRATCH_BYTES" in self.regs.registers else 0
+            self.scratch = (self.backend.alloc(scratch), scratch) if scratch else None
+            self._check_addresses()
+        except BaseException:
+            self.backend.close()
+            raise
+        self.weights_loaded = False
+        self._profile: Profile | None = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.backend.close()
+
+    # ---- registers -------------------------------------------------------------------------------
+    def read(self, name: str) -> int:
+        return self.backend.read_reg(self.regs.offset(name))
+
+    def write(self, name: str, value: int) -> None:
+        self.backend.write_reg(self.regs.offset(name), value)
+
+    def _check_id(self):
+        want = int(self.regs.registers["ID"]["reset"])
+        got = self.read("ID")
+        if got != want:
+            raise BackendUnavailable(f"{self.backend.name} backend: no engine answers: ID reads {got:#010x}, "
+                                     f"expected {want:#010x} ({self.regs.source})")
+
+    def _check_addresses(self):
+        bits, act = self.cfg.memory.axi_addr_bits, self.build.act_bytes
+        for what, base, size in (("weights", self.weight_base, len(self.build.weights)),
+                                 ("activations", self.act_bases[0], act), ("activations", self.act_bases[1], act),
+                                 *((("scratch", *self.scratch),) if self.scratch else ())):
+            if base + size > 1 << bits:
+                raise BackendUnavailable(f"{self.backend.name} backend: {what} at {base:#x} are beyond the engine's "
+                                         f"{bits}-bit AXI address space (memory.axi_addr_bits)")
+
+    def _set_base(self, name: str, addr: int):
+        self.write(f"{name}_LO", addr & 0xFFFFFFFF)
+        if addr >> 32:
+            self.write(f"{name}_HI", addr >> 32)
+
+    # ---- host side -------------------------------------------------------------------------------
+    def quantize_input(self, x) -> np.ndarray:
+        """Float layer-0 input [seq_len, hidden] -> the int16 values :meth:`run` takes."""
+        return self.build.quantize_input(x)
+
+    def dequantize_output(self, y) -> np.ndarray:
+        return self.build.dequantize_output(y)
+
+    def default_timeout(self, layers: int) -> float:
+        """Seconds: 20 times the analytical bound of ``layers`` layers at ``target.clock_mhz``, plus 1 ms
+        and the backend's own latency."""
+        return 20 * layer_bound(self.cfg) * layers / (self.cfg.target.clock_mhz * 1e6) + 1e-3 + \
+            self.backend.host_latency_s
+
+    # ---- runs ------------------------------------------------------------------------------------
+    def load_weights(self) -> None:
+        """Write ``weights.bin`` at the weight base (every run reads it from there)."""
+        self.backend.write_dram(self.weight_base, self.build.weights)
+        self.weights_loaded = True
+
+    def _check_x(self, x, tokens, layers):
+        seq, hidden, n = self.cfg.model.seq_len, self.cfg.model.hidden, self.cfg.model.layers
+        a = np.asarray(x)
+        if a.shape != (seq, hidden):
+            raise RuntimeInputError(f"x: expected shape ({seq}, {hidden}) [seq_len, hidden] of config "
+                                    f"{self.cfg.name}, got {a.shape}")
+        if a.dtype.kind not in "iu":
+            raise RuntimeInputError(f"x: expected integers (the int16 residual stream; quantize_input() turns "
+                                    f"floats into it), got dtype {a.dtype}")
+        info = np.iinfo(DRAM_DTYPE)
+        if a.size and (a.min() < info.min or a.max() > info.max):
+            raise RuntimeInputError(f"x: values {a.min()}..{a.max()} outside int16 [{info.min}, {info.max}]")
+        tokens = seq if tokens is None else tokens
+        if isinstance(tokens, (bool, np.bool_)) or not isinstance(tokens, (int, np.integer)) or not 1 <= tokens <= seq:
+            raise RuntimeInputError(f"tokens: expected an integer 1..{seq} (valid tokens of the padded input), "
+                                    f"got {tokens!r}")
+        layers = n if layers is None else layers
+        if isinstance(layers, (bool, np.bool_)) or not isinstance(layers, (int, np.integer)) or not 1 <= layers <= n:
+            raise RuntimeInputError(f"layers: expected an integer 1..{n}, got {layers!r}")
+        return a, int(tokens), int(layers)
+
+    def run(self, x, tokens: int | None = None, *, layers: int | None = None, per_layer: bool = False,
+            timeout: float | None = None) -> np.ndarray:
+        """Run the first ``layers`` layers (default all) on the int16 input ``x`` [seq_len, hidden] with
+        ``tokens`` valid tokens (default seq_len; keys beyond are masked); returns the int16 output
+        [seq_len, hidden] (as int64). ``per_layer``: one engine run per layer (LAYERS = 1, the weight base
+        advanced by the layer stride, the activations ping-ponged in DRAM), so that :meth:`profile` has a
+        row per layer. ``timeout``: seconds of the device's time per engine run (default
+        :meth:`default_timeout`)."""
+        x, tokens, layers = self._check_x(x, tokens, layers)
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise RuntimeInputError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        if not self.weights_loaded:
+            self.load_weights()
+        a, b = self.act_bases
+        self.backend.write_dram(a, dram_bytes(x))
+        stride = self.build.layer_stride
+        steps = [(l, 1) for l in range(layers)] if per_layer else [(0, layers)]
+        rows, phases = [], []
+        for i, (first, count) in enumerate(steps):
+            row, ph = self.execute(self.weight_base + first * stride, a, b, count, tokens,
+                                   timeout if timeout is not None else self.default_timeout(count))
+            rows.append(ProfileRow(range(first, first + count), *row))
+            phases += [dict(p, run=i) for p in ph or ()]
+            a, b = b, a
+        self._profile = Profile(self.backend.name, self.cfg.target.clock_mhz, rows, self.backend.has_clock,
+                                phases or None)
+        return from_dram(self.backend.read_dram(a, self.build.act_bytes), self.cfg.model.seq_len,
+                         self.cfg.model.hidden)
+
+    def execute(self, weight_base: int, input_base: int, output_base: int, layers: int, tokens: int,
+                timeout: float):
+        """One engine run on data already in DRAM (the register sequence of :meth:`run`): returns the
+        counters (cycles, compute, stall, bytes_read) and the backend's per-phase profile (or None)."""
+        status = self.read("STATUS")
+        if status & self.regs.bit("STATUS", "busy"):
+            self.reset()
+        for name, addr in (("WEIGHT_BASE", weight_base), ("INPUT_BASE", input_base), ("OUTPUT_BASE", output_base)):
+            self._set_base(name, addr)
+        if self.scratch:
+            self._set_base("SCRATCH_BASE", self.scratch[0])
+        self.write("LAYERS", layers)
+        self.write("TOKENS", tokens)
+        self.backend.phase_profile_begin()
+        self.write("CTRL", self.regs.bit("CTRL", "irq_enable") | self.regs.bit("CTRL", "start"))
+        finished = self.backend.wait(timeout)
+        status = self.read("STATUS")
+        if status & self.regs.bit("STATUS", "error"):
+            code = self.read("ERROR_CODE")
+            addr = self.read("ERROR_ADDR_LO") | (self.read("ERROR_ADDR_HI") << 32)
+            fields = self.regs.set_fields("ERROR_CODE", code)
+            self.reset()
+            resp = {2: "SLVERR", 3: "DECERR"}.get(self.regs.decode("ERROR_CODE", code)["rresp"])
+            what = ", ".join(f"rresp={resp}" if f == "rresp" and resp else f for f in fields)
+            where = "" if fields == ["bad_tokens"] else f" ERROR_ADDR {addr:#x}{self._where(addr)}"
+            raise DeviceError(f"engine ERROR: ERROR_CODE {code:#x} ({what or 'no field set'}){where} "
+                              f"[{self.backend.name} backend]", status, code, fields, addr)
+        if not status & self.regs.bit("STATUS", "done"):
+            bits = ", ".join(self.regs.set_fields("STATUS", status)) or "none"
+            self.reset()
+            raise DeviceTimeout(f"engine timeout: no DONE or ERROR within {timeout:g} s "
+                                f"({'the interrupt never came' if not finished else 'the interrupt came without DONE'}); "
+                                f"STATUS {status:#x} (set: {bits}) [{self.backend.name} backend]",
+                                status, 0, [], None)
+        counters = tuple(self.read(n) for n in ("CYCLES", "COMPUTE_CYCLES", "STALL_CYCLES", "BYTES_READ"))
+        self.write("STATUS", self.regs.bit("STATUS", "done"))          # W1C: the interrupt drops
+        return counters, self.backend.phase_profile()
+
+    def _where(self, addr: int) -> str:
+        """What the runtime keeps at a DRAM address (for error messages)."""
+        lay, act = layout(self.cfg), self.build.act_bytes
+        if self.weight_base <= addr < self.weight_base + lay.total_bytes:
+            layer, off = divmod(addr - self.weight_base, lay.stride)
+            sec = next((s.name for s in lay.sections if s.offset <= off < s.offset + s.bytes), "padding")
+            return f" (weights: layer {layer} section {sec}, offset {off:#x})"
+        for i, base in enumerate(self.act_bases):
+            if base <= addr < base + act:
+                return f" (activation buffer {i}, byte {addr - base})"
+        return " (outside the runtime's buffers)"
+
+    def reset(self, timeout: float = 1e-3) -> None:
+        """CTRL.soft_reset, then wait until STATUS.busy drops (the bursts in flight drained)."""
+        self.write("CTRL", self.regs.bit("CTRL", "soft_reset"))
+        busy = self.regs.bit("STATUS", "busy")
+        for _ in range(100):
+            if not self.read("STATUS") & busy:
+                return
+            self.backend.pause(timeout / 100)
+        raise DeviceTimeout(f"engine busy after a soft reset (STATUS {self.read('STATUS'):#x}) "
+                            f"[{self.backend.name} backend]", self.read("STATUS"), 0, [], None)
+
+    def profile(self) -> Profile:
+        """The counters of the last :meth:`run` (per layer if it ran with ``per_layer=True``)."""
+        if self._profile is None:
+            raise RuntimeInputError("profile: no run yet (call run() first)")
+        return self._profile

@@ -1,0 +1,152 @@
+"""The golden backend: the engine as a register-level model around the integer golden model.
+
+It has a DRAM (sparse, 4 KiB pages, any address) and the register file of ``regs.json`` (reset values,
+RW fields stored, W1C/W1P as documented in ``docs/registers.md``). Writing CTRL.start runs what the
+registers describe, as the engine does: TOKENS checked (outside 1..seq_len: ERROR with
+ERROR_CODE.bad_tokens and no run), the input base, the weight base and the output base checked in the
+order the engine issues them (not a multiple of the AXI beat: ERROR with ERROR_CODE.bad_command and
+ERROR_ADDR the base; nothing after it happens, so a bad output base leaves the output untouched), then
+LAYERS layers decoded from the weight image in DRAM at WEIGHT_BASE (``weight_image.image_layers``), the
+int16 input read at INPUT_BASE, :func:`mlo_hw.model.golden.int_stack` with keys TOKENS.. masked, and the
+int16 output written at OUTPUT_BASE; then STATUS.done. Nothing is taken from anywhere but the DRAM and
+the registers, so a run here and a run on the RTL see the same bytes.
+
+It has no clock: CYCLES, COMPUTE_CYCLES, STALL_CYCLES and BYTES_READ read 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..model.golden import int_stack
+from ..model.quantize import dram_bytes, from_dram
+from ..model.weight_image import image_layers, layout
+from .backend import PAGE, Backend
+
+__all__ = ["GoldenBackend"]
+
+
+class GoldenBackend(Backend):
+    name = "golden"
+    has_clock = False
+
+    def __init__(self, dram_base: int = 0, dram_size: int = 1 << 32):
+        super().__init__(dram_base, dram_size)
+        self.pages: dict[int, bytearray] = {}
+        self.values: dict[str, int] = {}
+
+    def open(self, build) -> None:
+        super().open(build)
+        self.regs = build.regs
+        self.by_offset = {int(r["offset"]): r for r in self.regs.registers.values()}
+        self.values = {name: int(r["reset"]) for name, r in self.regs.registers.items()}
+
+    # ---- DRAM ------------------------------------------------------------------------------------
+    def write_dram(self, addr: int, data: bytes) -> None:
+        data = memoryview(bytes(data))
+        while data:
+            page, off = divmod(addr, PAGE)
+            n = min(PAGE - off, len(data))
+            self.pages.setdefault(page, bytearray(PAGE))[off:off + n] = data[:n]
+            addr, data = addr + n, data[n:]
+
+    def read_dram(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        while n:
+            page, off = divmod(addr, PAGE)
+            k = min(PAGE - off, n)
+            out += self.pages.get(page, bytes(PAGE))[off:off + k]
+            addr, n = addr + k, n - k
+        return bytes(out)
+
+    # ---- registers -------------------------------------------------------------------------------
+    def _reg(self, offset: int) -> dict:
+        if offset not in self.by_offset:
+            raise ValueError(f"golden backend: no register at offset {offset:#x} (the engine answers SLVERR)")
+        return self.by_offset[offset]
+
+    def _set(self, reg: str, field: str, value: int):
+        mask = self.regs.bit(reg, field)
+        lsb = (mask & -mask).bit_length() - 1
+        self.values[reg] = (self.values[reg] & ~mask) | ((value << lsb) & mask)
+
+    def _get(self, reg: str, field: str = "value") -> int:
+        mask = self.regs.bit(reg, field)
+        return (self.values[reg] & mask) >> ((mask & -mask).bit_length() - 1)
+
+    def read_reg(self, offset: int) -> int:
+        r = self._reg(offset)
+        return self.values[r["name"]] & 0xFFFFFFFF
+
+    def write_reg(self, offset: int, value: int) -> None:
+        r = self._reg(offset)
+        name = r["name"]
+        pulses = []
+        for f in r["fields"]:
+            v = (value >> f["lsb"]) & ((1 << f["width"]) - 1)
+            if f["access"] == "RW":
+                self._set(name, f["name"], v)
+            elif f["access"] == "W1C" and v:
+                self._set(name, f["name"], 0)
+            elif f["access"] == "W1P" and v:
+                pulses.append(f["name"])
+        if "soft_reset" in pulses:
+            self._clear_run_state(error=False)
+        if "start" in pulses and not self._get("STATUS", "busy"):
+            self._clear_run_state(error=True)
+            self._run()
+
+    def _clear_run_state(self, error: bool):
+        self._set("STATUS", "done", 0)
+        for c in ("CYCLES", "COMPUTE_CYCLES", "STALL_CYCLES", "BYTES_READ"):
+            self.values[c] = 0
+        if error:
+            self._set("STATUS", "error", 0)
+            self.values["ERROR_CODE"] = 0
+
+    def _error(self, field: str, addr: int | None = None):
+        self._set("STATUS", "error", 1)
+        self._set("ERROR_CODE", field, 1)
+        if addr is not None:
+            self.values["ERROR_ADDR_LO"] = addr & 0xFFFFFFFF
+            self.values["ERROR_ADDR_HI"] = addr >> 32
+
+    def _base(self, name: str) -> int:
+        return self.values[f"{name}_LO"] | (self.values.get(f"{name}_HI", 0) << 32)
+
+    def _scratch_bad(self, tokens) -> bool:
+        """The engine's START check of a DRAM-tiled plan's scratch: 4 KiB aligned, overlapping neither the weight
+        image (the configured layers) nor the input or the output."""
+        cfg = self.build.cfg
+        size = self.values.get("SCRATCH_BYTES", 0)
+        if not size:
+            return False
+        sb = self._base("SCRATCH_BASE")
+        io = cfg.model.seq_len * cfg.model.hidden * 2
+        regions = ((self._base("WEIGHT_BASE"), layout(cfg).total_bytes), (self._base("INPUT_BASE"), io),
+                   (self._base("OUTPUT_BASE"), io))
+        return sb % 4096 != 0 or any(sb < b + n and b < sb + size for b, n in regions)
+
+    # ---- the run ---------------------------------------------------------------------------------
+    def _run(self):
+        cfg = self.build.cfg
+        seq, hidden, beat = cfg.model.seq_len, cfg.model.hidden, cfg.axi_data_bytes
+        tokens, layers = self._get("TOKENS"), self._get("LAYERS")
+        if not 1 <= tokens <= seq:
+            return self._error("bad_tokens")
+        if self._scratch_bad(tokens):
+            return self._error("bad_scratch")
+        if layers == 0:
+            raise ValueError("golden backend: LAYERS = 0 is not modelled")
+        for base in ("INPUT_BASE", "WEIGHT_BASE", "OUTPUT_BASE"):       # the order the engine issues them
+            if self._base(base) % beat:
+                return self._error("bad_command", self._base(base))
+        lay = layout(cfg)
+        run_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, layers=layers))
+        image = self.read_dram(self._base("WEIGHT_BASE"), lay.stride * layers)
+        x = from_dram(self.read_dram(self._base("INPUT_BASE"), self.build.act_bytes), seq, hidden)
+        y = int_stack(x, image_layers(run_cfg, image), np.arange(seq) < tokens, cfg.model.heads)
+        self.write_dram(self._base("OUTPUT_BASE"), dram_bytes(y))
+        self._set("STATUS", "done", 1)

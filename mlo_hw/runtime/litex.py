@@ -1,0 +1,117 @@
+"""The LiteX backend: an engine in a LiteX SoC, reached over Etherbone (UDP) or the UART bridge through
+``litex_server`` and LiteX's ``RemoteClient`` (``litex.tools.litex_client``).
+
+    litex_server --udp --udp-ip 192.168.1.50          # or: litex_server --uart --uart-port /dev/ttyUSB1
+    acc = Accelerator(build, backend="litex", csr_csv="csr.csv", regs_base=0x8300_0000)
+
+``RemoteClient`` moves 32-bit words on the SoC's bus: ``read(addr, length)``, ``write(addr, words)``. The
+address map is a parameter, because it is the SoC's:
+
+- ``regs_base``: the bus address of the engine's AXI4-Lite register window (default: the memory region
+  named ``regs_region`` in ``csr_csv``);
+- ``dram_bus_base``: the bus address at which the host sees the DRAM the engine reads (default: the
+  ``main_ram`` region of ``csr_csv``); ``dram_device_base``: the engine's AXI address of that same byte
+  (default 0: the engine's master on LiteDRAM's port, which starts at 0); ``dram_size`` (default: the
+  ``main_ram`` region's size). A DRAM byte at engine address ``a`` is at bus address
+  ``dram_bus_base + a - dram_device_base``.
+
+Waiting polls STATUS (timeouts in wall time). ``litex`` is imported when the backend opens; it missing, or
+no ``litex_server`` listening, is one line (:class:`~mlo_hw.runtime.backend.BackendUnavailable`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import Backend, BackendUnavailable
+
+__all__ = ["LiteXBackend"]
+
+CHUNK_WORDS = 255       # an Etherbone record counts its reads/writes in 8 bits
+
+
+class LiteXBackend(Backend):
+    name = "litex"
+    host_latency_s = 2.0
+
+    def __init__(self, host: str = "localhost", port: int = 1234, csr_csv: str | None = None,
+                 regs_base: int | None = None, regs_region: str = "mlo", dram_bus_base: int | None = None,
+                 dram_device_base: int = 0, dram_size: int | None = None):
+        super().__init__(dram_device_base, dram_size or 0)
+        self.host, self.port, self.csr_csv = host, port, csr_csv
+        self.regs_base, self.regs_region = regs_base, regs_region
+        self.dram_bus_base = dram_bus_base
+        self.client = None
+
+    def _region(self, name: str, what: str):
+        mems = getattr(self.client, "mems", None)
+        region = getattr(mems, name, None) if mems is not None else None
+        if region is None:
+            raise BackendUnavailable(f"litex backend: {what}: give it, or a csr_csv with a memory region "
+                                     f"named {name!r}")
+        return region
+
+    def open(self, build) -> None:
+        try:
+            from litex.tools.litex_client import RemoteClient
+        except ImportError:
+            raise BackendUnavailable("litex backend: litex is not installed (pip install litex)") from None
+        try:
+            self.client = RemoteClient(host=self.host, port=self.port, csr_csv=self.csr_csv)
+        except (OSError, ValueError, KeyError) as e:
+            raise BackendUnavailable(f"litex backend: cannot read csr_csv {self.csr_csv}: {e}") from None
+        if self.regs_base is None:
+            self.regs_base = self._region(self.regs_region, "regs_base").base
+        if self.dram_bus_base is None:
+            self.dram_bus_base = self._region("main_ram", "dram_bus_base").base
+        if not self.dram_size:
+            self.dram_size = self._region("main_ram", "dram_size").size
+        try:
+            self.client.open()
+        except OSError as e:
+            self.client = None
+            raise BackendUnavailable(f"litex backend: cannot reach litex_server at {self.host}:{self.port} "
+                                     f"({e.strerror or e}); start litex_server --udp or --uart first") from None
+        super().open(build)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    # ---- DRAM: 32-bit words over the bridge -------------------------------------------------------
+    def _bus(self, addr: int) -> int:
+        return self.dram_bus_base + addr - self.dram_base
+
+    def _read_words(self, bus_addr: int, count: int) -> list[int]:
+        words = []
+        for i in range(0, count, CHUNK_WORDS):
+            n = min(CHUNK_WORDS, count - i)
+            got = self.client.read(bus_addr + 4 * i, length=n)
+            words += list(got)
+        return words
+
+    def write_dram(self, addr: int, data: bytes) -> None:
+        head, end = addr % 4, addr + len(data)
+        lo, hi = addr - head, -(-end // 4) * 4
+        buf = bytearray(hi - lo)
+        if head or end % 4:           # keep the bytes beside an unaligned region
+            buf[:4] = self.read_dram(lo, 4)
+            buf[-4:] = self.read_dram(hi - 4, 4)
+        buf[head:head + len(data)] = data
+        words = np.frombuffer(bytes(buf), "<u4").tolist()
+        for i in range(0, len(words), CHUNK_WORDS):
+            self.client.write(self._bus(lo) + 4 * i, words[i:i + CHUNK_WORDS])
+
+    def read_dram(self, addr: int, n: int) -> bytes:
+        head = addr % 4
+        count = -(-(head + n) // 4)
+        raw = np.asarray(self._read_words(self._bus(addr - head), count), "<u4").tobytes()
+        return raw[head:head + n]
+
+    # ---- registers -------------------------------------------------------------------------------
+    def write_reg(self, offset: int, value: int) -> None:
+        self.client.write(self.regs_base + offset, value & 0xFFFFFFFF)
+
+    def read_reg(self, offset: int) -> int:
+        return int(self.client.read(self.regs_base + offset))
