@@ -309,7 +309,8 @@ def synthesize(design: Design, part: str, jobs: int | None = None) -> Utilizatio
     t0 = time.perf_counter()
     jobs = jobs or min(len(design.parts), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {n: pool.submit(synth_verilog, v, top) for n, (v, top) in design.parts.items()}
+        futures = {n: pool.submit(synth_verilog, v, top, extra=BLOCK_SYNTH_EXTRA.get(n, ""))
+                   for n, (v, top) in design.parts.items()}
         results = {n: f.result() for n, f in futures.items()}
     return Utilization(part, design, results, time.perf_counter() - t0)
 
