@@ -151,7 +151,7 @@ DRAM_OUTPUTS = {"rd_beats": 32, "wr_beats": 32, "rd_bursts": 32, "wr_bursts": 32
 def sim_top_verilog(cfg, engine: LayerEngine) -> str:
     """``sim_top``: the engine's AXI4 master on ``axi_dram``; every other engine port, the DRAM model's
     control inputs and its counters are ports of ``sim_top``."""
-    ap = AxiParams.from_config(cfg)
+    ap = engine.axi
     members = engine.signature.members
     ports, decls, conns = ["clk", "rst"], ["  input clk", "  input rst"], [".clk(clk)", ".rst(rst)"]
     wires, dram_conns = [], []
