@@ -102,17 +102,22 @@ class Sequencer:
                           c.local_step.eq(local_step), c.inner.eq(inner), c.outer_stride.eq(outer_stride)]
 
     # ---- state families -----------------------------------------------------------------------------
+    def tile_wait_state(self, o, then: str):
+        """``o``'s next tile is not in the tile buffer yet: a DMA stall."""
+        m, d = self.m, self.d
+        with m.State(f"{o.name}_TILE_WAIT"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.stall.eq(~d.ws.tile_ready)]
+            with m.If(d.ws.tile_ready):
+                m.next = then
+            self.abort()
+
     def matrix_states(self, o, then):
         """A weight matrix: per tile, wait for it, latch its bias/mult, issue the job (all block rows), and
         release the bank once the MVAU has read its last weight word (the last tile: once every result is
         written); then ``then()``."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
         cols, name, cmd = self.mat_cols[o], o.name, d.mvau.cmd.payload
-        with m.State(f"{name}_TILE_WAIT"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.stall.eq(~d.ws.tile_ready)]
-            with m.If(d.ws.tile_ready):
-                m.next = f"{name}_LATCH"
-            self.abort()
+        self.tile_wait_state(o, f"{name}_LATCH")
         with m.State(f"{name}_LATCH"):
             # the tile's bias/mult into the free parameter set (the previous job may still read the other)
             m.d.comb += [d.op.eq(o), d.busy.eq(1), d.tparams.latch.eq(1)]
@@ -152,11 +157,7 @@ class Sequencer:
         m, d, g, Op = self.m, self.d, self.g, self.Op
         S, R, cmd = g.seq, g.rows, d.mvau.cmd.payload
         if g.tiled:
-            with m.State(f"{o.name}_TILE_WAIT"):
-                m.d.comb += [d.op.eq(o), d.busy.eq(1), d.stall.eq(~d.ws.tile_ready)]
-                with m.If(d.ws.tile_ready):
-                    m.next = f"{o.name}_JOB"
-                self.abort()
+            self.tile_wait_state(o, f"{o.name}_JOB")
         with m.State(f"{o.name}_JOB"):
             m.d.comb += [d.op.eq(o), d.busy.eq(1), d.mvau.cmd.valid.eq(1),
                          cmd.col_folds.eq(cols // g.simd), cmd.row_folds.eq(job_rows // g.pe), cmd.vectors.eq(R)]
