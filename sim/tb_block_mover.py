@@ -472,6 +472,7 @@ async def cancel_multi_run(dut):
     await pulse(dut, dut.cancel)
     await b.wait_idle()
     assert not [a for a in b.events("ar") if a >= 0x2000], f"{job}: cancel in run 0; run 1 was read"
+    assert not int(dut.error.value), f"{job}: error after cancel"
     b.x[:] = await b.read_buffer(0)
     for trial in range(6):
         rng = random.Random(1300 + trial)
@@ -484,12 +485,15 @@ async def cancel_multi_run(dut):
         await ClockCycles(dut.clk, rng.randint(1, job.words // 2 + 1))
         await pulse(dut, dut.cancel)
         await b.wait_idle()
+        b.check_busy(job, clean=False)
+        assert not int(dut.error.value), f"{job}: error after cancel"
         lo, hi = job.run_range(0)
         issued = b.events("ar" if kind in LOADS else "aw")
         later = [a for a in issued if not lo <= a < hi]
         assert not later, f"{job}: cancel in run 0; {len(later)} bursts of later runs issued (first at {later[0]:#x})"
         b.dram.shadow[:] = b.dram.wr.read(0, len(b.dram.shadow))
         b.x[:], b.y[:] = await b.read_buffer(0), await b.read_buffer(1)
+        await b.run(b.random_job(rng, kind))        # then a clean transfer
 
 
 @cocotb.test()

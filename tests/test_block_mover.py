@@ -119,7 +119,8 @@ def _top(geo, max_burst=16):
                     "x_words": top.x_words, "bank_words": top.bank_words}
 
 
-TESTS = ["random_transfers", "error_responses", "cancel_single_run", "zero_words_and_busy", "corruption_is_detected"]
+TESTS = ["random_transfers", "error_responses", "cancel_single_run", "cancel_multi_run", "zero_words_and_busy",
+         "corruption_is_detected"]
 
 
 def _run(geo, tests, **sweep):
@@ -141,13 +142,6 @@ def test_block_mover_sweep(geo):
     """Three times the transfers, errors and cancels of the default test from other seeds; also a 128-bit bus
     and bert_tiny's hidden size."""
     _run(geo, TESTS, trials=3, seed0=10000)
-
-
-@pytest.mark.xfail(strict=True, reason="BlockMover: a cancel pulse (the engine's soft reset) during run 0 of a "
-                                        "several-run transfer cancels only that run; the FSM goes WAIT -> RUN and "
-                                        "starts run 1 (RUN checks cancel only in its own cycle)")
-def test_block_mover_cancel_stops_later_runs():
-    _run("small", ["cancel_multi_run"])
 
 
 @pytest.mark.slow
