@@ -264,7 +264,8 @@ class Bench:
         job.base = near_page(rng, (runs - 1) * job.step + words * SIMD)
         for s in range(rows):                                      # ResultWriter's K placement
             for cw in range(h // SIMD):
-                job.work[(s % PE, k_local + (s // PE) * (h // SIMD) + cw)] = k[s, cw * SIMD:(cw + 1) * SIMD].astype(np.int8).tobytes()
+                job.work[(s % PE, k_local + (s // PE) * (h // SIMD) + cw)] = \
+                    k[s, cw * SIMD:(cw + 1) * SIMD].astype(np.int8).tobytes()
         for hh in range(runs):                                     # tiled_stack's K_h run of the block
             job.expect.append(pack_tile_weights(k[:, hh * dh:(hh + 1) * dh], PE, SIMD).astype(np.int8)
                               .tobytes()[:words * SIMD])

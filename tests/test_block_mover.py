@@ -76,7 +76,8 @@ class MoverTop(wiring.Component):
             m.submodules[("x", "y")[i]] = mem
             w, r = mem.write_port(granularity=nx.RES_BITS), mem.read_port()
             with m.If(self.bd_we):
-                m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data), w.en.eq(Mux(self.bd_sel == i, (1 << simd) - 1, 0))]
+                m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data),
+                             w.en.eq(Mux(self.bd_sel == i, (1 << simd) - 1, 0))]
             with m.Else():
                 m.d.comb += [w.addr.eq(mover.wr.addr), w.data.eq(mover.wr.data),
                              w.en.eq(Mux(mover.wr.valid & (route == load), mover.wr.en, 0))]
