@@ -112,8 +112,9 @@ def _engine():
     from mlo_hw.hw.regs import AXIL_ADDR_BITS
     from sim.runner import to_verilog
     cfg = formal_config()
-    p = AxiParams.from_config(cfg)
-    v = to_verilog(EngineTop(cfg), "engine_top")
+    top = EngineTop(cfg)
+    p = top.engine.axi
+    v = to_verilog(top, "engine_top")
     return "engine_top.v", v, {"AW": p.addr_bits, "DW": p.data_bits, "IW": p.id_bits, "LW": AXIL_ADDR_BITS,
                                "MAXBURST": p.max_burst_beats - 1, "LGQ": 3}
 

@@ -55,17 +55,26 @@ def _pad(t, rows, seq_len):
     return out
 
 
+def _block(cfg) -> int:
+    """Token rows per block of the engine's plan (the padded sequence when every activation stays on chip)."""
+    from mlo_hw.plan import plan
+    return plan(cfg).block
+
+
 def expected(cfg, trace: dict, seq_len: int) -> dict:
-    """One layer's golden tensors as the engine streams them: name -> (values, valid mask), flat."""
+    """One layer's golden tensors as the engine streams them: name -> (values, valid mask), flat. A weight
+    matrix's results come block by block (the DRAM-tiled engine's token blocks; one block on chip); every other
+    tensor in row order."""
     S, H, TR, DH = cfg.seq_padded, cfg.model.hidden, cfg.folding.tile_rows, cfg.head_dim
+    B = _block(cfg)
     row_ok = np.arange(S) < seq_len
     exp = {}
 
     def matrix(t):
         rows = t.shape[1]
-        # for tile, for token s, the tile's channels (nf, p) in order
-        vals = _pad(t, S, seq_len).reshape(S, rows // TR, TR).transpose(1, 0, 2).reshape(-1)
-        ok = np.broadcast_to(row_ok[None, :, None], (rows // TR, S, TR)).reshape(-1)
+        # per block, for tile, for token s of the block, the tile's channels (nf, p) in order
+        vals = _pad(t, S, seq_len).reshape(S // B, B, rows // TR, TR).transpose(0, 2, 1, 3).reshape(-1)
+        ok = np.broadcast_to(row_ok.reshape(S // B, 1, B, 1), (S // B, rows // TR, B, TR)).reshape(-1)
         return vals, ok
 
     for name in ("q", "k", "v", "attn_out", "ffn_up", "ffn_down"):
@@ -86,41 +95,45 @@ def expected(cfg, trace: dict, seq_len: int) -> dict:
 
 
 def observed(cfg, tr: Trace, layers: int) -> list[dict]:
-    """Per layer, name -> the values the engine produced (flat, in stream order)."""
-    S, H, heads = cfg.seq_padded, cfg.model.hidden, cfg.model.heads
-    obs = [dict() for _ in range(layers)]
-    head = {}
+    """Per layer, name -> the values the engine produced (flat, in stream order; the DRAM-tiled engine's blocks
+    one after another, each head's attention tensors gathered over the blocks)."""
+    S, H, heads, B = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, _block(cfg)
+    parts = [dict() for _ in range(layers)]
+
+    def add(layer, name, vals):
+        parts[layer].setdefault(name, []).append(vals)
+    count = {}
     for a, b in _runs(tr.mvau[:, :2]):
         layer, op = int(tr.mvau[a, 0]), Op(int(tr.mvau[a, 1]))
         if layer >= layers:
             continue
         vals = tr.mvau[a:b, 2:].reshape(-1)
         if op in MATRIX_NAMES:
-            obs[layer][MATRIX_NAMES[op]] = vals
+            add(layer, MATRIX_NAMES[op], vals)
         elif op in (Op.SCORES, Op.PV):
-            h = head.get((layer, op), 0)
-            head[layer, op] = h + 1
-            obs[layer][f"{'scores' if op == Op.SCORES else 'ctx'}.h{h}"] = vals
+            c = count.get((layer, op), 0)
+            count[layer, op] = c + 1
+            add(layer, f"{'scores' if op == Op.SCORES else 'ctx'}.h{c % heads}", vals)
     for a, b in _runs(tr.probs[:, :1]):
         layer = int(tr.probs[a, 0])
         if layer < layers:
             probs = tr.probs[a:b, 1]
-            for h in range(heads):
-                obs[layer][f"probs.h{h}"] = probs[h * S * S:(h + 1) * S * S]
+            for c in range(-(-len(probs) // (B * S))):         # per block, per head: B rows of S keys
+                add(layer, f"probs.h{c % heads}", probs[c * B * S:(c + 1) * B * S])
     for a, b in _runs(tr.ln[:, :2]):
         layer, op = int(tr.ln[a, 0]), Op(int(tr.ln[a, 1]))
         if layer >= layers:
             continue
         lane, vals = tr.ln[a:b, 2], tr.ln[a:b, 3]
-        # row r comes from LayerNorm lane r % LN_LANES, in row order within a lane
+        # a block's row r comes from LayerNorm lane r % LN_LANES, in row order within a lane
         per_lane = [vals[lane == i] for i in range(LN_LANES)]
-        if all(len(v) == len(range(i, S, LN_LANES)) * H for i, v in enumerate(per_lane)):
-            rows = np.zeros((S, H), dtype=np.int64)
+        if all(len(v) == len(range(i, B, LN_LANES)) * H for i, v in enumerate(per_lane)):
+            rows = np.zeros((B, H), dtype=np.int64)
             for i, v in enumerate(per_lane):
                 rows[i::LN_LANES] = v.reshape(-1, H)
             vals = rows.reshape(-1)
-        obs[layer]["ln1" if op == Op.LN1 else "out"] = vals
-    return obs
+        add(layer, "ln1" if op == Op.LN1 else "out", vals)
+    return [{name: np.concatenate(v) for name, v in p.items()} for p in parts]
 
 
 def first_difference(cfg, traces: list[dict], obs: list[dict], seq_len: int):

@@ -44,7 +44,7 @@ from .engine_check import Trace
 from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin
 
 __all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
-           "HDL"]
+           "HDL", "small_tiled_config"]
 
 HDL = Path(__file__).resolve().parent / "hdl"
 ENGINE_MODULE = "mlo_engine_traced"
@@ -125,6 +125,15 @@ class DramMap:
         return cls(inp, out, weights, scratch, 1 << (end - 1).bit_length())
 
 
+def small_tiled_config(seq: int = 64, budget: float = 9.5):
+    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36 budget leaves
+    blocks of 32 rows (two per pass)."""
+    from mlo_hw.config import load_config
+    from mlo_hw.hw.layer_engine import with_seq_len
+    cfg = load_config("small")
+    return with_seq_len(dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=budget)), seq)
+
+
 def _width(member) -> int:
     return Shape.cast(member.shape).width
 
@@ -142,7 +151,7 @@ DRAM_OUTPUTS = {"rd_beats": 32, "wr_beats": 32, "rd_bursts": 32, "wr_bursts": 32
 def sim_top_verilog(cfg, engine: LayerEngine) -> str:
     """``sim_top``: the engine's AXI4 master on ``axi_dram``; every other engine port, the DRAM model's
     control inputs and its counters are ports of ``sim_top``."""
-    ap = AxiParams.from_config(cfg)
+    ap = engine.axi
     members = engine.signature.members
     ports, decls, conns = ["clk", "rst"], ["  input clk", "  input rst"], [".clk(clk)", ".rst(rst)"]
     wires, dram_conns = [], []

@@ -80,7 +80,7 @@ def test_engine_mutant_caught(mutant):
 
 @pytest.mark.slow
 def test_engine_bmc_deep():
-    """Depth 22: before the drain fix (ReadPortSwitch, busy until drained) this failed at step 20 on
+    """Depth 22: before the drain fix (a port handed over only when quiet, busy until drained) this failed at step 20 on
     a_ar_attr_stable (a START after a soft reset switched the read port under a pending AR)."""
     _passes("engine")
 

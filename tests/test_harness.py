@@ -11,7 +11,7 @@ from mlo_hw.model.golden import int_stack
 from mlo_hw.model.quantize import build_model, random_inputs
 from mlo_hw.model.weight_image import layout
 from sim.engine_check import check_run
-from sim.harness import EngineSim, Run
+from sim.harness import EngineSim, Run, small_tiled_config
 
 
 @pytest.fixture(scope="module")
@@ -138,15 +138,6 @@ def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
     assert sum(p["cycles"] for p in ideal.profile) >= ideal.cycles
 
 
-def small_tiled_config(seq: int = 64, budget: float = 9.5):
-    """The small config forced through the DRAM-tiled schedule: at 64 tokens a 9.5 BRAM36 budget leaves blocks of
-    32 rows (two per pass)."""
-    import dataclasses
-    from mlo_hw.hw.layer_engine import with_seq_len
-    cfg = load_config("small")
-    return with_seq_len(dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=budget)), seq)
-
-
 @pytest.fixture(scope="module")
 def small_tiled():
     from mlo_hw.plan import plan
@@ -166,21 +157,24 @@ def _check_output(cfg, sim, r, x, tokens, layers):
 
 def test_small_config_through_dram_tiled_activations_bit_exact_under_random_stalls_and_ddr3(small_tiled):
     """Activations in DRAM: two passes over two token blocks per layer, Q/K/V^T and the residual stream through
-    scratch DRAM, K_h/V_h^T streamed back as tiles; bit exact with the golden model for full and padded inputs,
-    one and two layers, random stalls on all five channels, the DDR3 timing model."""
+    scratch DRAM, K_h/V_h^T streamed back as tiles; bit exact with the golden model tensor by tensor (the trace
+    gathered block by block) and in DRAM, for full and padded inputs, one and two layers, random stalls on all
+    five channels, the DDR3 timing model."""
     cfg, sim = small_tiled
     rng = random.Random(5)
     cases = [(2, 64, 0.0, "ideal"), (2, 64 - 37, 0.3, "ideal"), (1, rng.randint(1, 31), 0.5, "ideal"),
              (2, rng.randint(33, 63), 0.2, "ddr3")]
-    runs = [Run(_input(cfg, sim.model, 200 + i), tokens, layers, trace=False) for i, (layers, tokens, _, _) in
-            enumerate(cases)]
-    for i, ((layers, tokens, stall, memory), run) in enumerate(zip(cases, runs)):
-        r = sim.run_many([run], stall=stall, memory=memory, seed=i + 1)[0]
-        _check_output(cfg, sim, r, run.x, tokens, layers)
+    for i, (layers, tokens, stall, memory) in enumerate(cases):
+        x = _input(cfg, sim.model, 200 + i)
+        r, want, traces = _run_and_check(cfg, sim, x, tokens, layers, seed=i + 1, stall=stall, memory=memory)
         assert r.stats["wr_beats"] > 2 * cfg.model.seq_len * cfg.model.hidden // cfg.axi_data_bytes  # scratch
-        with pytest.raises(AssertionError, match="output in DRAM differs"):       # negative check
-            r.output[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
-            _check_output(cfg, sim, r, run.x, tokens, layers)
+        bad = r.output.copy()                                                     # negative checks
+        bad[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
+        with pytest.raises(AssertionError, match="output in DRAM differs"):
+            check_run(cfg, bad, want, traces, r.trace, cfg.model.seq_len, layers)
+        r.trace.mvau[rng.randrange(len(r.trace.mvau)), 2] += 1                    # a tensor on chip
+        with pytest.raises(AssertionError, match=r"layer \d tensor \S+ differs"):
+            check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, layers)
 
 
 def test_dram_tiled_scratch_errors_stop_the_run_and_a_bad_scratch_base_is_refused(small_tiled):

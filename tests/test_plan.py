@@ -75,13 +75,20 @@ def test_a_budget_forces_the_tiled_path_and_its_traffic_is_the_executed_schedule
     assert p.activations_written == 3 * s * h + 2 * s * h
 
 
-def test_the_engine_refuses_a_tiled_plan_with_one_line():
+def test_the_engine_is_built_for_the_plan_and_its_buffers_fit_the_budget():
+    """A tiled plan builds the DRAM-tiled engine at the plan's block size, and the engine's own memories (word
+    width x depth, counted like the planner's) fit the budget the plan was made for."""
     from mlo_hw.hw.layer_engine import LayerEngine
+    from mlo_hw.perf import bram36
     cfg = _cfg("small", budget=9.5, seq_len=64)
-    with pytest.raises(ConfigError) as e:
-        LayerEngine(cfg)
-    msg = str(e.value)
-    assert "\n" not in msg and "activations in DRAM" in msg and "on-chip engine only" in msg
+    p, eng = plan(cfg), LayerEngine(cfg)
+    assert p.mode == "tiled" and (eng.g.rows, eng.g.blocks) == (p.block, p.blocks)
+    g = eng.g
+    x_y = 2 * bram36(16 * g.simd, g.words(g.rows * g.hidden))
+    work = g.pe * bram36(8 * g.simd, g.work_words // g.pe)
+    probs = bram36(8 * g.simd, g.words(g.rows * g.seq))
+    planned = {b.name: b.bram36 for b in p.buffers}
+    assert x_y <= planned["x"] + planned["y"] and work <= planned["work"] and probs <= planned["p"]
 
 
 def test_a_config_that_fits_no_way_is_rejected_with_the_numbers():

@@ -368,3 +368,28 @@ def test_the_embedding_example_on_the_sim_backend_is_bit_exact(tmp_path):
                  hide_model=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.splitlines()[-1] == "sentence_embedding: backend=sim sentences=2 bit_exact=2/2"
+
+
+def test_a_dram_tiled_plan_gets_scratch_and_both_backends_agree(tmp_path):
+    """A config whose plan keeps activations in DRAM (the small config at 64 tokens with a 9.5 BRAM36 budget): the
+    runtime gives the engine SCRATCH_BYTES of scratch, both backends give the same bits, and a scratch base
+    that overlaps the weights is refused by both with ERROR_CODE.bad_scratch."""
+    from sim.harness import small_tiled_config
+    cfg = small_tiled_config()
+    out = tmp_path / "small_tiled"
+    out.mkdir()
+    write_build(cfg, out)
+    model = build_model(cfg)[1]
+    x = _inputs(cfg, model, 21, 1)[0]
+    with Accelerator(out, backend="golden") as g, Accelerator(out, backend="sim", stall=0.3, seed=2) as s:
+        assert g.scratch and s.scratch and g.scratch[1] == s.scratch[1] > 0
+        for acc in (g, s):
+            acc.load_weights()
+        yg, ys = g.run(x, 40), s.run(x, 40)
+        assert np.array_equal(yg[:40], ys[:40])
+        want = int_stack(x, model.layers, np.arange(cfg.model.seq_len) < 40, cfg.model.heads)
+        assert np.array_equal(ys[:40], want[:40])
+        for acc in (g, s):
+            acc.scratch = (acc.weight_base, acc.scratch[1])
+            with pytest.raises(DeviceError, match="bad_scratch"):
+                acc.run(x, 40)

@@ -1,4 +1,4 @@
-"""AXI plumbing for the engine's top level: a read arbiter, a read-port switch and the aclk/aresetn wrapper.
+"""AXI plumbing for the engine's top level: a read arbiter and the aclk/aresetn wrapper.
 
 :class:`ReadArbiter` merges the AR/R channels of ``n`` AXI4 read masters (slave ports
 ``s0_axi_*``, ``s1_axi_*`` ...) onto one master port ``m_axi_*``.
@@ -18,10 +18,8 @@ of every burst it issued without waiting for another master: ReadDma behind a co
 space before issuing (WeightStreamer claims a tile bank first) or that always drains
 (the activation reader feeding on-chip buffers) qualifies.
 
-:class:`ReadPortSwitch` lets two read masters that work one after the other (the engine's input
-reader, then its weight DMA) take turns on one read port without an ID bit or a register stage: the
-port is handed over only when no AR is valid on it and no burst is outstanding, so an AR on the port
-never changes before it is accepted and every R beat reaches the master that asked for it.
+:class:`ReadArbiter` is how the engine's weight streamer and activation mover share the port (both in
+flight at once: in the DRAM-tiled schedule a block load overlaps the weight prefetch).
 
 :class:`AxiTop` wraps a design that uses the ``sync`` domain into a top level with ``aclk`` and
 ``aresetn`` (active low, synchronous) and otherwise the design's own flat ports (``m_axi_*``,
@@ -38,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AxiParams, axi_read_master_members
 
-__all__ = ["ReadArbiter", "ReadPortSwitch", "AxiTop", "flipped_members"]
+__all__ = ["ReadArbiter", "AxiTop", "flipped_members"]
 
 
 def flipped_members(members: dict) -> dict:
@@ -117,70 +115,6 @@ class ReadArbiter(wiring.Component):
             ]
             rready = rready | (mine & self._slave(i, "rready"))
         m.d.comb += self.m_axi_rready.eq(rready)
-        return m
-
-
-class ReadPortSwitch(wiring.Component):
-    """Two AXI4 read masters taking turns on one AXI4 read port.
-
-    Ports: ``s0_axi_ar*``/``s0_axi_r*`` and ``s1_axi_ar*``/``s1_axi_r*`` (slave side, one per master)
-    and ``m_axi_ar*``/``m_axi_r*`` (the port), all with the same :class:`~mlo_hw.hw.axi.AxiParams`; IDs
-    pass through unchanged. ``sel`` (In): the master that should own the port. ``owner`` (Out): the
-    master that owns it in this cycle. ``outstanding`` (Out): bursts accepted on the port whose RLAST
-    beat has not been accepted yet. ``idle`` (Out): neither master has ``arvalid`` high and no burst is
-    outstanding.
-
-    The owner's AR and R channels are wired straight through (no register, no latency); the other
-    master sees ``arready`` and ``rvalid`` low, so its AR waits. Ownership moves to ``sel`` in the
-    same cycle when the port is quiet (the owner of the previous cycle has ``arvalid`` low and no burst
-    is outstanding) and stays put otherwise. Hence an AR on the port is never replaced before it is
-    accepted (AXI A3.2.1) and, as all outstanding bursts belong to the owner, every R beat goes to the
-    master that issued its burst. R beats are forwarded only while a burst is outstanding (a stray
-    beat is neither passed on nor accepted). The masters together keep at most ``max_bursts`` bursts
-    outstanding (e.g. :class:`~mlo_hw.hw.weight_dma.ReadDma`'s ``outstanding``).
-    """
-
-    def __init__(self, p: AxiParams, max_bursts: int = 16):
-        if max_bursts < 1:
-            raise ValueError(f"max_bursts: expected at least 1 burst in flight, got {max_bursts}")
-        self.p, self.max_bursts = p, max_bursts
-        members = {}
-        for i in range(2):
-            members.update(flipped_members(axi_read_master_members(p, prefix=f"s{i}_axi")))
-        members.update(axi_read_master_members(p))
-        members.update({"sel": In(1), "owner": Out(1), "outstanding": Out(range(max_bursts + 1)), "idle": Out(1)})
-        super().__init__(members)
-
-    def elaborate(self, platform):
-        m = Module()
-        s = [{name[len("m_axi_"):]: getattr(self, name.replace("m_axi", f"s{i}_axi"))
-              for name in axi_read_master_members(self.p)} for i in range(2)]
-        port = {name[len("m_axi_"):]: getattr(self, name) for name in axi_read_master_members(self.p)}
-
-        owner_q = Signal()              # the owner of the previous cycle
-        quiet = (self.outstanding == 0) & ~Mux(owner_q, s[1]["arvalid"], s[0]["arvalid"])
-        m.d.comb += self.owner.eq(Mux(quiet, self.sel, owner_q))
-        m.d.sync += owner_q.eq(self.owner)
-        m.d.comb += self.idle.eq((self.outstanding == 0) & ~s[0]["arvalid"] & ~s[1]["arvalid"])
-
-        bursts = self.outstanding != 0
-        for name, member in axi_read_master_members(self.p).items():
-            ch = name[len("m_axi_"):]
-            if ch == "rready":                  # the owner's, while a burst is outstanding
-                m.d.comb += port[ch].eq(bursts & Mux(self.owner, s[1][ch], s[0][ch]))
-            elif member.flow == Out:            # AR: the owner's
-                m.d.comb += port[ch].eq(Mux(self.owner, s[1][ch], s[0][ch]))
-            elif ch in ("arready", "rvalid"):   # handshakes: the owner's only
-                gate = bursts if ch == "rvalid" else 1
-                for i in range(2):
-                    m.d.comb += s[i][ch].eq(port[ch] & gate & (self.owner == i))
-            else:                               # R payload: to both (qualified by rvalid)
-                for i in range(2):
-                    m.d.comb += s[i][ch].eq(port[ch])
-
-        accepted = port["arvalid"] & port["arready"]
-        finished = port["rvalid"] & port["rready"] & port["rlast"]
-        m.d.sync += self.outstanding.eq(self.outstanding + accepted - finished)
         return m
 
 

@@ -142,6 +142,9 @@ class Accelerator:
             act, weights = self.build.act_bytes, layout(self.cfg).total_bytes
             self.weight_base = self.backend.alloc(weights)
             self.act_bases = (self.backend.alloc(act), self.backend.alloc(act))
+            # a plan with activations in DRAM: the engine's scratch (SCRATCH_BYTES, 4 KiB aligned; 0 on chip)
+            scratch = int(self.regs.registers["SCRATCH_BYTES"]["reset"]) if "SCRATCH_BYTES" in self.regs.registers else 0
+            self.scratch = (self.backend.alloc(scratch), scratch) if scratch else None
             self._check_addresses()
         except BaseException:
             self.backend.close()
@@ -175,7 +178,8 @@ class Accelerator:
     def _check_addresses(self):
         bits, act = self.cfg.memory.axi_addr_bits, self.build.act_bytes
         for what, base, size in (("weights", self.weight_base, len(self.build.weights)),
-                                 ("activations", self.act_bases[0], act), ("activations", self.act_bases[1], act)):
+                                 ("activations", self.act_bases[0], act), ("activations", self.act_bases[1], act),
+                                 *((("scratch", *self.scratch),) if self.scratch else ())):
             if base + size > 1 << bits:
                 raise BackendUnavailable(f"{self.backend.name} backend: {what} at {base:#x} are beyond the engine's "
                                          f"{bits}-bit AXI address space (memory.axi_addr_bits)")
@@ -264,6 +268,8 @@ class Accelerator:
             self.reset()
         for name, addr in (("WEIGHT_BASE", weight_base), ("INPUT_BASE", input_base), ("OUTPUT_BASE", output_base)):
             self._set_base(name, addr)
+        if self.scratch:
+            self._set_base("SCRATCH_BASE", self.scratch[0])
         self.write("LAYERS", layers)
         self.write("TOKENS", tokens)
         self.backend.phase_profile_begin()

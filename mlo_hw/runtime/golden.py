@@ -116,6 +116,19 @@ class GoldenBackend(Backend):
     def _base(self, name: str) -> int:
         return self.values[f"{name}_LO"] | (self.values.get(f"{name}_HI", 0) << 32)
 
+    def _scratch_bad(self, tokens) -> bool:
+        """The engine's START check of a DRAM-tiled plan's scratch: 4 KiB aligned, overlapping neither the weight
+        image (the configured layers) nor the input or the output."""
+        cfg = self.build.cfg
+        size = self.values.get("SCRATCH_BYTES", 0)
+        if not size:
+            return False
+        sb = self._base("SCRATCH_BASE")
+        io = cfg.model.seq_len * cfg.model.hidden * 2
+        regions = ((self._base("WEIGHT_BASE"), layout(cfg).total_bytes), (self._base("INPUT_BASE"), io),
+                   (self._base("OUTPUT_BASE"), io))
+        return sb % 4096 != 0 or any(sb < b + n and b < sb + size for b, n in regions)
+
     # ---- the run ---------------------------------------------------------------------------------
     def _run(self):
         cfg = self.build.cfg
@@ -123,6 +136,8 @@ class GoldenBackend(Backend):
         tokens, layers = self._get("TOKENS"), self._get("LAYERS")
         if not 1 <= tokens <= seq:
             return self._error("bad_tokens")
+        if self._scratch_bad(tokens):
+            return self._error("bad_scratch")
         if layers == 0:
             raise ValueError("golden backend: LAYERS = 0 is not modelled")
         for base in ("INPUT_BASE", "WEIGHT_BASE", "OUTPUT_BASE"):       # the order the engine issues them

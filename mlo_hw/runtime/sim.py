@@ -110,14 +110,19 @@ class SimBackend(Backend):
             self._died()
 
     def _reply(self, keyword: str) -> list[str]:
+        return self._reply_words((keyword,))
+
+    def _reply_words(self, keywords) -> list[str]:
+        """The harness's next output line, split; it must start with one of ``keywords``."""
         line = self.proc.stdout.readline()
         if not line:
             self._died()
         words = line.split()
         if words and words[0] in ("error", "protocol_error"):
             raise RuntimeError(f"sim backend: the harness stopped: {line.strip()}")
-        if not words or words[0] != keyword:
-            raise RuntimeError(f"sim backend: expected '{keyword} ...' from the harness, got {line.strip()!r}")
+        if not words or words[0] not in keywords:
+            raise RuntimeError(f"sim backend: expected '{' or '.join(keywords)} ...' from the harness, got "
+                               f"{line.strip()!r}")
         return words
 
     def _sync(self) -> None:
@@ -171,14 +176,7 @@ class SimBackend(Backend):
         self._send(f"wait {max(1, math.ceil(seconds * self.build.cfg.target.clock_mhz * 1e6))}")
 
     def _reply_any(self, keywords) -> tuple[str, int]:
-        line = self.proc.stdout.readline()
-        if not line:
-            self._died()
-        words = line.split()
-        if words and words[0] in ("error", "protocol_error"):
-            raise RuntimeError(f"sim backend: the harness stopped: {line.strip()}")
-        if not words or words[0] not in keywords:
-            raise RuntimeError(f"sim backend: unexpected harness output {line.strip()!r}")
+        words = self._reply_words(keywords)
         return words[0], int(words[1])
 
     # ---- extras ----------------------------------------------------------------------------------

@@ -54,7 +54,8 @@ class BlockMover(wiring.Component):
     Interface:
         start (pulse) with ``cmd`` (:func:`mover_command_layout`); ``busy`` until the last run's last word is in
         the buffer (loads) or its last B response is in (stores); a run of 0 words moves nothing.
-        cancel (soft reset: the AXI side completes what is in flight), clear (clears ``error``).
+        cancel (soft reset: the AXI side completes what is in flight; no further run of the transfer starts),
+        clear (clears ``error``).
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
         is started after an error.
         Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or the same bank-local word of every WORK
@@ -150,15 +151,18 @@ class BlockMover(wiring.Component):
 
         # ---- runs ---------------------------------------------------------------------------------------
         running = Signal()
+        cancelled = Signal()            # since the transfer's start: no further run
+        with m.If(self.cancel):
+            m.d.sync += cancelled.eq(1)
         with m.FSM(name="mover"):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [cmd.eq(self.cmd), run_base.eq(self.cmd.base), run_local.eq(self.cmd.local),
-                                 runs_left.eq(self.cmd.runs)]
+                                 runs_left.eq(self.cmd.runs), cancelled.eq(self.cancel)]
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
-                with m.If((runs_left == 0) | (cmd.words == 0) | error | self.cancel):
+                with m.If((runs_left == 0) | (cmd.words == 0) | error | self.cancel | cancelled):
                     m.next = "IDLE"
                 with m.Else():
                     m.d.comb += [run_start.eq(1), load.start.eq(is_load), store.start.eq(~is_load)]

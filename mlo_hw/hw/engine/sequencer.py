@@ -1,0 +1,459 @@
+"""The layer engine's sequencer: one FSM whose state names the phase and its step.
+
+:class:`Sequencer` writes the FSM of :class:`~mlo_hw.hw.layer_engine.LayerEngine` into the engine's module. It
+drives the datapath's components through their start/command ports (the MVAU's job stream, the activation
+operand, the result writer, the tile parameter latch, the parameter copier, the LayerNorm lanes, the activation
+mover, the weight streamer's tile and parameter handshakes) and watches their progress counters; ``op`` (which
+every datapath multiplexer selects on), ``busy``, ``stall`` and ``done`` are decoded from the state. The states,
+per layer (``docs/engine.md``, ``docs/tiling.md``)::
+
+    IDLE -> LOAD (on chip) or FETCH (tiled) -> HEADER_WAIT -> HEADER_READ -> Q_PARAMS
+    on chip:  Q, K, V -> per head SCORES, PV -> O -> LN1 -> FFN_UP -> FFN_DOWN -> LN2 -> (next layer | STORE)
+    tiled:    pass 1 per block: P1_LOAD_X, Q, K, V, P1_STORE_Q/K/VT
+              pass 2 per block: P2_LOAD_Q, P2_LOAD_X, per head SCORES, PV (K_h/V_h^T tiles), O, LN1, FFN_UP,
+              FFN_DOWN, LN2, P2_STORE_X -> (next layer | IDLE)
+
+A weight matrix is four states per tile (``*_TILE_WAIT``, ``*_LATCH``, ``*_JOB``, ``*_WAIT``); CTRL.soft_reset,
+a weight read error or an activation transfer error abandons the run in any state (the blocks are flushed; the
+AXI masters complete what is in flight).
+
+It is a generator, not a component: it runs inside ``LayerEngine.elaborate`` on the handles the datapath
+exposes (``d``, a namespace built there) so that each job's handshake is written once, next to its state.
+"""
+
+from __future__ import annotations
+
+from amaranth import Mux, Signal
+
+from ...model.tiled import scratch_layout
+from ..buffers import PARAM_SECTIONS
+from ...model.weight_image import HEADER_FIELDS
+from .block_mover import Transfer
+from .param_copier import CopyKind
+from .result_writer import Placement
+
+__all__ = ["Sequencer"]
+
+
+class Sequencer:
+    """The engine's FSM (module docstring), written into ``m`` over the datapath handles ``d``."""
+
+    def __init__(self, m, d, cfg, g, ops):
+        self.m, self.d, self.cfg, self.g, self.Op = m, d, cfg, g, ops
+        Op, H, I = ops, g.hidden, g.inter
+        self.mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
+        self.mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
+        self.mat_shift = {Op.Q: "q_shift", Op.K: "k_shift", Op.V: "v_shift", Op.O: "o_shift",
+                          Op.FFN_UP: "ffn_up_shift", Op.FFN_DOWN: "ffn_down_shift"}
+        self.dst_cols = {Op.Q: H, Op.PV: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
+        self.placement = {Op.Q: Placement.ROWS16, Op.K: Placement.K, Op.V: Placement.VT, Op.O: Placement.ROWS16,
+                          Op.FFN_UP: Placement.ROWS8, Op.FFN_DOWN: Placement.ROWS16}
+        self.tile = Signal(range(max(I, H) // g.tile_rows + 1), name="tile")
+        self.tiles = Signal.like(self.tile, name="tiles")
+        self.head = Signal(range(g.heads + 1), name="head")
+        self.hdr_idx = Signal(range(len(HEADER_FIELDS) + 2), name="hdr_idx")
+        self.expected = Signal.like(d.writer.count, name="expected")
+
+    # ---- small actions (combinational in the current state) ------------------------------------------
+    def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
+        w = self.d.writer
+        c = w.cfg
+        self.m.d.comb += [w.start.eq(1), c.placement.eq(where), c.beats.eq(beats), c.row_step.eq(row_step),
+                          c.chan_word.eq(chan_word), c.base.eq(base), c.tiles.eq(tiles)]
+
+    def operand_command(self, base, stride, n_words, narrowed=False, shift_base=0):
+        c = self.d.operand.cmd
+        self.m.d.comb += [c.base.eq(base), c.stride.eq(stride), c.words.eq(n_words), c.vectors.eq(self.g.rows),
+                          c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
+
+    def start_matrix(self, o):
+        m, d, g = self.m, self.d, self.g
+        m.d.sync += [self.tile.eq(0), self.tiles.eq(self.mat_rows[o] // g.tile_rows - 1),
+                     self.expected.eq(g.rows * self.mat_rows[o] // g.pe)]
+        m.d.comb += d.tparams.clear.eq(1)
+        self.start_writer(self.placement[o], g.tile_rows // g.pe, g.words(self.dst_cols.get(o, g.hidden)),
+                          base=d.F_BASE if o == self.Op.FFN_UP else 0, tiles=1)
+        m.next = f"{o.name}_TILE_WAIT"
+
+    def abandon(self):
+        # the blocks are reset now and at the next start; the AXI masters drain what is in flight
+        self.m.d.comb += self.d.flush.eq(1)
+        self.m.next = "IDLE"
+
+    def abort(self):
+        # an AXI error on the weights or the activations, or a soft reset, abandons the run
+        d = self.d
+        with self.m.If(d.regs.soft_reset | d.ws.error | d.mover.error):
+            self.abandon()
+
+    def request_copy(self, kind):
+        self.m.d.comb += [self.d.copier.request.eq(1), self.d.copier.kind.eq(kind)]
+
+    def wait_for_copy(self):
+        # a phase waiting for its parameter copy: a DMA stall only while the section is not in from DRAM
+        self.m.d.comb += [self.d.busy.eq(1), self.d.stall.eq(self.d.copier.waiting)]
+
+    def transfer(self, kind, base, n_words, runs=1, step=0, local=0, local_step=0, inner=1, outer_stride=0):
+        d = self.d
+        c = d.mover.cmd
+        # (not when the run is abandoned in this cycle; ws.error is stale while START clears it)
+        self.m.d.comb += [d.mover.start.eq(~(d.regs.soft_reset | (d.ws.error & ~d.regs.start))), c.kind.eq(kind),
+                          c.base.eq(base), c.words.eq(n_words), c.runs.eq(runs), c.step.eq(step), c.local.eq(local),
+                          c.local_step.eq(local_step), c.inner.eq(inner), c.outer_stride.eq(outer_stride)]
+
+    # ---- state families -----------------------------------------------------------------------------
+    def tile_wait_state(self, o, then: str):
+        """``o``'s next tile is not in the tile buffer yet: a DMA stall."""
+        m, d = self.m, self.d
+        with m.State(f"{o.name}_TILE_WAIT"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.stall.eq(~d.ws.tile_ready)]
+            with m.If(d.ws.tile_ready):
+                m.next = then
+            self.abort()
+
+    def matrix_states(self, o, then):
+        """A weight matrix: per tile, wait for it, latch its bias/mult, issue the job (all block rows), and
+        release the bank once the MVAU has read its last weight word (the last tile: once every result is
+        written); then ``then()``."""
+        m, d, g, Op = self.m, self.d, self.g, self.Op
+        cols, name, cmd = self.mat_cols[o], o.name, d.mvau.cmd.payload
+        self.tile_wait_state(o, f"{name}_LATCH")
+        with m.State(f"{name}_LATCH"):
+            # the tile's bias/mult into the free parameter set (the previous job may still read the other)
+            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.tparams.latch.eq(1)]
+            with m.If(d.tparams.latched):
+                m.next = f"{name}_JOB"
+            self.abort()
+        with m.State(f"{name}_JOB"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.mvau.cmd.valid.eq(1),
+                         cmd.col_folds.eq(cols // g.simd), cmd.row_folds.eq(g.tile_rows // g.pe),
+                         cmd.vectors.eq(g.rows), cmd.shift.eq(d.hdr[self.mat_shift[o]]), cmd.raw.eq(0),
+                         cmd.act_unsigned.eq(o == Op.FFN_DOWN),      # uint8 GELU codes
+                         cmd.wide.eq(o in (Op.O, Op.FFN_DOWN))]     # int16 residual stream
+            self.operand_command(d.CTX_BASE if o == Op.O else 0, g.words(cols), g.words(cols),
+                                 narrowed=o in (Op.Q, Op.K, Op.V, Op.FFN_UP),
+                                 shift_base=g.words(g.hidden) if o == Op.FFN_UP else 0)
+            with m.If(d.mvau.cmd.ready):
+                m.d.comb += [d.operand.start.eq(1), d.tparams.job.eq(1)]
+                m.d.sync += d.issued.eq(0)
+                m.next = f"{name}_WAIT"
+            self.abort()
+        with m.State(f"{name}_WAIT"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+            with m.If(self.tile != self.tiles):
+                with m.If(d.issued == g.rows * (g.tile_rows // g.pe) * g.words(cols)):
+                    m.d.comb += d.ws.tile_release.eq(1)
+                    m.d.sync += self.tile.eq(self.tile + 1)
+                    m.next = f"{name}_TILE_WAIT"
+            with m.Elif(d.writer.count == self.expected):
+                m.d.comb += d.ws.tile_release.eq(1)
+                m.d.sync += self.tile.eq(self.tile + 1)
+                then()
+            self.abort()
+
+    def attention_states(self, o, job_rows, cols, then):
+        """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h); on chip its weight
+        operand (K_h, V_h^T) is read from WORK, tiled it is a tile of the weight stream."""
+        m, d, g, Op = self.m, self.d, self.g, self.Op
+        S, R, cmd = g.seq, g.rows, d.mvau.cmd.payload
+        if g.tiled:
+            self.tile_wait_state(o, f"{o.name}_JOB")
+        with m.State(f"{o.name}_JOB"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.mvau.cmd.valid.eq(1),
+                         cmd.col_folds.eq(cols // g.simd), cmd.row_folds.eq(job_rows // g.pe), cmd.vectors.eq(R)]
+            if o == Op.SCORES:
+                m.d.comb += cmd.raw.eq(1)
+                self.operand_command(d.head_kword, g.words(g.hidden), g.words(g.head_dim))
+            else:
+                m.d.comb += [cmd.shift.eq(d.hdr["ctx_shift"]), cmd.act_unsigned.eq(1)]
+                self.operand_command(0, g.words(S), g.words(S))
+            with m.If(d.mvau.cmd.ready):
+                m.d.comb += d.operand.start.eq(1)
+                m.d.sync += [d.issued.eq(0), d.p_count.eq(0), d.p_word.eq(0), d.p_lane.eq(0)]
+                if not g.tiled:
+                    a = d.attw.cfg
+                    m.d.comb += [d.attw.start.eq(1), a.cols.eq(g.words(cols)), a.rows.eq(job_rows // g.pe),
+                                 a.base.eq(d.K_LOCAL + d.head_kword if o == Op.SCORES else d.V_LOCAL + d.head_vrow),
+                                 a.stride.eq(g.words(g.hidden) if o == Op.SCORES else g.words(S))]
+                if o == Op.PV:
+                    m.d.sync += self.expected.eq(R * g.head_dim // g.pe)
+                    self.start_writer(Placement.ROWS8, g.head_dim // g.pe, g.words(g.hidden), chan_word=d.head_kword,
+                                      base=d.CTX_BASE)
+                m.next = f"{o.name}_WAIT"
+            self.abort()
+        with m.State(f"{o.name}_WAIT"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+            with m.If((d.p_count == R * S) if o == Op.SCORES else (d.writer.count == self.expected)):
+                if g.tiled:       # every weight word has been read long before the last result
+                    m.d.comb += d.ws.tile_release.eq(1)
+                then()
+            self.abort()
+
+    def first_attention_step(self):
+        self.m.next = "SCORES_TILE_WAIT" if self.g.tiled else "SCORES_JOB"
+
+    def next_head(self):
+        m, d, g = self.m, self.d, self.g
+        m.d.sync += [self.head.eq(self.head + 1), d.head_kword.eq(d.head_kword + g.words(g.head_dim)),
+                     d.head_vrow.eq(d.head_vrow + (g.head_dim // g.pe) * g.words(g.seq))]
+        with m.If(self.head == g.heads - 1):
+            self.start_matrix(self.Op.O)
+            self.request_copy(CopyKind.LN1)
+        with m.Else():
+            self.first_attention_step()
+
+    def to_attention(self):
+        d = self.d
+        self.m.d.sync += [self.head.eq(0), d.head_kword.eq(0), d.head_vrow.eq(0)]
+        self.first_attention_step()
+
+    def params_state(self, o, then):
+        """Once the parameter copy of ``o`` (Q: the narrowing shifts; FFN up: the GELU table) is done, ``then()``."""
+        m, d = self.m, self.d
+        with m.State(f"{o.name}_PARAMS"):
+            m.d.comb += d.op.eq(o)
+            self.wait_for_copy()
+            with m.If(d.copier.done):
+                then()
+            self.abort()
+
+    def layernorm_states(self, o, then):
+        """LayerNorm ``o`` over the block's rows, once its gains and biases (copied during the phase before) are in."""
+        m, d, g = self.m, self.d, self.g
+        with m.State(f"{o.name}_PARAMS"):
+            m.d.comb += d.op.eq(o)
+            self.wait_for_copy()
+            with m.If(d.copier.done):
+                m.d.comb += d.ln_lanes.start.eq(1)
+                if o == self.Op.LN1:
+                    self.request_copy(CopyKind.GELU)
+                m.next = f"{o.name}_RUN"
+            self.abort()
+        with m.State(f"{o.name}_RUN"):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+            with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
+                then()
+            self.abort()
+
+    def transfer_wait(self, name, o, then):
+        """Wait for the mover (busy from the cycle after its start); an error ends the run (ERROR)."""
+        m, d = self.m, self.d
+        with m.State(name):
+            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+            with m.If(d.regs.soft_reset):                # the mover finishes its bursts (cancel)
+                self.abandon()
+            with m.Elif(~d.mover.busy):
+                with m.If(d.mover.error):
+                    self.abandon()
+                with m.Else():
+                    then()
+
+    # ---- the FSM --------------------------------------------------------------------------------------
+    def build(self):
+        m, d, g, Op = self.m, self.d, self.g, self.Op
+        self.blocks_setup()
+        with m.FSM(name="seq"):
+            self.start_states()
+            self.header_states()
+            if g.tiled:
+                self.tiled_states()
+                after_ln2 = self.store_block
+            else:
+                self.params_state(Op.Q, lambda: self.start_matrix(Op.Q))
+                self.matrix_states(Op.Q, lambda: self.start_matrix(Op.K))
+                self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
+                self.matrix_states(Op.V, self.to_attention)
+                after_ln2 = self.end_of_layer
+            self.layer_tail_states(after_ln2)
+
+    def blocks_setup(self):
+        """The block counter's companions: each block's offsets in DRAM, the layer's source and destination."""
+        m, d, g, cfg = self.m, self.d, self.g, self.cfg
+        self.sc = sc = scratch_layout(cfg)
+        addr_bits = len(d.regs.input_base)
+        self.io_words = 2 * g.words(g.tokens * g.hidden)   # byte words of the DRAM input / output (tokens rows)
+        self.block_words = 2 * g.words(g.rows * g.hidden)  # byte words of a block of an int16 [S, H] tensor
+        # the block's byte offset in an int16 [S, H] tensor, in Q [S, H], in a head's K_h and V_h^T runs
+        self.x_off, self.q_off, self.k_off, self.vt_off = (Signal(addr_bits, name=n) for n in
+                                                           ("x_off", "q_off", "k_off", "vt_off"))
+        self.io_left = Signal(range(self.io_words + 1), name="io_left")   # byte words of the input / output from this block on
+        self.io_block = Signal.like(self.io_left, name="io_block")          # byte words of this block inside the input / output
+        self.src, self.dst = Signal(addr_bits, name="src"), Signal(addr_bits, name="dst")   # the layer's input, output
+        self.first_layer, self.last_layer = d.layer == 0, d.layer == d.layers - 1
+        regs = d.regs
+        m.d.comb += [
+            self.src.eq(Mux(self.first_layer, regs.input_base, regs.scratch_base + Mux(d.layer[0], sc.x1, sc.x0))),
+            self.dst.eq(Mux(self.last_layer, regs.output_base, regs.scratch_base + Mux(d.layer[0], sc.x0, sc.x1))),
+            self.io_block.eq(Mux(self.io_left > self.block_words, self.block_words, self.io_left))]
+
+    def start_pass(self, first):
+        m = self.m
+        m.d.sync += [self.d.blk.eq(0), self.x_off.eq(0), self.q_off.eq(0), self.k_off.eq(0), self.vt_off.eq(0),
+                     self.io_left.eq(self.io_words)]
+        m.next = first
+
+    def next_block(self, more, last):
+        m, d, g = self.m, self.d, self.g
+        R, H = g.rows, g.hidden
+        m.d.sync += [d.blk.eq(d.blk + 1), self.x_off.eq(self.x_off + 2 * R * H), self.q_off.eq(self.q_off + R * H),
+                     self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
+                     self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0))]
+        with m.If(d.blk == g.blocks - 1):
+            last()
+        with m.Else():
+            m.next = more
+
+    def end_of_layer(self):
+        m, d = self.m, self.d
+        m.d.sync += d.layer.eq(d.layer + 1)
+        with m.If(self.last_layer):
+            if self.g.tiled:
+                m.d.comb += d.done.eq(1)
+                m.next = "IDLE"
+            else:
+                self.transfer(Transfer.STORE_X, d.regs.output_base, self.io_words)
+                m.next = "STORE"
+        with m.Else():
+            m.next = "HEADER_WAIT"
+
+    def start_states(self):
+        """IDLE (START checks TOKENS and, tiled, the scratch base), then the input load (on chip) or the weight
+        stream's start (tiled, once LAYERS is latched)."""
+        m, d, g, Op = self.m, self.d, self.g, self.Op
+        regs = d.regs
+        with m.State("IDLE"):
+            m.d.comb += d.flush.eq(regs.start | regs.soft_reset)
+            with m.If(regs.start):
+                m.d.sync += [d.tokens.eq(regs.tokens), d.bad_tokens.eq(0), d.bad_scratch.eq(0)]
+                with m.If((regs.tokens == 0) | (regs.tokens > g.tokens)):
+                    m.d.sync += d.bad_tokens.eq(1)
+                with m.Elif(d.scratch_bad):
+                    m.d.sync += d.bad_scratch.eq(1)
+                with m.Else():
+                    m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0)]
+                    if g.tiled:
+                        m.next = "FETCH"
+                    else:
+                        self.transfer(Transfer.LOAD_X, regs.input_base, self.io_words)
+                        m.next = "LOAD"
+        if g.tiled:
+            with m.State("FETCH"):
+                m.d.comb += [d.busy.eq(1), d.ws.start.eq(~regs.soft_reset)]
+                m.next = "HEADER_WAIT"
+        else:
+            def after_input():
+                m.d.comb += d.ws.start.eq(1)
+                m.next = "HEADER_WAIT"
+            self.transfer_wait("LOAD", Op.LOAD, after_input)
+
+    def header_states(self):
+        """The layer's header fields from the parameter store, then the narrowing shifts' copy."""
+        m, d = self.m, self.d
+        with m.State("HEADER_WAIT"):
+            m.d.comb += [d.busy.eq(1), d.stall.eq(1), d.ws.param_addr.eq(0)]
+            m.d.sync += [self.hdr_idx.eq(0), d.scratch_ready.eq(0)]
+            with m.If(d.ws.param_loaded[d.slot][PARAM_SECTIONS.index("header")]):
+                m.next = "HEADER_READ"
+            self.abort()
+        with m.State("HEADER_READ"):
+            m.d.comb += [d.busy.eq(1), d.ws.param_addr.eq(d.pgeo.word("header") + self.hdr_idx)]
+            m.d.sync += self.hdr_idx.eq(self.hdr_idx + 1)
+            with m.Switch(self.hdr_idx):
+                for i, f in enumerate(HEADER_FIELDS):
+                    with m.Case(i + 1):
+                        m.d.sync += d.hdr[f].eq(d.ws.param_data)
+            with m.If(self.hdr_idx == len(HEADER_FIELDS)):
+                # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
+                self.request_copy(CopyKind.NARROW)
+                m.next = "Q_PARAMS"
+            self.abort()
+
+    def tiled_states(self):
+        """Pass 1 per block: X_t in; Q, K, V; Q_t, K_t (a run per head), V_t^T (a run per pe channels) out.
+        Pass 2 per block: Q_t and the residual X_t in; then the attention and the rest (``layer_tail_states``)."""
+        m, d, g, Op = self.m, self.d, self.g, self.Op
+        regs, sc, R, H = d.regs, self.sc, g.rows, g.hidden
+        words = g.words
+        self.params_state(Op.Q, lambda: self.start_pass("P1_LOAD_X"))
+        with m.State("P1_LOAD_X"):
+            m.d.comb += [d.op.eq(Op.LOAD), d.busy.eq(1)]
+            self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
+            m.next = "P1_LOAD_X_WAIT"
+        self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, lambda: self.start_matrix(Op.Q))
+
+        def store_q():
+            self.transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
+            m.next = "P1_STORE_Q"
+
+        def store_k():
+            self.transfer(Transfer.STORE_K, regs.scratch_base + sc.k + self.k_off, words(R * g.head_dim),
+                          runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=words(g.head_dim),
+                          inner=words(g.head_dim), outer_stride=words(H))
+            m.next = "P1_STORE_K"
+
+        def store_vt():
+            self.transfer(Transfer.STORE_VT, regs.scratch_base + sc.vt + self.vt_off, words(R * g.pe),
+                          runs=H // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=words(R), inner=words(R))
+            m.next = "P1_STORE_VT"
+
+        def pass1_done():
+            m.d.sync += d.scratch_ready.eq(1)
+            self.start_pass("P2_LOAD_Q")
+        self.matrix_states(Op.Q, lambda: self.start_matrix(Op.K))
+        self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
+        self.matrix_states(Op.V, store_q)
+        self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k)
+        self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt)
+        self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_LOAD_X", pass1_done))
+
+        with m.State("P2_LOAD_Q"):
+            m.d.comb += [d.op.eq(Op.LOAD_Q), d.busy.eq(1)]
+            self.transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
+            m.next = "P2_LOAD_Q_WAIT"
+
+        def load_residual():
+            self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
+            m.next = "P2_LOAD_X_WAIT"
+        self.transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual)
+        self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, self.to_attention)
+        self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_LOAD_Q", self.end_of_layer))
+
+    def store_block(self):
+        """Tiled: after LN2, the block's output rows to the next layer's input (or the output)."""
+        self.transfer(Transfer.STORE_X, self.dst + self.x_off,
+                      Mux(self.last_layer, self.io_block, self.block_words))
+        self.m.next = "P2_STORE_X"
+
+    def layer_tail_states(self, after_ln2):
+        """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2, then ``after_ln2()``; on chip also
+        the output store after the last layer."""
+        m, d, g, Op = self.m, self.d, self.g, self.Op
+
+        def to_pv():
+            m.next = "PV_TILE_WAIT" if g.tiled else "PV_JOB"
+
+        def to_ln1():
+            m.next = "LN1_PARAMS"
+
+        def to_ffn_up():
+            m.next = "FFN_UP_PARAMS"
+
+        def to_ffn_down():
+            self.start_matrix(Op.FFN_DOWN)
+            self.request_copy(CopyKind.LN2)
+
+        def to_ln2():
+            m.next = "LN2_PARAMS"
+        self.attention_states(Op.SCORES, g.seq, g.head_dim, to_pv)
+        self.attention_states(Op.PV, g.head_dim, g.seq, self.next_head)
+        self.matrix_states(Op.O, to_ln1)
+        self.layernorm_states(Op.LN1, to_ffn_up)
+        self.params_state(Op.FFN_UP, lambda: self.start_matrix(Op.FFN_UP))
+        self.matrix_states(Op.FFN_UP, to_ffn_down)
+        self.matrix_states(Op.FFN_DOWN, to_ln2)
+        self.layernorm_states(Op.LN2, after_ln2)
+        if not g.tiled:
+            def stored():
+                m.d.comb += d.done.eq(1)
+                m.next = "IDLE"
+            self.transfer_wait("STORE", Op.STORE, stored)
