@@ -14,9 +14,7 @@ whether each sentence's nearest neighbour among the others is the same in both.
 
 ``--rtl N`` also runs the first N sentences through the RTL engine (the full-stack harness of
 sim/harness.py, memory answering at once) at ``--rtl-seq`` tokens, with the model quantized the same
-way at that length, checks each output bit for bit against the golden model (on chip: every tensor and the
-output; a DRAM-tiled plan, e.g. ``--config minilm_l6_arty --rtl-seq 128``: the output in DRAM on the valid
-tokens, as every layer's output passes through scratch DRAM), and prints per sentence the
+way at that length, checks each output bit for bit against the golden model, and prints per sentence the
 engine's cycles (CYCLES: input load to output store) against the roofline bound of bench/cycles.py.
 Last line: ``minilm: sentences=N mean_cos=C ranking_kept=K/N`` (plus `` rtl_bit_exact=K/N`` with --rtl;
 the exit status is 1 when a sentence is not bit exact).
@@ -63,35 +61,28 @@ def nearest(emb):
 def rtl_run(model, cfg, calibration, count: int) -> int:
     """Run the first ``count`` sentences through the RTL engine (``cfg``: the config at the RTL's seq_len);
     print one line per sentence and return how many are bit exact against the golden model (every on-chip
-    tensor and the output are compared: sim/engine_check.py; a DRAM-tiled plan: the output)."""
+    tensor and the output are compared: sim/engine_check.py)."""
     from cycles import total_bound
     from mlo_hw.model.golden import int_stack
     from mlo_hw.frontend.minilm import engine_input
     from sim.engine_check import check_run
     from sim.harness import EngineSim
-    from mlo_hw.plan import plan
-    tiled = plan(cfg).mode == "tiled"
     t0 = time.perf_counter()
     qmodel = quantized_model(model, cfg, calibration)
     sim = EngineSim(cfg, qmodel)
     print(f"rtl: config {cfg.name} (seq {cfg.model.seq_len}, padded {cfg.seq_padded}): model quantized and "
-          f"harness built in {time.perf_counter() - t0:.0f} s; plan {plan(cfg).mode}; roofline bound "
-          f"{total_bound(cfg)} cycles for {cfg.model.layers} layers")
+          f"harness built in {time.perf_counter() - t0:.0f} s; roofline bound {total_bound(cfg)} cycles for "
+          f"{cfg.model.layers} layers")
     seq, bound, exact = cfg.model.seq_len, total_bound(cfg), 0
     for s, sentence in enumerate(SENTENCES[:count]):
         x, tokens = engine_input(model, qmodel, sentence, seq)
-        r = sim.run(x, tokens, seed=s + 1, trace=not tiled)
+        r = sim.run(x, tokens, seed=s + 1)
         traces = []
         want = int_stack(x, qmodel.layers, np.arange(seq) < tokens, cfg.model.heads, traces)
         try:
             if not r.irq:
                 raise AssertionError(f"no interrupt (STATUS {r.status:#x})")
-            if tiled:
-                bad = np.argwhere(r.output[:tokens] != want[:tokens])
-                if len(bad):
-                    raise AssertionError(f"output in DRAM differs first at {tuple(int(b) for b in bad[0])}")
-            else:
-                check_run(cfg, r.output, want, traces, r.trace, seq, cfg.model.layers)
+            check_run(cfg, r.output, want, traces, r.trace, seq, cfg.model.layers)
             verdict = "bit-exact"
             exact += 1
         except AssertionError as e:

@@ -3,8 +3,8 @@ activations do not fit the part's block RAM, run through the whole RTL in the fu
 (sim/harness.py) and checked bit for bit on the output in DRAM against the golden model, and BERT-base
 sized configs planned and elaborated. All slow: `pytest -m slow tests/test_tiled_scale.py`.
 
-Tiled runs are checked on the output (``trace=False``): the per-tensor trace checker knows the on-chip
-order only, and every layer's output passes through scratch DRAM, so a wrong tensor shows there."""
+Every run is checked tensor by tensor (sim/engine_check.py gathers the tiled engine's tensors block by block)
+and on the output in DRAM; a corrupted output element and a corrupted on-chip tensor must both be caught."""
 import random
 import time
 
@@ -16,6 +16,7 @@ from mlo_hw.hw.layer_engine import with_seq_len
 from mlo_hw.model.golden import int_stack
 from mlo_hw.model.quantize import build_model, random_inputs
 from mlo_hw.plan import plan
+from sim.engine_check import check_run
 from sim.harness import EngineSim, Run
 
 pytestmark = pytest.mark.slow
@@ -35,29 +36,31 @@ def _random_input(cfg, model, seed):
 
 
 def _run_checked(cfg, sim, x, tokens, *, stall, memory, seed):
-    """One run of every layer, its output in DRAM compared with the golden model on the valid rows; a
-    corrupted copy of the output must be rejected by the same comparison (negative check)."""
+    """One run of every layer, checked tensor by tensor and on its output in DRAM against the golden model;
+    a corrupted output element and a corrupted on-chip tensor must both be rejected (negative checks)."""
     t0 = time.time()
-    r = sim.run_many([Run(x, tokens, trace=False)], stall=stall, memory=memory, seed=seed,
-                     timeout_cycles=TIMEOUT_CYCLES)[0]
+    r = sim.run_many([Run(x, tokens)], stall=stall, memory=memory, seed=seed, timeout_cycles=TIMEOUT_CYCLES)[0]
     what = f"{cfg.name} tokens={tokens} stall={stall} memory={memory} seed={seed}"
     assert r.irq, f"{what}: no interrupt after {r.cycles} cycles (STATUS {r.status:#x})"
     assert r.status & sim.h.bit("STATUS", "done") and not r.status & sim.h.bit("STATUS", "error"), \
         f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-    want = int_stack(x, sim.model.layers, np.arange(cfg.model.seq_len) < tokens, cfg.model.heads)
-
-    def differs(out):
-        bad = np.argwhere(out[:tokens] != want[:tokens])
-        return f"{what}: output in DRAM differs first at {tuple(int(b) for b in bad[0])} ({len(bad)} elements)" \
-            if len(bad) else None
-
-    assert differs(r.output) is None, differs(r.output)
+    traces = []
+    want = int_stack(x, sim.model.layers, np.arange(cfg.model.seq_len) < tokens, cfg.model.heads, traces)
+    seq, layers = cfg.model.seq_len, cfg.model.layers
+    try:
+        check_run(cfg, r.output, want, traces, r.trace, seq, layers)
+    except AssertionError as e:
+        raise AssertionError(f"{what}: {e}") from None
     rng = random.Random(seed)
     bad = r.output.copy()
     bad[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
-    assert differs(bad), "a corrupted output was not caught"
+    with pytest.raises(AssertionError, match="output in DRAM differs"):
+        check_run(cfg, bad, want, traces, r.trace, seq, layers)
+    r.trace.mvau[rng.randrange(len(r.trace.mvau)), 2] += 1
+    with pytest.raises(AssertionError, match=r"layer \d+ tensor \S+ differs"):
+        check_run(cfg, r.output, want, traces, r.trace, seq, layers)
     # scratch traffic: at least the residual stream written once per layer beyond the output
-    assert r.stats["wr_beats"] > cfg.model.layers * cfg.model.seq_len * cfg.model.hidden * 2 // cfg.axi_data_bytes
+    assert r.stats["wr_beats"] > layers * seq * cfg.model.hidden * 2 // cfg.axi_data_bytes
     print(f"{what}: {r.cycles} cycles, {time.time() - t0:.0f} s")
     return r
 
