@@ -1,7 +1,7 @@
 """The DRAM-tiled engine at scale (issue 12, "Activations beyond on-chip memory"): real model sizes whose
 activations do not fit the part's block RAM, run through the whole RTL in the full-stack harness
-(sim/harness.py) and checked bit for bit on the output in DRAM against the golden model, and BERT-base
-sized configs planned and elaborated. All slow: `pytest -m slow tests/test_tiled_scale.py`.
+(sim/harness.py) and checked bit for bit against the golden model, and BERT-base sized configs planned and
+elaborated. All slow: `pytest -m slow tests/test_tiled_scale.py`.
 
 Every run is checked tensor by tensor (sim/engine_check.py gathers the tiled engine's tensors block by block)
 and on the output in DRAM; a corrupted output element and a corrupted on-chip tensor must both be caught."""
