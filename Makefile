@@ -1,4 +1,5 @@
 # Two commands from a fresh clone: `make elaborate` and `make test`.
+# The venv gets the test and soc extras: the SoC tests (tests/test_soc.py) are part of the default run.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +11,7 @@ CONFIG ?= configs/bert_tiny.yaml
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,soc]'
 	touch $(STAMP)
 
 elaborate: $(STAMP)

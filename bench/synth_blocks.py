@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlo_hw.cli import ArgumentParser, command  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.synth import RESOURCE_KEYS, synth_verilog  # noqa: E402
+from mlo_hw.synth import BLOCK_SYNTH_EXTRA, RESOURCE_KEYS, synth_verilog  # noqa: E402
 from sim.runner import to_verilog  # noqa: E402
 
 
@@ -60,13 +60,23 @@ def layernorm():
 
 
 def softmax():
-    """Softmax rows of 8 keys (small), 128 keys (bert_tiny) and 512 keys (BERT-base, head size 64)."""
+    """Softmax: one key a cycle at rows of 8 keys (small), 128 keys (bert_tiny) and 512 keys (BERT-base,
+    head size 64); PE keys a cycle at the small config (4), bert_tiny (8) and minilm_l6 (16)."""
     from mlo_hw.hw.softmax import Softmax
-    small, tiny = load_config("small"), load_config("bert_tiny")
+    small, tiny, minilm = load_config("small"), load_config("bert_tiny"), load_config("minilm_l6")
     variants = [("8 keys, 21-bit scores (small)", Softmax.from_config(small)),
                 ("128 keys, 23-bit scores (bert_tiny)", Softmax.from_config(tiny)),
                 ("512 keys, 23-bit scores (BERT-base)", Softmax(row=512, score_bits=tiny.acc_bits(64)))]
-    return variants, None
+    variants += [(f"{cfg.seq_padded} keys x {cfg.folding.pe} lanes ({cfg.name})",
+                  Softmax.from_config(cfg, lanes=cfg.folding.pe)) for cfg in (small, tiny, minilm)]
+
+    def notes(results):
+        lines = []
+        for label, comp in variants:
+            lines.append(f"softmax {label}: {comp.slots} row slots, {comp.dividers} divider(s), "
+                         f"first input to first output {comp.latency(comp.row, comp.lanes)} cycles.")
+        return lines
+    return variants, notes
 
 
 def gelu():
@@ -102,7 +112,7 @@ def main(argv=None) -> int:
         for label, comp in variants:
             top = f"{name}_top"
             t0 = time.time()
-            res = synth_verilog(to_verilog(comp, top), top)
+            res = synth_verilog(to_verilog(comp, top), top, extra=BLOCK_SYNTH_EXTRA.get(name, ""))
             results[label] = res
             used = res.used
             cells = [f"{used[k]:g}" for k in RESOURCE_KEYS]

@@ -34,18 +34,26 @@ PARTS = {
     "xc7a50t":  {"LUT": 32600,  "FF": 65200,  "DSP": 120, "BRAM36": 75,  "CARRY4": 8150,  "LUTRAM": 9600},
     "xc7a100t": {"LUT": 63400,  "FF": 126800, "DSP": 240, "BRAM36": 135, "CARRY4": 15850, "LUTRAM": 19000},
     "xc7a200t": {"LUT": 134600, "FF": 269200, "DSP": 740, "BRAM36": 365, "CARRY4": 33650, "LUTRAM": 46200},
+    # Zynq-7020 programmable logic (AMD DS190): 13,300 slices, 220 DSP48E1, 140 BRAM36, 4,350 SLICEM.
+    "xc7z020":  {"LUT": 53200,  "FF": 106400, "DSP": 220, "BRAM36": 140, "CARRY4": 13300, "LUTRAM": 17400},
+    # Lattice ECP5-85F (FPGA-DS-02012), in the units above so that the planner and check_fit size the engine:
+    # LUT4s, FFs, MULT18X18D as DSP, DP16KD (18 Kbit) / 2 as BRAM36, CCU2C carry bits / 4 as CARRY4,
+    # distributed RAM (669 Kbit) / 64 as LUTRAM. Synthesis figures for it come from nextpnr (mlo_hw.soc).
+    "lfe5um5g-85f": {"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM36": 104, "CARRY4": 20910, "LUTRAM": 10450},
 }
 
 
-# The FPGA family of each board of mlo_hw.boards (checked against its platform there).
-BOARD_PARTS = {"arty_a7_35": "xc7a35t", "arty_a7_100": "xc7a100t", "nexys_video": "xc7a200t"}
+# The FPGA family of each board of mlo_hw.boards and mlo_hw.soc (checked against their tables there).
+BOARD_PARTS = {"arty_a7_35": "xc7a35t", "arty_a7_100": "xc7a100t", "nexys_video": "xc7a200t",
+               "pynq_z2": "xc7z020", "ecpix5": "lfe5um5g-85f"}
 
 # Clock range of the parts (Artix-7, -1 speed grade): the MMCM's slowest output (VCO 600 MHz / 128) up to
 # the global clock buffer's maximum (BUFG F_MAX, DS181).
 CLOCK_MHZ = (600 / 128, 464.0)
 
-# A part number: the family, optionally the temperature grade, package and pins and the speed grade.
-_PART = re.compile(r"(?:[a-z]{3,5}\d{3,4}-[1-3][a-z]{0,2})?", re.IGNORECASE)
+# A part number: the family, optionally the temperature grade, package and pins and the speed grade
+# (AMD: xc7a35t + icsg324-1L; Lattice: lfe5um5g-85f + -8bg554i, speed grade, package and pins, temperature).
+_PART = re.compile(r"(?:[a-z]{3,5}\d{3,4}-[1-3][a-z]{0,2}|-[6-8][a-z]{2}\d{3}[ci]?)?", re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 

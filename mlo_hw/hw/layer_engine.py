@@ -449,7 +449,7 @@ class LayerEngine(wiring.Component):
         m.d.comb += softmax.o.ready.eq(1)
         with m.If(softmax.o.valid):
             b = bufs["p"]
-            m.d.comb += [b.w.addr.eq(d.p_word), b.w.data.eq(softmax.o.payload.replicate(simd)), b.w.en.eq(1 << d.p_lane)]
+            m.d.comb += [b.w.addr.eq(d.p_word), b.w.data.eq(softmax.o.payload.as_value().replicate(simd)), b.w.en.eq(1 << d.p_lane)]
             m.d.sync += [d.p_count.eq(d.p_count + 1), d.p_lane.eq(d.p_lane + 1)]
             with m.If(d.p_lane == simd - 1):
                 m.d.sync += [d.p_lane.eq(0), d.p_word.eq(d.p_word + 1)]

@@ -1,204 +1,327 @@
-"""Integer softmax over rows of raw Q.K^T scores, streaming, bit-exact with ``numerics.softmax``.
+"""Integer softmax over rows of raw Q.K^T scores, ``lanes`` keys a cycle, bit-exact with ``numerics.softmax``.
 
 Every row needs its maximum before its exponentials and its exponential sum before its outputs, so
 a row passes four units in order, each working on a different row at the same time. A row lives in
-one of ``SLOTS`` row slots (score and exponent memories, per-slot statistics) from its first input
-to its last output; a slot's phase says which unit owns it::
+one of ``slots`` row slots (score and exponent memories of one ``lanes``-wide word per beat, per-slot
+statistics) from its first input to its last output; a slot's :class:`Phase` says which unit owns it::
 
-    phase 0 ingest:  accept ``row`` (score, mask) beats, store them, running max over masked-in keys
-    phase 1 exp:     re-read the scores: u = (max - s) * mult >> shift, q = min(u >> 8, 16),
-                     e = exp2_table[u & 255] >> q (0 where masked or q == 16); store e; sum e
-    phase 2 divide:  rcp = floor(2**32 / sum) (0 when sum == 0), one quotient bit per cycle
-    phase 3 output:  p = min(e * rcp >> 24, 255), one per beat, then the slot is free again
+    ingest:  accept ``row / lanes`` beats of (lanes scores, lanes mask bits), store them; a pipelined
+             max tree over the masked-in lanes of each beat, then a running max over the row's beats
+    exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift, q = min(u >> 8, 16),
+             e = exp2_table[u & 255] >> q (0 where masked or q == 16), one table copy per lane;
+             store the word of e; a pipelined adder tree, then a running sum over the row's beats
+    divide:  rcp = floor(2**32 / sum) (0 when sum == 0), one quotient bit per cycle; ``dividers``
+             serial dividers take rows in turn
+    output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle
 """
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider
 
-__all__ = ["Softmax", "score_layout"]
+__all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
-SLOTS = 4                      # rows in flight (a power of two: the slot pointers wrap)
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
-EXP_PIPE = 4                   # cycles from a score read to its exponent write
+EXP_PIPE = 4                   # cycles from a score word read to its exponent word
+OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
+DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
 EXP_BITS = nx.EXP_ONE_BITS + 1                                       # table[0] == 2**15
 
 
-def score_layout(score_bits: int) -> data.StructLayout:
-    """One input beat: a raw score (LSBs) and its mask bit (true = the key may be attended)."""
-    return data.StructLayout({"score": signed(score_bits), "mask": 1})
+class Phase(enum.Enum, shape=3):
+    """Who owns a row slot. Each unit takes a slot in its "ready" phase and hands it on with the next."""
+    FREE = 0       # ingest fills it
+    MAX = 1        # every beat is in; the max tree drains
+    EXP = 2        # the exp unit may read it
+    SUM = 3        # every word is read; the exp pipeline and sum tree drain
+    DIV = 4        # waits for a divider
+    RCP = 5        # a divider works on it
+    OUT = 6        # the output unit may read it
+    DRAIN = 7      # every word is read; the last beat is in the output pipeline
+
+
+def score_layout(score_bits: int, lanes: int = 1) -> data.StructLayout:
+    """One input beat: ``lanes`` raw scores (lane 0 = the lowest key, in the LSBs) and one mask bit per
+    lane (bit l for lane l; 1 = the key may be attended)."""
+    return data.StructLayout({"score": data.ArrayLayout(signed(score_bits), lanes), "mask": unsigned(lanes)})
+
+
+def prob_layout(lanes: int = 1) -> data.ArrayLayout:
+    """One output beat: ``lanes`` unsigned 8-bit probabilities, lane 0 in the LSBs (bytes of a word)."""
+    return data.ArrayLayout(unsigned(nx.PROB_BITS), lanes)
+
+
+def _tree(m, leaves, shape, combine, name):
+    """Pairwise reduction of ``leaves`` with one register level per tree level: (result, levels)."""
+    level, depth = list(leaves), 0
+    while len(level) > 1:
+        depth += 1
+        nxt = []
+        for j in range(0, len(level), 2):
+            r = Signal(shape, name=f"{name}{depth}_{j // 2}")
+            m.d.sync += r.eq(combine(level[j], level[j + 1]) if j + 1 < len(level) else level[j])
+            nxt.append(r)
+        level = nxt
+    return level[0], depth
 
 
 class Softmax(wiring.Component):
-    """Row softmax: ``row`` scores in, ``row`` unsigned 8-bit probabilities out, in order.
+    """Row softmax: ``row`` scores in, ``row`` unsigned 8-bit probabilities out, ``lanes`` a beat, in order.
 
     Interface:
-        ``i``: stream of :func:`score_layout` beats, one key per beat; ``row`` beats make a row (no
-        framing signal: rows are counted).
-        ``o``: stream of unsigned(8), one probability per beat, units of 2**-8.
+        ``i``: stream of :func:`score_layout` beats: ``lanes`` consecutive keys of a row (lane 0 the
+        lowest), each with its mask bit; ``row / lanes`` beats make a row (no framing: rows are counted).
+        This is the matrix-vector unit's raw Q.K^T result beat (``lanes = pe``) plus a mask vector the
+        caller makes (for BERT padding: bit l = ``key0 + l < tokens``; any mask pattern is computed right).
+        ``o``: stream of :func:`prob_layout` beats, the same keys' probabilities (units of 2**-8; masked
+        keys and fully masked rows give 0).
         ``mult`` (unsigned 16) and ``shift`` (0..63): the layer's softmax multiplier and shift; hold
         them stable while rows are in flight.
-    Throughput: one element per cycle in and out in steady state when ``row >= 20``: every unit
-    takes at most ``row`` cycles per row (the exp pipeline overlaps rows; the divider needs
-    ``RECIP_QUOTIENT_BITS + 2 = 20`` cycles per row). Shorter rows run at one row per ~20 cycles
-    (measured: 12 rows of 8 keys in 228 cycles; 12 rows of 128 keys in 1536 cycles, gapless).
-    The matrix-vector unit produces Q.K^T scores at ``pe * simd / head_dim`` per cycle (1 for
-    bert_tiny and small), so a row of >= 20 keys never holds it back.
-    Latency: from a row's last input to its first output ``row + ~27`` cycles (exp pass ``row + 4``,
-    reciprocal 20, output 3); measured from the first input: 283 cycles at 128 keys, 43 at 8.
-    Storage: scores ``SLOTS * row * (score_bits + 1)`` bits, exponents ``SLOTS * row * 16`` bits.
-    DSP: the two multipliers ((max - s) * mult, e * rcp).
+    Throughput: one beat (``lanes`` elements) per cycle in and out in steady state while every unit keeps
+    up: ingest, exp and output take ``beats = row / lanes`` cycles a row, each divider
+    ``DIVIDE_CYCLES = 19`` cycles a row. ``dividers`` defaults to ``ceil(19 / beats)`` and ``slots`` to
+    the rows a row's lifetime covers (:meth:`default_slots`), so the default build runs at full rate;
+    with fewer dividers the rate is ``min(1, dividers * beats / 19)`` beats a cycle. Measured (always
+    valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
+    rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
+    16 elements a cycle).
+    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 27`` cycles,
+    nothing stalled (measured, asserted exactly: 283 at 128 keys x 1 lane, 51 at 128 x 16, 43 at 8 x 1).
+    Storage: scores ``slots * beats`` words of ``lanes * (score_bits + 1)`` bits, exponents as many
+    words of ``lanes * 16`` bits, one 256 x 16 exp2 ROM per lane. DSP: ``2 * lanes`` multipliers
+    ((max - s) * mult, e * rcp).
     """
 
-    def __init__(self, row: int, score_bits: int):
+    def __init__(self, row: int, score_bits: int, lanes: int = 1, *, dividers: int | None = None,
+                 slots: int | None = None):
         if row < 1:
             raise ValueError(f"Softmax: row must be >= 1, got {row}")
         if score_bits < 2:
             raise ValueError(f"Softmax: score_bits must be >= 2, got {score_bits}")
-        self.row, self.score_bits = row, score_bits
+        if lanes < 1 or row % lanes:
+            raise ValueError(f"Softmax: lanes must be >= 1 and divide row {row}, got {lanes}")
+        self.row, self.score_bits, self.lanes = row, score_bits, lanes
+        self.beats = row // lanes
+        self.dividers = dividers if dividers is not None else -(-DIVIDE_CYCLES // self.beats)
+        self.slots = slots if slots is not None else self.default_slots(row, lanes)
+        if self.dividers < 1:
+            raise ValueError(f"Softmax: dividers must be >= 1, got {self.dividers}")
+        if self.slots < 2 or self.slots & (self.slots - 1):
+            raise ValueError(f"Softmax: slots must be a power of two >= 2, got {self.slots}")
         super().__init__({
-            "i": In(stream.Signature(score_layout(score_bits))),
-            "o": Out(stream.Signature(unsigned(nx.PROB_BITS))),
+            "i": In(stream.Signature(score_layout(score_bits, lanes))),
+            "o": Out(stream.Signature(prob_layout(lanes))),
             "mult": In(nx.MULT_BITS),
             "shift": In(SHIFT_BITS),
         })
 
     @classmethod
-    def from_config(cls, cfg) -> "Softmax":
-        """Rows of ``seq_padded`` keys; scores are Q.K^T accumulators over ``head_dim`` terms."""
-        return cls(row=cfg.seq_padded, score_bits=cfg.acc_bits(cfg.head_dim))
+    def from_config(cls, cfg, lanes: int = 1) -> "Softmax":
+        """Rows of ``seq_padded`` keys; scores are Q.K^T accumulators over ``head_dim`` terms.
+        ``lanes = cfg.folding.pe`` takes the matrix-vector unit's result beats as they come."""
+        return cls(row=cfg.seq_padded, score_bits=cfg.acc_bits(cfg.head_dim), lanes=lanes)
+
+    @staticmethod
+    def latency(row: int, lanes: int = 1) -> int:
+        """Cycles from a row's first input beat to its first output beat, nothing stalled."""
+        beats, levels = row // lanes, (lanes - 1).bit_length()
+        ingest = beats + levels                       # last beat -> tree -> running max -> EXP
+        exp = beats + EXP_PIPE + levels               # last read -> e -> tree -> running sum -> DIV
+        return ingest + exp + DIVIDE_CYCLES + 1 + OUT_PIPE
+
+    @classmethod
+    def default_slots(cls, row: int, lanes: int = 1) -> int:
+        """Enough row slots for full rate: a row holds its slot from its first input to its last output
+        (``latency + beats`` cycles) while a new row arrives every ``beats`` cycles; a power of two >= 4."""
+        beats = row // lanes
+        rows_in_flight = -(-(cls.latency(row, lanes) + beats) // beats)
+        return max(4, 1 << (rows_in_flight - 1).bit_length())
 
     def elaborate(self, platform):
         m = Module()
-        n, w = self.row, self.score_bits
+        n, w, lanes = self.beats, self.score_bits, self.lanes
         idx_bits = max(1, (n - 1).bit_length())
-        slot_bits = (SLOTS - 1).bit_length()
-        depth = SLOTS << idx_bits
+        slot_bits = (self.slots - 1).bit_length()
+        depth = self.slots << idx_bits
+        s = SimpleNamespace(
+            idx_bits=idx_bits, slot_bits=slot_bits, levels=(lanes - 1).bit_length(),
+            sum_shape=unsigned((self.row << nx.EXP_ONE_BITS).bit_length()),
+            phase=Signal(data.ArrayLayout(Phase, self.slots)),
+            row_max=Signal(data.ArrayLayout(signed(w), self.slots)),
+            scores=Memory(shape=score_layout(w, lanes), depth=depth, init=[]),
+            exps=Memory(shape=data.ArrayLayout(unsigned(EXP_BITS), lanes), depth=depth, init=[]))
+        s.row_sum = Signal(data.ArrayLayout(s.sum_shape, self.slots))
+        s.row_rcp = Signal(data.ArrayLayout(unsigned(RECIP_QUOTIENT_BITS), self.slots))
+        m.submodules.scores, m.submodules.exps = s.scores, s.exps
+        self._ingest(m, s)
+        self._exp(m, s)
+        self._divide(m, s)
+        self._output(m, s)
+        return m
 
-        phase = Signal(data.ArrayLayout(2, SLOTS))
-        row_max = Signal(data.ArrayLayout(signed(w), SLOTS))
-        row_sum = Signal(data.ArrayLayout(unsigned(EXP_BITS + idx_bits + 1), SLOTS))
-        row_rcp = Signal(data.ArrayLayout(unsigned(RECIP_QUOTIENT_BITS), SLOTS))
+    def _meta(self, s):
+        """What travels with a beat through a pipeline: valid, first/last beat of the row, its slot."""
+        return data.StructLayout({"valid": 1, "first": 1, "last": 1, "slot": s.slot_bits})
 
-        m.submodules.scores = scores = Memory(shape=score_layout(w), depth=depth, init=[])
-        m.submodules.exps = exps = Memory(shape=unsigned(EXP_BITS), depth=depth, init=[])
-        m.submodules.exp2 = exp2 = Memory(shape=unsigned(EXP_BITS), depth=nx.EXP_TABLE_SIZE,
-                                          init=[int(v) for v in nx.exp2_table()])
+    def _delay(self, m, first, cycles, name):
+        """``first`` delayed by ``cycles`` registers (``first`` itself for 0)."""
+        out = first
+        for k in range(cycles):
+            nxt = Signal.like(first, name=f"{name}{k}")
+            m.d.sync += nxt.eq(out)
+            out = nxt
+        return out
 
-        # ---- phase 0: ingest, running max over masked-in keys ------------------------------------
-        in_slot = Signal(slot_bits)
-        in_idx = Signal(range(n))
-        in_any = Signal()                     # a masked-in key was seen earlier in this row
-        score_w = scores.write_port()
+    def _ingest(self, m, s):
+        """Store the beats; the row max over masked-in keys (a lane tree per beat, then across beats)."""
+        n, w = self.beats, self.score_bits
+        in_slot = Signal(s.slot_bits)
+        in_idx = Signal(range(max(n, 2)))
         beat = self.i.payload
-        m.d.comb += [self.i.ready.eq(phase[in_slot] == 0),
-                     score_w.addr.eq(Cat(in_idx, in_slot)), score_w.data.eq(beat),
-                     score_w.en.eq(self.i.valid & self.i.ready)]
-        with m.If(self.i.valid & self.i.ready):
-            first = in_idx == 0
-            with m.If(beat.mask & (first | ~in_any | (beat.score > row_max[in_slot]))):
-                m.d.sync += row_max[in_slot].eq(beat.score)
-            m.d.sync += in_any.eq(beat.mask | (in_any & ~first))
+        take = Signal()
+        score_w = s.scores.write_port()
+        m.d.comb += [self.i.ready.eq(s.phase[in_slot] == Phase.FREE), take.eq(self.i.valid & self.i.ready),
+                     score_w.addr.eq(Cat(in_idx, in_slot)), score_w.data.eq(beat), score_w.en.eq(take)]
+        with m.If(take):
             with m.If(in_idx == n - 1):
-                m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), phase[in_slot].eq(1)]
+                m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), s.phase[in_slot].eq(Phase.MAX)]
             with m.Else():
                 m.d.sync += in_idx.eq(in_idx + 1)
+        # the beat's masked-in maximum: one register per tree level (none for one lane)
+        cand = data.StructLayout({"any": 1, "max": signed(w)})
+        leaves = [Signal(cand, name=f"max_leaf{k}") for k in range(self.lanes)]
+        for k, leaf in enumerate(leaves):
+            m.d.comb += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
 
-        # ---- phase 1: exponents and their sum (a fixed pipeline, no stalls) ----------------------
-        ex_slot = Signal(slot_bits)
-        ex_idx = Signal(range(n))
+        def larger(a, b):
+            return Mux(b.any & (~a.any | (b.max > a.max)), b, a)
+
+        beat_max, levels = _tree(m, leaves, cand, larger, "max_tree")
+        meta = Signal(self._meta(s), name="max_meta")
+        m.d.comb += [meta.valid.eq(take), meta.first.eq(in_idx == 0), meta.last.eq(in_idx == n - 1),
+                     meta.slot.eq(in_slot)]
+        end = self._delay(m, meta, levels, "max_meta")
+        # across the row's beats
+        run = Signal(cand)
+        merged = Signal(cand)
+        m.d.comb += merged.eq(Mux(end.first, beat_max, larger(run, beat_max)))
+        with m.If(end.valid):
+            m.d.sync += run.eq(merged)
+            with m.If(end.last):
+                m.d.sync += [s.row_max[end.slot].eq(merged.max), s.phase[end.slot].eq(Phase.EXP)]
+
+    def _exp(self, m, s):
+        """Exponents of a word of scores a cycle (a fixed pipeline, no stalls), stored; the row sum."""
+        n, w = self.beats, self.score_bits
+        ex_slot = Signal(s.slot_bits)
+        ex_idx = Signal(range(max(n, 2)))
         issue = Signal()
-        score_r = scores.read_port()
-        m.d.comb += [issue.eq(phase[ex_slot] == 1), score_r.addr.eq(Cat(ex_idx, ex_slot))]
+        score_r = s.scores.read_port()
+        m.d.comb += [issue.eq(s.phase[ex_slot] == Phase.EXP), score_r.addr.eq(Cat(ex_idx, ex_slot))]
         with m.If(issue):
             with m.If(ex_idx == n - 1):
-                m.d.sync += [ex_idx.eq(0), ex_slot.eq(ex_slot + 1)]
+                m.d.sync += [ex_idx.eq(0), ex_slot.eq(ex_slot + 1), s.phase[ex_slot].eq(Phase.SUM)]
             with m.Else():
                 m.d.sync += ex_idx.eq(ex_idx + 1)
-        # metadata travelling with each element: valid, first, last, memory address
-        meta = data.StructLayout({"valid": 1, "first": 1, "last": 1, "addr": idx_bits + slot_bits})
-        stage = [Signal(meta, name=f"ex_meta{k}") for k in range(EXP_PIPE + 1)]
-        m.d.sync += [stage[1].valid.eq(issue), stage[1].first.eq(ex_idx == 0),
-                     stage[1].last.eq(ex_idx == n - 1), stage[1].addr.eq(Cat(ex_idx, ex_slot))]
-        for k in range(2, EXP_PIPE + 1):
-            m.d.sync += stage[k].eq(stage[k - 1])
-        slot_of = lambda s: s.addr[idx_bits:]     # noqa: E731
-        # stage 1: score from memory; distance below the row max (0 for masked keys)
-        dist = Signal(unsigned(w))
-        masked_in = Signal(EXP_PIPE + 1)
-        m.d.sync += [dist.eq(Mux(score_r.data.mask, row_max[slot_of(stage[1])] - score_r.data.score, 0)),
-                     masked_in[2].eq(score_r.data.mask)]
-        # stage 2: times the multiplier
-        prod = Signal(unsigned(w + nx.MULT_BITS))
-        m.d.sync += [prod.eq(dist * self.mult), masked_in[3].eq(masked_in[2])]
-        # stage 3: shift, split into table index f and exponent shift q (saturated at 16)
-        u = Signal(unsigned(w + nx.MULT_BITS))
-        q = Signal(range(17))
-        exp2_r = exp2.read_port()
-        m.d.comb += [u.eq(prod >> self.shift), exp2_r.addr.eq(u[:nx.EXP_FRAC_BITS])]
-        m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])),
-                     masked_in[4].eq(masked_in[3])]
-        # stage 4: e = table[f] >> q; store it and accumulate the row sum
-        e = Signal(unsigned(EXP_BITS))
-        m.d.comb += e.eq(Mux(masked_in[4] & (q < 16), exp2_r.data >> q, 0))
-        exp_w = exps.write_port()
-        end = stage[EXP_PIPE]
-        m.d.comb += [exp_w.addr.eq(end.addr), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
-        acc = Signal.like(row_sum[0])
-        total = Signal.like(row_sum[0])
-        m.d.comb += total.eq(Mux(end.first, 0, acc) + e)
-        with m.If(end.valid):
+        meta = Signal(self._meta(s), name="ex_meta")
+        idx = Signal.like(ex_idx, name="ex_meta_idx")
+        row_max = Signal(signed(w))
+        m.d.sync += [meta.valid.eq(issue), meta.first.eq(ex_idx == 0), meta.last.eq(ex_idx == n - 1),
+                     meta.slot.eq(ex_slot), idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
+        # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
+        word = score_r.data
+        e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
+        for k in range(self.lanes):
+            dist = Signal(unsigned(w), name=f"dist{k}")              # stage 2: below the row max
+            keep = [Signal(name=f"masked_in{k}_{j}") for j in range(3)]
+            m.d.sync += [dist.eq(Mux(word.mask[k], row_max - word.score[k], 0)), keep[0].eq(word.mask[k])]
+            prod = Signal(unsigned(w + nx.MULT_BITS), name=f"prod{k}")   # stage 3: times the multiplier
+            m.d.sync += [prod.eq(dist * self.mult), keep[1].eq(keep[0])]
+            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 4: table index, shift q
+            q = Signal(range(17), name=f"q{k}")
+            table = Memory(shape=unsigned(EXP_BITS), depth=nx.EXP_TABLE_SIZE,
+                           init=[int(v) for v in nx.exp2_table()])
+            m.submodules[f"exp2_{k}"] = table
+            table_r = table.read_port()
+            m.d.comb += [u.eq(prod >> self.shift), table_r.addr.eq(u[:nx.EXP_FRAC_BITS])]
+            m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[2].eq(keep[1])]
+            m.d.comb += e[k].eq(Mux(keep[2] & (q < 16), table_r.data >> q, 0))     # stage 4
+        end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
+        end_idx = self._delay(m, idx, EXP_PIPE - 1, "ex_meta_idx")
+        exp_w = s.exps.write_port()
+        m.d.comb += [exp_w.addr.eq(Cat(end_idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
+        # the row sum: a lane tree per word, then across the row's words
+        beat_sum, levels = _tree(m, [e[k] for k in range(self.lanes)], s.sum_shape, lambda a, b: a + b, "sum_tree")
+        tail = self._delay(m, end, levels, "sum_meta")
+        acc = Signal(s.sum_shape)
+        total = Signal(s.sum_shape)
+        m.d.comb += total.eq(Mux(tail.first, 0, acc) + beat_sum)
+        with m.If(tail.valid):
             m.d.sync += acc.eq(total)
-            with m.If(end.last):
-                m.d.sync += [row_sum[slot_of(end)].eq(total), phase[slot_of(end)].eq(2)]
+            with m.If(tail.last):
+                m.d.sync += [s.row_sum[tail.slot].eq(total), s.phase[tail.slot].eq(Phase.DIV)]
 
-        # ---- phase 2: reciprocal of the row sum ----------------------------------------------------
-        m.submodules.divider = divider = SerialDivider(nx.SOFTMAX_RECIP_BITS + 1, len(row_sum[0]),
-                                                       RECIP_QUOTIENT_BITS)
-        dv_slot = Signal(slot_bits)
-        dv_running = Signal()
-        m.d.comb += [divider.dividend.eq(1 << nx.SOFTMAX_RECIP_BITS), divider.divisor.eq(row_sum[dv_slot]),
-                     divider.start.eq((phase[dv_slot] == 2) & ~dv_running)]
-        with m.If(divider.start):
-            m.d.sync += dv_running.eq(1)
-        with m.If(divider.done):
-            zero = row_sum[dv_slot] == 0      # a fully masked row: all probabilities 0
-            m.d.sync += [row_rcp[dv_slot].eq(Mux(zero, 0, divider.quotient)), phase[dv_slot].eq(3),
-                         dv_slot.eq(dv_slot + 1), dv_running.eq(0)]
+    def _divide(self, m, s):
+        """Reciprocals of the row sums, rows dealt to the dividers in turn."""
+        dv_slot = Signal(s.slot_bits)
+        turn = Signal(range(max(self.dividers, 2)))
+        go = Signal()
+        busy = Signal(self.dividers)
+        m.d.comb += go.eq((s.phase[dv_slot] == Phase.DIV) & ~busy.bit_select(turn, 1))
+        with m.If(go):
+            m.d.sync += [dv_slot.eq(dv_slot + 1), s.phase[dv_slot].eq(Phase.RCP),
+                         turn.eq(Mux(turn == self.dividers - 1, 0, turn + 1))]
+        for k in range(self.dividers):
+            div = SerialDivider(nx.SOFTMAX_RECIP_BITS + 1, s.sum_shape.width, RECIP_QUOTIENT_BITS)
+            m.submodules[f"divider{k}"] = div
+            slot = Signal(s.slot_bits, name=f"divider{k}_slot")
+            zero = Signal(name=f"divider{k}_zero")       # a fully masked row: all probabilities 0
+            start = go & (turn == k)
+            m.d.comb += [div.dividend.eq(1 << nx.SOFTMAX_RECIP_BITS), div.divisor.eq(s.row_sum[dv_slot]),
+                         div.start.eq(start), busy[k].eq(div.busy)]
+            with m.If(start):
+                m.d.sync += [slot.eq(dv_slot), zero.eq(s.row_sum[dv_slot] == 0)]
+            with m.If(div.done):
+                m.d.sync += [s.row_rcp[slot].eq(Mux(zero, 0, div.quotient)), s.phase[slot].eq(Phase.OUT)]
 
-        # ---- phase 3: probabilities out (a pipeline that stalls on output backpressure) -----------
-        out_slot = Signal(slot_bits)
-        out_idx = Signal(range(n))
+    def _output(self, m, s):
+        """Probabilities out, a word a cycle (a pipeline that stalls on output backpressure)."""
+        n = self.beats
+        out_slot = Signal(s.slot_bits)
+        out_idx = Signal(range(max(n, 2)))
         advance = Signal()
         take = Signal()
-        exp_r = exps.read_port()
-        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & (phase[out_slot] == 3)),
+        exp_r = s.exps.read_port()
+        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & (s.phase[out_slot] == Phase.OUT)),
                      exp_r.addr.eq(Cat(out_idx, out_slot)), exp_r.en.eq(advance)]
         with m.If(take):
             with m.If(out_idx == n - 1):
-                m.d.sync += [out_idx.eq(0), out_slot.eq(out_slot + 1)]
+                m.d.sync += [out_idx.eq(0), out_slot.eq(out_slot + 1), s.phase[out_slot].eq(Phase.DRAIN)]
             with m.Else():
                 m.d.sync += out_idx.eq(out_idx + 1)
-        o1 = Signal(data.StructLayout({"valid": 1, "last": 1, "slot": slot_bits}))
-        o2 = Signal.like(o1)
-        o3 = Signal.like(o1)                  # the registered output beat
-        scaled = Signal(unsigned(EXP_BITS + RECIP_QUOTIENT_BITS))
+        stage = data.StructLayout({"valid": 1, "last": 1, "slot": s.slot_bits})
+        o1, o2, o3 = (Signal(stage, name=f"out_meta{k}") for k in (1, 2, 3))   # o3: the output beat's
+        rcp = Signal(unsigned(RECIP_QUOTIENT_BITS))
+        top = (1 << nx.PROB_BITS) - 1
         with m.If(advance):
             m.d.sync += [o1.valid.eq(take), o1.last.eq(out_idx == n - 1), o1.slot.eq(out_slot),
-                         o2.eq(o1), o3.eq(o2),
-                         scaled.eq(exp_r.data * row_rcp[o1.slot])]
-            shifted = scaled >> (nx.SOFTMAX_RECIP_BITS - nx.PROB_BITS)
-            top = (1 << nx.PROB_BITS) - 1
-            m.d.sync += self.o.payload.eq(Mux(shifted > top, top, shifted))
+                         rcp.eq(s.row_rcp[out_slot]), o2.eq(o1), o3.eq(o2)]
+            for k in range(self.lanes):
+                scaled = Signal(unsigned(EXP_BITS + RECIP_QUOTIENT_BITS), name=f"scaled{k}")
+                m.d.sync += scaled.eq(exp_r.data[k] * rcp)
+                shifted = scaled >> (nx.SOFTMAX_RECIP_BITS - nx.PROB_BITS)
+                m.d.sync += self.o.payload[k].eq(Mux(shifted > top, top, shifted))
         m.d.comb += self.o.valid.eq(o3.valid)
         # the slot is free once its last probability has left
         with m.If(self.o.valid & self.o.ready & o3.last):
-            m.d.sync += phase[o3.slot].eq(0)
-        return m
+            m.d.sync += s.phase[o3.slot].eq(Phase.FREE)

