@@ -200,7 +200,7 @@ CASES = [
     # arguments
     ("config-missing-dir", "elaborate", ["--config", "/nonexistent/small.yaml"], {},
      "--config: no such file '/nonexistent/small.yaml'"),
-    ("config-missing-name", "elaborate", ["--config", "nosuch"], {}, "no shipped config of that name (bert_tiny"),
+    ("config-missing-name", "elaborate", ["--config", "nosuch"], {}, "no shipped config of that name (bert_base_arty, "),
     ("config-absent", "elaborate", [], {}, "the following arguments are required: --config"),
     ("output-is-file", "elaborate", ["--config", "small", "-o", "f"], {"f": "x"}, "argument -o/--output: f is a file"),
     ("output-under-file", "elaborate", ["--config", "small", "-o", "f/x"], {"f": "x"}, "f is a file; expected a folder"),
