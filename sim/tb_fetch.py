@@ -17,7 +17,7 @@ async def commands_follow_the_program(dut):
     addr_bits, beats_bits = P["addr_bits"], P["beats_bits"]
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
-    for n in ("start", "cancel", "dma_busy", "dma_error", "cmd__ready", "can_claim"):
+    for n in ("start", "cancel", "dma_busy", "dma_error", "cmd__ready", "can_claim", "scratch_ready"):
         getattr(dut, n).value = 0
     await ClockCycles(dut.clk, 2)
     dut.rst.value = 0
@@ -29,7 +29,10 @@ async def commands_follow_the_program(dut):
         await RisingEdge(dut.clk)
         dut.start.value = 0
         got, done, cycles = [], 0, 0
+        # scratch reads (K_h, V_h^T) wait for scratch_ready: low for a random number of cycles first
+        ready_at = rng.randrange(3000)
         while not done:
+            dut.scratch_ready.value = int(cycles >= ready_at)
             dut.cmd__ready.value = int(rng.random() < p_ready)
             dut.can_claim.value = int(rng.random() < p_claim)
             await ReadOnly()
@@ -39,6 +42,8 @@ async def commands_follow_the_program(dut):
                 tile = P["tile_tags"][str(got[-1][2] & 15)]
                 assert not tile or int(dut.claim.value), f"command {len(got)}: a tile command without claim"
                 assert not tile or int(dut.can_claim.value), f"command {len(got)}: a tile command without a free bank"
+                scratch = P["tile_tags"][str(got[-1][2] & 15)] and got[-1][0] >= P["scratch_base"] > P["weight_base"]
+                assert not scratch or int(dut.scratch_ready.value), f"command {len(got)}: a scratch read before scratch_ready"
             done = int(dut.done.value)
             await RisingEdge(dut.clk)
             cycles += 1
