@@ -132,7 +132,7 @@ def _run(geo, tests, **sweep):
     simulate(v, name, "tb_block_mover", {**params, **sweep}, testcase=tests)
 
 
-@pytest.mark.parametrize("geo", ["small", "bert_tiny"])
+@pytest.mark.parametrize("geo", ["small"])             # bert_tiny's geometry: in the slow sweep
 def test_block_mover_against_axi_ram(geo):
     _run(geo, TESTS)
 

@@ -13,10 +13,10 @@ BITS = load_config("bert_tiny").acc_bits(64)       # 23-bit scores: a head size 
 SMALL_BITS = load_config("small").acc_bits(load_config("small").head_dim)
 # (row, lanes, score_bits, config for real score rows): one key a beat (today's engine) and PE keys a beat
 # for the small config (rows of 8); bert_tiny's rows (128 keys) at 16 lanes, minilm_l6's PE
-FAST = [(8, 1, SMALL_BITS, "small"), (8, 4, SMALL_BITS, "small"), (128, 16, BITS, "bert_tiny")]
+FAST = [(8, 1, SMALL_BITS, "small"), (128, 16, BITS, "bert_tiny")]
 # the rest of rows of 8, 32 and 128 keys at 1, 4, 8 and 16 lanes (lanes <= row)
 SWEEP = [(n, lanes, BITS, None) for n in (8, 32, 128) for lanes in (1, 4, 8, 16)
-         if lanes <= n and (n, lanes) not in ((8, 1), (8, 4), (128, 16))]
+         if lanes <= n and (n, lanes) not in ((8, 1), (128, 16))]
 
 
 def _verilog(row, lanes, bits=BITS):
@@ -50,9 +50,9 @@ def test_softmax_realistic_rows_at_minilm_pe():
 
 
 def test_softmax_testbench_catches_a_wrong_result():
-    v, top = _verilog(8, 4, SMALL_BITS)          # a build of the fast suite
+    v, top = _verilog(8, 1, SMALL_BITS)          # a build of the fast suite
     with pytest.raises(AssertionError, match="realistic_rows"):
-        simulate(v, top, "tb_softmax", {"row": 8, "lanes": 4, "score_bits": SMALL_BITS, "config": "small",
+        simulate(v, top, "tb_softmax", {"row": 8, "lanes": 1, "score_bits": SMALL_BITS, "config": "small",
                                         "seed": 7, "rows": 24, "corrupt": True}, testcase="realistic_rows")
 
 
