@@ -25,17 +25,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import numpy as np  # noqa: E402
-
 from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
-from mlo_hw.model.golden import int_stack  # noqa: E402
 from mlo_hw.hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import matrix_costs  # noqa: E402
 from mlo_hw.plan import plan  # noqa: E402
-from mlo_hw.model.quantize import build_model, random_inputs  # noqa: E402
-from sim.engine_check import check_run  # noqa: E402
-from sim.harness import EngineSim, memory_model  # noqa: E402
+from mlo_hw.model.quantize import build_model  # noqa: E402
+from sim.harness import EngineSim, memory_model, random_input  # noqa: E402
 
 
 def total_bound(cfg) -> int:
@@ -44,18 +40,9 @@ def total_bound(cfg) -> int:
 
 
 def measure(cfg, memory: str):
-    """(run result, wall seconds) of one checked run of every layer with all tokens valid."""
-    model = build_model(cfg)[1]
-    sim = EngineSim(cfg, model)
-    x_float, _ = random_inputs(cfg, np.random.default_rng(1), 1, padded=False)[0]
-    x = model.quantize_input(x_float)
-    r = sim.run(x, cfg.model.seq_len, memory=memory)
-    if not r.irq:
-        raise AssertionError("the run timed out")
-    traces = []
-    want = int_stack(x, model.layers, np.ones(cfg.model.seq_len, bool), cfg.model.heads, traces)
-    check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, cfg.model.layers)
-    return r
+    """The result of one run of every layer with all tokens valid, checked against the golden model."""
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    return sim.run_checked(random_input(cfg, sim.model, 1), cfg.model.seq_len, memory=memory)[0]
 
 
 @command()
@@ -68,11 +55,8 @@ def main(argv=None) -> int:
                                                                 "plan on a small config)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    if args.bram36_budget is not None:
-        import dataclasses
-        cfg = dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=args.bram36_budget))
     if args.seq is not None or args.bram36_budget is not None:
-        cfg = with_seq_len(cfg, cfg.model.seq_len if args.seq is None else args.seq)
+        cfg = with_seq_len(cfg, cfg.model.seq_len if args.seq is None else args.seq, args.bram36_budget)
     t0 = time.time()
     r = measure(cfg, args.memory)
     wall = time.time() - t0

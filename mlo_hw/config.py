@@ -36,7 +36,7 @@ PARTS = {
     "xc7a200t": {"LUT": 134600, "FF": 269200, "DSP": 740, "BRAM36": 365, "CARRY4": 33650, "LUTRAM": 46200},
     # Zynq-7020 programmable logic (AMD DS190): 13,300 slices, 220 DSP48E1, 140 BRAM36, 4,350 SLICEM.
     "xc7z020":  {"LUT": 53200,  "FF": 106400, "DSP": 220, "BRAM36": 140, "CARRY4": 13300, "LUTRAM": 17400},
-    # Lattice ECP5-85F (FPGA-DS-02012), in the units above so that the planner and check_fit size the engine:
+    # Lattice ECP5-85F (FPGA-DS-02012), in the units above so that the planner (mlo_hw.plan) sizes the engine:
     # LUT4s, FFs, MULT18X18D as DSP, DP16KD (18 Kbit) / 2 as BRAM36, CCU2C carry bits / 4 as CARRY4,
     # distributed RAM (669 Kbit) / 64 as LUTRAM. Synthesis figures for it come from nextpnr (mlo_hw.soc).
     "lfe5um5g-85f": {"LUT": 83640, "FF": 83640, "DSP": 156, "BRAM36": 104, "CARRY4": 20910, "LUTRAM": 10450},
@@ -276,7 +276,7 @@ def _validate(cfg: Config):
                                      f"{', '.join(BOARD_PARTS)}")
     _require(BOARD_PARTS[t.board] == family, f"target.board: {t.board} carries an {BOARD_PARTS[t.board]}, "
                                              f"not the config's part {t.part}")
-    _require(t.bram36_budget is None or t.bram36_budget > 0,
+    _require(t.bram36_budget is None or (t.bram36_budget > 0 and _finite(t.bram36_budget)),
              f"target.bram36_budget: expected a positive number of BRAM36 (or null: the part's), got {t.bram36_budget}")
     _require(w.source in ("random", "onnx"), f"weights.source: expected 'random' or 'onnx', got {w.source!r}")
     _require(w.source != "onnx" or w.onnx, "weights.onnx: required when weights.source is 'onnx'")

@@ -14,7 +14,7 @@ from .model import numerics as nx
 from .model.weight_image import layout
 
 __all__ = ["TileCost", "matrix_costs", "layer_bound", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36",
-           "check_fit", "BRAM36_BYTES"]
+           "BRAM36_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,3 @@ def onchip_bram36(cfg) -> dict[str, float]:
         key = "work" if name.startswith("work") else name
         out[key] = out.get(key, 0) + bram36(w, d)
     return out
-
-
-def check_fit(cfg):
-    """The plan the engine is built for (:func:`mlo_hw.plan.plan`: all on chip, or activations in DRAM in token
-    blocks); ConfigError with one line when no plan fits the block RAM budget."""
-    from .plan import plan
-    return plan(cfg)

@@ -122,9 +122,8 @@ def retarget(cfg, board: SocBoard, explicit: bool):
 
     Without ``--board`` (``explicit`` false) the config's own part must be the board's FPGA; with it the
     config is moved to the board's part. Either way a plan of the engine (all on chip, or activations in
-    DRAM in token blocks: ``perf.check_fit``) must fit the part's block RAM less what the SoC around it
+    DRAM in token blocks: :func:`mlo_hw.plan.plan`) must fit the part's block RAM less what the SoC around it
     takes (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none)."""
-    from .perf import check_fit
     if not explicit and _part_family(cfg.target.part) != board.family:
         raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {board.name} ({board.part})")
     mhz = board.sys_mhz or cfg.target.clock_mhz
@@ -136,7 +135,6 @@ def retarget(cfg, board: SocBoard, explicit: bool):
     try:
         _validate(new)
         _check_fit(new)
-        check_fit(new)
     except ConfigError as e:
         where = "--board" if explicit else "target.board:"
         raise ConfigError(f"{where} {board.name}: {cfg.name} does not fit the {board.part} "

@@ -14,7 +14,7 @@ import numpy as np
 
 from mlo_hw.hw.layer_engine import LN_LANES, Op
 
-__all__ = ["order", "Trace", "expected", "observed", "first_difference", "check_run"]
+__all__ = ["order", "Trace", "expected", "observed", "first_difference", "check_run", "check_run_rejects_corruption"]
 
 MATRIX_NAMES = {Op.Q: "q", Op.K: "k", Op.V: "v", Op.O: "attn_out", Op.FFN_UP: "ffn_up", Op.FFN_DOWN: "ffn_down"}
 
@@ -163,3 +163,21 @@ def check_run(cfg, got, want, traces: list[dict], tr: Trace, seq_len: int, layer
     if not np.array_equal(got, want):
         bad = np.argwhere(got != want)[0]
         raise AssertionError(f"output in DRAM differs at {tuple(int(b) for b in bad)} (on-chip tensors matched)")
+
+
+def check_run_rejects_corruption(cfg, r, want, traces: list[dict], tokens: int, layers: int, rng):
+    """Negative checks of a run that passed :func:`check_run`: with one valid output element flipped, and with one
+    on-chip tensor value changed, the checker must reject it (naming the output in DRAM, and a tensor)."""
+    seq = cfg.model.seq_len
+    bad = r.output.copy()
+    bad[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
+    for got, tr, needle in ((bad, r.trace, "output in DRAM differs"), (r.output, None, " differs first at index ")):
+        if tr is None:
+            tr = Trace(r.trace.mvau.copy(), r.trace.probs, r.trace.ln)
+            tr.mvau[0, 2 + rng.randrange(cfg.folding.pe)] += 1      # layer 0's Q of token 0: always checked
+        try:
+            check_run(cfg, got, want, traces, tr, seq, layers)
+        except AssertionError as e:
+            assert needle in str(e), f"the checker rejected a corrupted run for another reason: {e}"
+        else:
+            raise AssertionError(f"the checker accepted a corrupted run ({needle.strip()})")

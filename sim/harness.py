@@ -11,7 +11,7 @@ once per script, and reads the files. Nothing in Python runs per cycle.
 
     sim = EngineSim(cfg, model)             # builds once per config (cached under sim_build/)
     r = sim.run(x, tokens, stall=0.3, memory="ddr3")
-    check_run(cfg, r.output, want, traces, r.trace, ...)     # sim/engine_check.py
+    r, want, traces = sim.run_checked(x, tokens, stall=0.3)  # the same, DONE and bit exact (sim/engine_check.py)
 
 :class:`Harness` runs a raw script (see ``harness.cpp`` for the commands) for tests that need another
 sequence (soft reset mid-run, error injection, several runs in one simulation).
@@ -31,20 +31,20 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib.wiring import Out
 
-from mlo_hw.hw.axi import AxiParams
 from mlo_hw.hw.layer_engine import LN_LANES, LayerEngine
 from mlo_hw.hw.mvau import MVAUParams
+from mlo_hw.model.golden import int_stack
 from mlo_hw.model.numerics import RES_BITS
-from mlo_hw.model.quantize import DRAM_DTYPE, dram_bytes, from_dram
+from mlo_hw.model.quantize import DRAM_DTYPE, dram_bytes, from_dram, random_inputs
 from mlo_hw.hw.regs import register_map
 from mlo_hw.plan import plan
 from mlo_hw.model.weight_image import layout, pack_image
 
-from .engine_check import Trace
+from .engine_check import Trace, check_run
 from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin
 
 __all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
-           "HDL", "small_tiled_config"]
+           "HDL", "small_tiled_config", "random_input"]
 
 HDL = Path(__file__).resolve().parent / "hdl"
 ENGINE_MODULE = "mlo_engine_traced"
@@ -125,13 +125,18 @@ class DramMap:
         return cls(inp, out, weights, scratch, 1 << (end - 1).bit_length())
 
 
+def random_input(cfg, model, seed: int) -> np.ndarray:
+    """A random int16 layer-0 input [seq_len, hidden] of ``model`` (BERT-like embeddings, quantized)."""
+    x_float, _ = random_inputs(cfg, np.random.default_rng(seed), 1, padded=False)[0]
+    return model.quantize_input(x_float)
+
+
 def small_tiled_config(seq: int = 64, budget: float = 9.5):
     """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36 budget leaves
     blocks of 32 rows (two per pass)."""
     from mlo_hw.config import load_config
     from mlo_hw.hw.layer_engine import with_seq_len
-    cfg = load_config("small")
-    return with_seq_len(dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, bram36_budget=budget)), seq)
+    return with_seq_len(load_config("small"), seq, bram36_budget=budget)
 
 
 def _width(member) -> int:
@@ -286,6 +291,21 @@ class EngineSim:
         self.h = Harness(cfg)
         self.image = pack_image(cfg, model.layers)
 
+    def run_checked(self, x, tokens: int, layers: int | None = None, **kw):
+        """One run (:meth:`run_many`'s keywords) that must end with DONE and equal the golden model tensor by
+        tensor and in DRAM (:func:`~sim.engine_check.check_run`); returns (result, golden output, golden traces)."""
+        layers = self.cfg.model.layers if layers is None else layers
+        r = self.run(x, tokens, layers, **kw)
+        what = f"{self.cfg.name} tokens={tokens} layers={layers} {kw}"
+        assert r.irq, f"{what}: no interrupt after {r.cycles} cycles (STATUS {r.status:#x})"
+        assert r.status & self.h.bit("STATUS", "done") and not r.status & self.h.bit("STATUS", "error"), \
+            f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+        traces = []
+        mask = np.arange(self.cfg.model.seq_len) < tokens
+        want = int_stack(x, self.model.layers[:layers], mask, self.cfg.model.heads, traces)
+        check_run(self.cfg, r.output, want, traces, r.trace, self.cfg.model.seq_len, layers)
+        return r, want, traces
+
     def run(self, x, tokens: int, layers: int | None = None, *, err_addr: int | None = None, trace: bool = True,
             **kw) -> RunResult:
         """One run (see :meth:`run_many` for the keyword arguments)."""
@@ -306,8 +326,7 @@ class EngineSim:
                        "reset 4", "reseed", f"load {d.weight_base} {tmp / 'image.bin'}",
                        f"write {h.reg('WEIGHT_BASE_LO')} {d.weight_base}",
                        f"write {h.reg('INPUT_BASE_LO')} {d.input_base}",
-                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}",
-                       f"write {h.reg('SCRATCH_BASE_LO')} {d.scratch_base}"]
+                       f"write {h.reg('OUTPUT_BASE_LO')} {d.output_base}"]
             rng = np.random.default_rng(seed)
             for i, r in enumerate(runs):
                 (tmp / f"input{i}.bin").write_bytes(dram_bytes(r.x))

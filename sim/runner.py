@@ -65,7 +65,7 @@ def lint(verilog_text: str, top: str) -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     src = d / f"{top}.v"
     src.write_text(verilog_text)
-    cmd = ["verilator", "--lint-only", "-Wall", f"--top-module", top,
+    cmd = ["verilator", "--lint-only", "-Wall", "--top-module", top,
            *(f"-Wno-{w}" for w in LINT_WAIVERS), str(src)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_env_with_verilator())
     return [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("%")]

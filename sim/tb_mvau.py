@@ -207,7 +207,7 @@ def realistic_jobs(mp):
 async def extremes_and_realistic_layer(dut):
     """Accumulator extremes at max_cols (uint8 255 x -128, int8 -128 x -128) and a quantized BERT matrix."""
     p, mp = _params()
-    rng, nrng = random.Random(p["seed"] + 1), np.random.default_rng(p["seed"] + 1)
+    rng = random.Random(p["seed"] + 1)
     await start_clock_and_reset(dut)
     k, rows = mp.max_cols, mp.pe
     jobs = []

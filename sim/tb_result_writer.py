@@ -78,7 +78,7 @@ async def every_placement(dut):
             await ReadOnly()
             if offer:
                 rows = int(dut.rows.value)
-                ra, rd_, re = rows & ((1 << P["rows_addr_bits"]) - 1), rows >> P["rows_addr_bits"], None
+                ra, rd_, _ = rows & ((1 << P["rows_addr_bits"]) - 1), rows >> P["rows_addr_bits"], None
                 data_bits = 16 * SIMD
                 rdata, ren = rd_ & ((1 << data_bits) - 1), rd_ >> data_bits
                 for lane in range(SIMD):

@@ -1,7 +1,6 @@
 """The AXI read arbiter and the aclk/aresetn top-level wrapper: two ReadDmas behind a ReadArbiter,
 wrapped by AxiTop, under cocotb + Verilator against cocotbext-axi's AxiRamRead; lint, synthesis, ports."""
 
-import random
 import re
 
 import pytest

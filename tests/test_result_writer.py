@@ -20,7 +20,7 @@ def test_every_placement_matches_the_model(pe, simd, seq, hidden, tile_rows):
     v = to_verilog(dut, top)
     assert lint(v, top) == []
     cfg_layout = dut.signature.members["cfg"].shape
-    widths, off = {}, 0
+    widths = {}
     for name, field in cfg_layout:
         widths[name] = (field.offset, field.width)
     bank_bits = dut.signature.members["banks"].shape.elem_shape.size

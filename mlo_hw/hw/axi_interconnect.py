@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from amaranth import Array, ClockDomain, DomainRenamer, Module, Mux, Signal
+from amaranth import Array, ClockDomain, DomainRenamer, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

@@ -60,7 +60,7 @@ from types import SimpleNamespace
 
 from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, unsigned
 from amaranth.hdl import ResetInserter
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -81,7 +81,7 @@ from .engine.tile_params import TileParamLatch
 from .gelu import GeluTable
 from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
-from ..perf import check_fit
+from ..plan import plan
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax
 from ..model.tiled import scratch_layout
@@ -127,8 +127,8 @@ class EngineGeometry:
     simd: int
     tile_rows: int
     beat_bytes: int
-    rows: int = 0      # token rows of a block (the plan's; ``seq`` when every activation stays on chip)
-    blocks: int = 1    # blocks of the DRAM-tiled schedule (1: on chip)
+    rows: int          # token rows of a block (the plan's; ``seq`` when every activation stays on chip)
+    blocks: int        # blocks of the DRAM-tiled schedule (1: on chip)
 
     @property
     def tiled(self) -> bool:
@@ -182,12 +182,14 @@ class EngineGeometry:
         return max(self.work_words, self.words(self.rows * self.seq)).bit_length()
 
 
-def with_seq_len(cfg, seq_len: int):
-    """The config with another sequence length (e.g. bert_tiny at 32 tokens, or a decode step at 1), checked
-    like a loaded config (registers, address width, the part's block RAM)."""
+def with_seq_len(cfg, seq_len: int, bram36_budget: float | None = None):
+    """The config with another sequence length (e.g. bert_tiny at 32 tokens, or a decode step at 1) and, if
+    given, another block RAM budget (``target.bram36_budget``: forces the DRAM-tiled plan on a small config),
+    checked like a loaded config (registers, address width, the plan)."""
     import dataclasses
     from ..config import _check_fit, _validate
-    new = dataclasses.replace(cfg, name=f"{cfg.name}_s{seq_len}",
+    target = cfg.target if bram36_budget is None else dataclasses.replace(cfg.target, bram36_budget=bram36_budget)
+    new = dataclasses.replace(cfg, name=f"{cfg.name}_s{seq_len}", target=target,
                               model=dataclasses.replace(cfg.model, seq_len=seq_len))
     _validate(new)
     _check_fit(new)
@@ -226,11 +228,6 @@ class _Banks:
             m.d.sync += self.sel.eq(bank)
         return Array(b.r.data for b in self.banks)[self.sel]
 
-    def write(self, m, addr, data, lanes):
-        bank, local = self._split(addr)
-        for i, b in enumerate(self.banks):
-            m.d.comb += [b.w.addr.eq(local), b.w.data.eq(data), b.w.en.eq(Mux(bank == i, lanes, 0))]
-
     def read_side_by_side(self, m, local):
         for b in self.banks:
             m.d.comb += b.r.addr.eq(local)
@@ -258,8 +255,8 @@ class LayerEngine(wiring.Component):
 
     def __init__(self, cfg, trace: bool = False):
         self.cfg, self.trace = cfg, trace
-        self.plan = check_fit(cfg)
-        self.g = g = EngineGeometry.from_config(cfg, self.plan.block)
+        self.plan = plan(cfg)            # ConfigError with the numbers when no plan fits
+        self.g = EngineGeometry.from_config(cfg, self.plan.block)
         # the port: one more ID bit than the masters inside (the read arbiter tags each burst with its master)
         self.axi = AxiParams.from_config(cfg, id_bits=2)
         self.mvau_params = MVAUParams.from_config(cfg)
@@ -296,6 +293,7 @@ class LayerEngine(wiring.Component):
         m.submodules.regs = d.regs = regs = ControlRegs(cfg)
         m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks)
         d.flush = Signal(name="flush")
+        d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", Softmax.from_config(cfg)),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
@@ -510,7 +508,8 @@ class LayerEngine(wiring.Component):
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(d.mvau.busy), regs.dma_stall.eq(d.stall),
                      ws.layers.eq(d.layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset),
-                     ws.clear.eq(regs.start), mover.cancel.eq(regs.soft_reset), mover.clear.eq(regs.start),
+                     ws.clear.eq(regs.start), mover.cancel.eq(regs.soft_reset | d.abandon),
+                     mover.clear.eq(regs.start),
                      ws.scratch_base.eq(regs.scratch_base), ws.scratch_ready.eq(d.scratch_ready)]
 
 

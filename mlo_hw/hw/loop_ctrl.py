@@ -110,7 +110,7 @@ class LoopController(wiring.Component):
         self.head_bytes = cfg.seq_padded * cfg.head_dim
         super().__init__({
             "start": In(1), "cancel": In(1), "layers": In(LAYER_BITS), "weight_base": In(self.p.addr_bits),
-            "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1, init=1),
+            "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "cmd": Out(stream.Signature(command_layout(self.p, BEATS_BITS, TAG_BITS))),
             "claim": Out(1), "can_claim": In(1), "dma_busy": In(1), "dma_error": In(1),
             "busy": Out(1), "done": Out(1), "layer": Out(LAYER_BITS),
@@ -220,7 +220,7 @@ class WeightStreamer(wiring.Component):
         pg = self.params
         super().__init__({
             "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS),
-            "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1, init=1),
+            "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
             "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1),

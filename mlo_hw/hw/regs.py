@@ -109,7 +109,7 @@ def register_map(cfg) -> tuple[Register, ...]:
                                                 "beat) address"),
             Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"),
             Field("bad_scratch", 4, 1, "RO", 0, "activations in DRAM: START with SCRATCH_BASE not 4 KiB aligned, or "
-                                                 "its SCRATCH_BYTES overlapping the weight image (LAYERS layers), the "
+                                                 f"its SCRATCH_BYTES overlapping the weight image ({cfg.model.layers} layers), the "
                                                  "input or the output (no run)"))),
         _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
         _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
@@ -178,15 +178,12 @@ class ControlRegs(wiring.Component):
             self.output_base.eq(base("OUTPUT_BASE")), self.scratch_base.eq(base("SCRATCH_BASE")),
             self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
         ]
-        ro = {
-            ("ID", "value"): Const(ID_VALUE, 32),
+        ro = {                                  # RO fields driven by the engine (the others read their reset value)
             ("STATUS", "busy"): self.busy, ("STATUS", "error"): self.error,
             ("ERROR_ADDR_LO", "value"): self.error_addr[:32],
             ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
             ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
             ("ERROR_CODE", "bad_tokens"): self.error_code[3], ("ERROR_CODE", "bad_scratch"): self.error_code[4],
-            ("SCRATCH_BYTES", "value"): Const(plan(self.cfg).scratch_bytes, 32),
-            ("BLOCK_ROWS", "value"): Const(plan(self.cfg).block, 32),
             **{(n, "value"): s for n, s in counters.items()},
         }
 
@@ -194,6 +191,8 @@ class ControlRegs(wiring.Component):
             v = Const(0, 32)
             for f in r.fields:
                 src = store.get((r.name, f.name), ro.get((r.name, f.name)))
+                if src is None and f.access == "RO":        # a constant: ID, SCRATCH_BYTES, BLOCK_ROWS, *_HI
+                    src = Const(f.reset, f.width)
                 if src is not None:
                     v = v | (src.as_unsigned() << f.lsb)
             return v[:32]

@@ -25,7 +25,7 @@ cycle while fewer than ``outstanding`` are in flight. Throughput: one beat per c
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -136,8 +136,8 @@ class Accelerator:
         self.build = BuildFolder.load(build_dir)
         self.cfg, self.regs = self.build.cfg, self.build.regs
         self.backend = make_backend(backend, **options)
-        self.backend.open(self.build)
         try:
+            self.backend.open(self.build)
             self._check_id()
             act, weights = self.build.act_bytes, layout(self.cfg).total_bytes
             self.weight_base = self.backend.alloc(weights)

@@ -27,7 +27,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...model import numerics as nx
-from ..axi import AxiParams, axi_read_master_members, axi_write_master_members
+from ..axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
 from .activation_io import BufferLoad, BufferStore
 
 __all__ = ["Transfer", "mover_command_layout", "BlockMover"]
@@ -88,10 +88,8 @@ class BlockMover(wiring.Component):
         p, simd, pe = self.p, self.simd, self.pe
         m.submodules.load = load = BufferLoad(p, 8 * simd, self.max_words)
         m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words)
-        for master, members in ((load, axi_read_master_members(p)), (store, axi_write_master_members(p))):
-            for name, member in members.items():
-                port, inner = getattr(self, name), getattr(master, name)
-                m.d.comb += (port.eq(inner) if member.flow == Out else inner.eq(port))
+        forward_ports(m, self, load, axi_read_master_members(p))
+        forward_ports(m, self, store, axi_write_master_members(p))
 
         cmd = Signal.like(self.cmd)
         run_base = Signal(p.addr_bits)

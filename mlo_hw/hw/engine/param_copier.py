@@ -10,7 +10,7 @@ down, the shifts after the header) and runs as soon as its section has arrived.
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, signed, unsigned
+from amaranth import Module, Signal, unsigned
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 

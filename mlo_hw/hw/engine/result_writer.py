@@ -8,7 +8,7 @@ one MVAU weight word of the attention products (:mod:`mlo_hw.hw.layer_engine`'s 
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -76,8 +76,9 @@ class Sequencer:
         m.next = f"{o.name}_TILE_WAIT"
 
     def abandon(self):
-        # the blocks are reset now and at the next start; the AXI masters drain what is in flight
-        self.m.d.comb += self.d.flush.eq(1)
+        # the blocks are reset now and at the next start; the AXI masters drain what is in flight (the mover is
+        # cancelled, also a transfer started in this very cycle)
+        self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
         self.m.next = "IDLE"
 
     def abort(self):
@@ -96,8 +97,7 @@ class Sequencer:
     def transfer(self, kind, base, n_words, runs=1, step=0, local=0, local_step=0, inner=1, outer_stride=0):
         d = self.d
         c = d.mover.cmd
-        # (not when the run is abandoned in this cycle; ws.error is stale while START clears it)
-        self.m.d.comb += [d.mover.start.eq(~(d.regs.soft_reset | (d.ws.error & ~d.regs.start))), c.kind.eq(kind),
+        self.m.d.comb += [d.mover.start.eq(1), c.kind.eq(kind),
                           c.base.eq(base), c.words.eq(n_words), c.runs.eq(runs), c.step.eq(step), c.local.eq(local),
                           c.local_step.eq(local_step), c.inner.eq(inner), c.outer_stride.eq(outer_stride)]
 
@@ -250,7 +250,7 @@ class Sequencer:
 
     # ---- the FSM --------------------------------------------------------------------------------------
     def build(self):
-        m, d, g, Op = self.m, self.d, self.g, self.Op
+        m, g, Op = self.m, self.g, self.Op
         self.blocks_setup()
         with m.FSM(name="seq"):
             self.start_states()
