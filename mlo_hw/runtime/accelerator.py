@@ -30,6 +30,9 @@ __all__ = ["Accelerator", "DeviceError", "DeviceTimeout", "RuntimeInputError", "
            "make_backend"]
 
 
+RESP_NAMES = {2: "SLVERR", 3: "DECERR"}      # ERROR_CODE.rresp: the AXI response of the failing beat
+
+
 class RuntimeInputError(BadInput):
     """A bad argument to the runtime (one line naming it)."""
 
@@ -120,7 +123,7 @@ def make_backend(backend, **options) -> Backend:
         if options:
             raise RuntimeInputError(f"backend options {sorted(options)} given with a backend instance")
         return backend
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         raise RuntimeInputError(f"backend: expected one of {', '.join(BACKENDS)} or a Backend, got {backend!r}")
     try:
         return BACKENDS[backend](**options)
@@ -139,11 +142,11 @@ class Accelerator:
         try:
             self.backend.open(self.build)
             self._check_id()
-            act, weights = self.build.act_bytes, layout(self.cfg).total_bytes
-            self.weight_base = self.backend.alloc(weights)
+            act = self.build.act_bytes
+            self.weight_base = self.backend.alloc(len(self.build.weights))
             self.act_bases = (self.backend.alloc(act), self.backend.alloc(act))
             # a plan with activations in DRAM: the engine's scratch (SCRATCH_BYTES, 4 KiB aligned; 0 on chip)
-            scratch = int(self.regs.registers["SCRATCH_BYTES"]["reset"]) if "SCRATCH_BYTES" in self.regs.registers else 0
+            scratch = self.regs.reset("SCRATCH_BYTES") if self.regs.has("SCRATCH_BYTES") else 0
             self.scratch = (self.backend.alloc(scratch), scratch) if scratch else None
             self._check_addresses()
         except BaseException:
@@ -169,7 +172,7 @@ class Accelerator:
         self.backend.write_reg(self.regs.offset(name), value)
 
     def _check_id(self):
-        want = int(self.regs.registers["ID"]["reset"])
+        want = self.regs.reset("ID")
         got = self.read("ID")
         if got != want:
             raise BackendUnavailable(f"{self.backend.name} backend: no engine answers: ID reads {got:#010x}, "
@@ -281,9 +284,10 @@ class Accelerator:
             addr = self.read("ERROR_ADDR_LO") | (self.read("ERROR_ADDR_HI") << 32)
             fields = self.regs.set_fields("ERROR_CODE", code)
             self.reset()
-            resp = {2: "SLVERR", 3: "DECERR"}.get(self.regs.decode("ERROR_CODE", code)["rresp"])
+            resp = RESP_NAMES.get(self.regs.get("ERROR_CODE", "rresp", code))
             what = ", ".join(f"rresp={resp}" if f == "rresp" and resp else f for f in fields)
-            where = "" if fields == ["bad_tokens"] else f" ERROR_ADDR {addr:#x}{self._where(addr)}"
+            # ERROR_ADDR is the failing beat's or the bad command's; a START check (bad_tokens, bad_scratch) sets none
+            where = f" ERROR_ADDR {addr:#x}{self._where(addr)}" if {"rresp", "bad_command"} & set(fields) else ""
             raise DeviceError(f"engine ERROR: ERROR_CODE {code:#x} ({what or 'no field set'}){where} "
                               f"[{self.backend.name} backend]", status, code, fields, addr)
         if not status & self.regs.bit("STATUS", "done"):
@@ -307,6 +311,8 @@ class Accelerator:
         for i, base in enumerate(self.act_bases):
             if base <= addr < base + act:
                 return f" (activation buffer {i}, byte {addr - base})"
+        if self.scratch and self.scratch[0] <= addr < sum(self.scratch):
+            return f" (scratch, byte {addr - self.scratch[0]})"
         return " (outside the runtime's buffers)"
 
     def reset(self, timeout: float = 1e-3) -> None:

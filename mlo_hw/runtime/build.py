@@ -50,7 +50,8 @@ class RegisterMap:
     def __init__(self, data: dict, source: str = "regs.json"):
         try:
             self.registers = {r["name"]: r for r in data["registers"]}
-            self.fields = {(r["name"], f["name"]): f for r in data["registers"] for f in r["fields"]}
+            self.fields = {(r["name"], f["name"]): (int(f["lsb"]), int(f["width"]))
+                           for r in data["registers"] for f in r["fields"]}
             for r in self.registers.values():
                 int(r["offset"]), int(r["reset"])
         except (KeyError, TypeError, ValueError) as e:
@@ -63,21 +64,40 @@ class RegisterMap:
         except KeyError:
             raise BadBuild(f"{self.source}: no register {name}") from None
 
+    def reset(self, name: str) -> int:
+        """The reset value of a register (an RO constant's value: ID, SCRATCH_BYTES)."""
+        self.offset(name)
+        return int(self.registers[name]["reset"])
+
     def has(self, name: str) -> bool:
         return name in self.registers
 
-    def bit(self, reg: str, field: str) -> int:
-        """The mask of a field."""
+    def _field(self, reg: str, field: str) -> tuple[int, int]:
+        """``(lsb, width)`` of a field."""
         try:
-            f = self.fields[reg, field]
+            return self.fields[reg, field]
         except KeyError:
             raise BadBuild(f"{self.source}: no field {reg}.{field}") from None
-        return ((1 << int(f["width"])) - 1) << int(f["lsb"])
+
+    def bit(self, reg: str, field: str) -> int:
+        """The mask of a field."""
+        lsb, width = self._field(reg, field)
+        return ((1 << width) - 1) << lsb
+
+    def get(self, reg: str, field: str, value: int) -> int:
+        """The value of a field in the register value ``value``."""
+        lsb, width = self._field(reg, field)
+        return (value >> lsb) & ((1 << width) - 1)
+
+    def put(self, reg: str, field: str, value: int, v: int) -> int:
+        """The register value ``value`` with the field set to ``v`` (truncated to its width)."""
+        lsb, mask = self._field(reg, field)[0], self.bit(reg, field)
+        return (value & ~mask) | ((v << lsb) & mask)
 
     def decode(self, reg: str, value: int) -> dict[str, int]:
         """``{field: value}`` of a register value, every field."""
-        return {f["name"]: (value >> int(f["lsb"])) & ((1 << int(f["width"])) - 1)
-                for f in self.registers[reg]["fields"]}
+        self.offset(reg)
+        return {f["name"]: self.get(reg, f["name"], value) for f in self.registers[reg]["fields"]}
 
     def set_fields(self, reg: str, value: int) -> list[str]:
         """The names of the fields of ``reg`` that are non-zero in ``value``."""

@@ -3,7 +3,9 @@
 It has a DRAM (sparse, 4 KiB pages, any address) and the register file of ``regs.json`` (reset values,
 RW fields stored, W1C/W1P as documented in ``docs/registers.md``). Writing CTRL.start runs what the
 registers describe, as the engine does: TOKENS checked (outside 1..seq_len: ERROR with
-ERROR_CODE.bad_tokens and no run), the input base, the weight base and the output base checked in the
+ERROR_CODE.bad_tokens and no run), with a scratch (SCRATCH_BYTES > 0) SCRATCH_BASE checked (not 4 KiB aligned,
+or overlapping the weight image, the input or the output: ERROR with ERROR_CODE.bad_scratch and no run), the
+input base, the weight base and the output base checked in the
 order the engine issues them (not a multiple of the AXI beat: ERROR with ERROR_CODE.bad_command and
 ERROR_ADDR the base; nothing after it happens, so a bad output base leaves the output untouched), then
 LAYERS layers decoded from the weight image in DRAM at WEIGHT_BASE (``weight_image.image_layers``), the
@@ -41,25 +43,27 @@ class GoldenBackend(Backend):
         super().open(build)
         self.regs = build.regs
         self.by_offset = {int(r["offset"]): r for r in self.regs.registers.values()}
-        self.values = {name: int(r["reset"]) for name, r in self.regs.registers.items()}
+        self.values = {name: self.regs.reset(name) for name in self.regs.registers}
 
     # ---- DRAM ------------------------------------------------------------------------------------
+    @staticmethod
+    def _spans(addr: int, n: int):
+        """``n`` bytes at ``addr`` page by page: (page, offset in the page, bytes, offset in the data)."""
+        done = 0
+        while done < n:
+            page, off = divmod(addr + done, PAGE)
+            k = min(PAGE - off, n - done)
+            yield page, off, k, done
+            done += k
+
     def write_dram(self, addr: int, data: bytes) -> None:
-        data = memoryview(bytes(data))
-        while data:
-            page, off = divmod(addr, PAGE)
-            n = min(PAGE - off, len(data))
-            self.pages.setdefault(page, bytearray(PAGE))[off:off + n] = data[:n]
-            addr, data = addr + n, data[n:]
+        data = bytes(data)
+        for page, off, k, i in self._spans(addr, len(data)):
+            self.pages.setdefault(page, bytearray(PAGE))[off:off + k] = data[i:i + k]
 
     def read_dram(self, addr: int, n: int) -> bytes:
-        out = bytearray()
-        while n:
-            page, off = divmod(addr, PAGE)
-            k = min(PAGE - off, n)
-            out += self.pages.get(page, bytes(PAGE))[off:off + k]
-            addr, n = addr + k, n - k
-        return bytes(out)
+        return b"".join(bytes(self.pages.get(page, bytes(PAGE))[off:off + k])
+                        for page, off, k, _ in self._spans(addr, n))
 
     # ---- registers -------------------------------------------------------------------------------
     def _reg(self, offset: int) -> dict:
@@ -68,13 +72,10 @@ class GoldenBackend(Backend):
         return self.by_offset[offset]
 
     def _set(self, reg: str, field: str, value: int):
-        mask = self.regs.bit(reg, field)
-        lsb = (mask & -mask).bit_length() - 1
-        self.values[reg] = (self.values[reg] & ~mask) | ((value << lsb) & mask)
+        self.values[reg] = self.regs.put(reg, field, self.values[reg], value)
 
     def _get(self, reg: str, field: str = "value") -> int:
-        mask = self.regs.bit(reg, field)
-        return (self.values[reg] & mask) >> ((mask & -mask).bit_length() - 1)
+        return self.regs.get(reg, field, self.values[reg])
 
     def read_reg(self, offset: int) -> int:
         r = self._reg(offset)
@@ -84,8 +85,9 @@ class GoldenBackend(Backend):
         r = self._reg(offset)
         name = r["name"]
         pulses = []
+        written = self.regs.decode(name, value)
         for f in r["fields"]:
-            v = (value >> f["lsb"]) & ((1 << f["width"]) - 1)
+            v = written[f["name"]]
             if f["access"] == "RW":
                 self._set(name, f["name"], v)
             elif f["access"] == "W1C" and v:
@@ -116,18 +118,16 @@ class GoldenBackend(Backend):
     def _base(self, name: str) -> int:
         return self.values[f"{name}_LO"] | (self.values.get(f"{name}_HI", 0) << 32)
 
-    def _scratch_bad(self, tokens) -> bool:
-        """The engine's START check of a DRAM-tiled plan's scratch: 4 KiB aligned, overlapping neither the weight
-        image (the configured layers) nor the input or the output."""
-        cfg = self.build.cfg
+    def _scratch_bad(self) -> bool:
+        """The engine's START check of a DRAM-tiled plan's scratch (SCRATCH_BYTES > 0): SCRATCH_BASE 4 KiB aligned,
+        overlapping neither the weight image (the configured layers) nor the input or the output."""
         size = self.values.get("SCRATCH_BYTES", 0)
         if not size:
             return False
-        sb = self._base("SCRATCH_BASE")
-        io = cfg.model.seq_len * cfg.model.hidden * 2
-        regions = ((self._base("WEIGHT_BASE"), layout(cfg).total_bytes), (self._base("INPUT_BASE"), io),
+        sb, io = self._base("SCRATCH_BASE"), self.build.act_bytes
+        regions = ((self._base("WEIGHT_BASE"), len(self.build.weights)), (self._base("INPUT_BASE"), io),
                    (self._base("OUTPUT_BASE"), io))
-        return sb % 4096 != 0 or any(sb < b + n and b < sb + size for b, n in regions)
+        return sb % PAGE != 0 or any(sb < b + n and b < sb + size for b, n in regions)
 
     # ---- the run ---------------------------------------------------------------------------------
     def _run(self):
@@ -136,7 +136,7 @@ class GoldenBackend(Backend):
         tokens, layers = self._get("TOKENS"), self._get("LAYERS")
         if not 1 <= tokens <= seq:
             return self._error("bad_tokens")
-        if self._scratch_bad(tokens):
+        if self._scratch_bad():
             return self._error("bad_scratch")
         if layers == 0:
             raise ValueError("golden backend: LAYERS = 0 is not modelled")

@@ -37,6 +37,8 @@ class LiteXBackend(Backend):
     def __init__(self, host: str = "localhost", port: int = 1234, csr_csv: str | None = None,
                  regs_base: int | None = None, regs_region: str = "mlo", dram_bus_base: int | None = None,
                  dram_device_base: int = 0, dram_size: int | None = None):
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise BackendUnavailable(f"litex backend: port: expected a TCP port 1..65535, got {port!r}")
         super().__init__(dram_device_base, dram_size or 0)
         self.host, self.port, self.csr_csv = host, port, csr_csv
         self.regs_base, self.regs_region = regs_base, regs_region
