@@ -10,10 +10,11 @@ __all__ = ["run_stream_test"]
 
 
 def run_stream_test(dut, i, payloads, o, count: int, rng: random.Random, setup=None,
-                    p_gap: float = 0.3, p_ready: float = 0.6) -> list:
+                    p_gap: float = 0.3, p_ready: float = 0.6, max_cycles: int | None = None) -> list:
     """Send ``payloads`` into stream ``i`` (a gap after a beat with probability ``p_gap``) after the
     coroutine ``setup(ctx)`` (e.g. loading parameters) has run, and collect ``count`` payloads from stream
-    ``o`` with random ready (``p_ready``); returns them."""
+    ``o`` with random ready (``p_ready``); returns them. ``max_cycles``: fail (a hang) when ``count``
+    payloads have not come out by then."""
     got = []
 
     async def feed(ctx):
@@ -28,7 +29,11 @@ def run_stream_test(dut, i, payloads, o, count: int, rng: random.Random, setup=N
                 await ctx.tick()
 
     async def drain(ctx):
+        cycles = 0
         while len(got) < count:
+            cycles += 1
+            assert max_cycles is None or cycles <= max_cycles, \
+                f"{len(got)} of {count} payloads out after {max_cycles} cycles"
             ready = rng.random() < p_ready
             ctx.set(o.ready, ready)
             if ready and ctx.get(o.valid):

@@ -228,6 +228,34 @@ def test_unreadable_models():
         load(FIXTURES / "missing.onnx")
     with pytest.raises(FrontendError, match="not a readable ONNX model"):
         load(FIXTURES / "bert.json")
+    with pytest.raises(FrontendError, match="not a file"):
+        load(FIXTURES)
+
+
+def test_truncated_models(tmp_path):
+    """A file cut inside the graph does not parse; one cut just after the graph parses without its opset."""
+    data = fixture("bert").read_bytes()
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(FrontendError, match="not a readable ONNX model"):
+        load(cut)
+    model = onnx.load(str(fixture("bert")))
+    del model.opset_import[:]                  # what a cut after the graph leaves (opset_import follows it)
+    cut.write_bytes(model.SerializeToString())
+    with pytest.raises(FrontendError, match=r"cut\.onnx: no opset import .*truncated"):
+        load(cut)
+
+
+def test_noise_passes_only_its_first_output():
+    """An inference-mode Dropout passes its input through as output 0; its mask (output 1) is another tensor."""
+    model = onnx.load(str(fixture("bert_noopt")))
+    node = next(n for n in model.graph.node if n.op_type == "Identity" and n.input[0].startswith("linear"))
+    node.op_type = "Dropout"
+    node.output.append("dropout_mask")
+    g = Graph(model)
+    assert g.is_noise(g.producer["dropout_mask"])
+    assert g.source(node.output[0]) == g.source(node.input[0])
+    assert g.source("dropout_mask") == "dropout_mask"
 
 
 # ---- weights by role -----------------------------------------------------------------------------
@@ -446,6 +474,10 @@ def test_cli_errors(capsys):
     assert cli([str(fixture("bert")), "--hierarchy", "encoder.layer.0"]) == 2
     assert "--hierarchy" in capsys.readouterr().err
     assert cli([str(FIXTURES / "nope.onnx")]) == 2
+    capsys.readouterr()
+    assert cli([str(FIXTURES)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a file" in err
 
 
 # ---- model -> engine -----------------------------------------------------------------------------

@@ -104,14 +104,19 @@ class Graph:
     @classmethod
     def load(cls, path: str | Path) -> "Graph":
         p = Path(path)
-        if not p.is_file():
+        if not p.exists():
             raise FrontendError(f"{p}: no such ONNX file")
+        if not p.is_file():
+            raise FrontendError(f"{p}: not a file; expected an ONNX model file")
         try:
             model = onnx.load(str(p))
         except Exception as e:     # onnx raises DecodeError and friends
             raise FrontendError(f"{p}: not a readable ONNX model ({type(e).__name__})") from None
         if not model.graph.node:
             raise FrontendError(f"{p}: not an ONNX model with a graph (no nodes)")
+        if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+            # the graph precedes opset_import in the file: a file cut just after the graph still parses
+            raise FrontendError(f"{p}: no opset import for the ONNX domain (a truncated file?)")
         return cls(model, p)
 
     # ---- scopes ------------------------------------------------------------------------------
@@ -187,10 +192,11 @@ class Graph:
         return True
 
     def source(self, t: str) -> str:
-        """Tensor ``t`` with the exporter noise that produced it looked through (see :meth:`is_noise`)."""
+        """Tensor ``t`` with the exporter noise that produced it looked through (see :meth:`is_noise`).
+        Only a noise node's first output is its input passed through (Dropout's mask output is not)."""
         for _ in range(len(self.nodes)):
             p = self.producer.get(t)
-            if p is None or not self.is_noise(p):
+            if p is None or self.nodes[p].output[0] != t or not self.is_noise(p):
                 return t
             t = self.nodes[p].input[0]
         return t

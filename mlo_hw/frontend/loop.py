@@ -243,7 +243,7 @@ def _signature(g: Graph, layer: Layer) -> tuple[list[int], list[tuple]]:
         n = g.nodes[i]
         ins = []
         for t in n.input:
-            t = g.source(t) if t and not g.is_const(t) else t
+            t = g.source(t)
             if not t:
                 ins.append(("none",))
             elif t in local:

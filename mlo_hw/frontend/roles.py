@@ -104,12 +104,16 @@ class _Body:
         return [t for t in g.nodes[i].input if t and not g.is_const(t) and t not in g.plumbing]
 
 
-def _scalar(g: Graph, node, slot_of_value: int):
-    """The scalar constant operand of a Mul/Div node, else None."""
+def _scaling(g: Graph, node, ins: list[str]) -> float:
+    """The factor a Mul or Div node with one activation input ``ins`` applies by a scalar constant, else 1."""
+    if node.op_type not in ("Mul", "Div") or len(ins) != 1:
+        return 1.0
+    slot_of_value = list(node.input).index(ins[0])
     for s, t in enumerate(node.input):
         if s != slot_of_value and t and g.is_const(t) and g.const(t).size == 1:
-            return float(g.const(t).ravel()[0]), s
-    return None
+            c = float(g.const(t).ravel()[0])
+            return c if node.op_type == "Mul" else (1.0 / c if c else math.inf)
+    return 1.0
 
 
 def _linears(b: _Body) -> list[Linear]:
@@ -144,65 +148,70 @@ def _linears(b: _Body) -> list[Linear]:
     return out
 
 
-def _trace_back(b: _Body, t: str, by_output: dict[str, Linear], scale: list[float]) -> Linear | None:
-    """Follow ``t`` back through pass-through nodes to the linear producing it; record scalar scalings."""
+def _walk_back(b: _Body, t: str, scale: list[float], side: list[str] | None = None,
+               stop=frozenset()) -> str | None:
+    """Follow tensor ``t`` back through the body's pass-through nodes (:data:`_PASS`, first activation input)
+    to a tensor in ``stop`` or made by another op; None when the path leaves the body.
+
+    ``scale[0]`` is multiplied by the constant scalings on the way; the other inputs joining the path
+    (the attention mask, and the constants and shape arithmetic a causal mask is computed from without a
+    padding mask) go to ``side``."""
     g = b.g
     for _ in range(64):
-        if t in by_output:
-            return by_output[t]
         p = b.producer(t)
-        if p is None or g.nodes[p].op_type not in _PASS:
+        if p is None:
             return None
         node = g.nodes[p]
+        if t in stop or node.op_type not in _PASS:
+            return t
         ins = b.active_inputs(p)
-        if node.op_type in ("Mul", "Div") and len(ins) == 1:
-            c = _scalar(g, node, list(node.input).index(ins[0]))
-            if c is not None:
-                scale[0] *= c[0] if node.op_type == "Mul" else 1.0 / c[0]
-        local = [x for x in ins if b.producer(x) is not None or x in by_output]
+        scale[0] *= _scaling(g, node, ins)
+        local = [x for x in ins if b.producer(x) is not None]
         if not local:
             return None
         t = local[0]
+        if side is not None:
+            side.extend(x for x in node.input if x and x != t)
     return None
 
 
-def _first_matmul(b: _Body, start: str, forward: bool, scale: list[float] | None = None,
-                  side: list[str] | None = None) -> int | None:
-    """The nearest activation-by-activation MatMul before (or after) tensor ``start`` in the body.
-
-    Walking back, the activations that join the path on the way (the attention mask) go to ``side``."""
+def _walk_forward(b: _Body, t: str, want, steps: int = 64) -> int | None:
+    """The first node ``want(i)`` accepts on the path from tensor ``t`` forward through the body's
+    pass-through nodes (each time the first reader), or None."""
     g = b.g
-    t = start
-    for _ in range(64):
-        if forward:
-            cons = b.consumers(t)
-            if not cons:
-                return None
-            i = min(cons)
-        else:
-            i = b.producer(t)
-            if i is None:
-                return None
-        node = g.nodes[i]
-        if node.op_type == "MatMul" and len(b.active_inputs(i)) == 2:
-            return i
-        if node.op_type not in _PASS:
+    for _ in range(steps):
+        cons = b.consumers(t)
+        if not cons:
             return None
-        if forward:
-            t = node.output[0]
-        else:
-            ins = b.active_inputs(i)
-            if scale is not None and node.op_type in ("Mul", "Div") and len(ins) == 1:
-                c = _scalar(g, node, list(node.input).index(ins[0]))
-                if c is not None:
-                    scale[0] *= c[0] if node.op_type == "Mul" else 1.0 / c[0]
-            local = [x for x in ins if b.producer(x) is not None]
-            if not local:
-                return None
-            t = local[0]
-            if side is not None:        # constants and shape arithmetic too: a causal mask without a padding
-                side.extend(x for x in node.input if x and x != t)   # mask is computed from shapes alone
+        i = cons[0]                                  # consumers are in graph order
+        if want(i):
+            return i
+        if g.nodes[i].op_type not in _PASS:
+            return None
+        t = g.nodes[i].output[0]
     return None
+
+
+def _trace_back(b: _Body, t: str, by_output: dict[str, Linear], scale: list[float]) -> Linear | None:
+    """The linear producing ``t`` through pass-through nodes; record scalar scalings."""
+    return by_output.get(_walk_back(b, t, scale, stop=by_output))
+
+
+def _is_product(b: _Body, i: int) -> bool:
+    """Node ``i`` is an activation-by-activation MatMul (Q @ K^T, P @ V)."""
+    return b.g.nodes[i].op_type == "MatMul" and len(b.active_inputs(i)) == 2
+
+
+def _scores_matmul(b: _Body, softmax: int, scale: list[float], mask: list[str]) -> int | None:
+    """The MatMul producing a Softmax's scores (through scalings and the mask Add, collected in ``mask``)."""
+    t = _walk_back(b, b.g.nodes[softmax].input[0], scale, side=mask)
+    p = b.producer(t) if t is not None else None
+    return p if p is not None and _is_product(b, p) else None
+
+
+def _context_matmul(b: _Body, softmax: int) -> int | None:
+    """The MatMul reading a Softmax's probabilities (P @ V)."""
+    return _walk_forward(b, b.g.nodes[softmax].output[0], lambda i: _is_product(b, i))
 
 
 def _row_source(g: Graph, t: str) -> str:
@@ -275,30 +284,21 @@ def _ops_between(b: _Body, start: str, end: str) -> list[str]:
 def _heads(b: _Body, lin: Linear, hidden: int) -> int | None:
     """Head count from the Reshape that splits Q into [.., heads, head_dim]."""
     g = b.g
-    t = lin.output
-    for _ in range(8):
-        cons = b.consumers(t)
-        if not cons:
-            return None
-        i = cons[0]
-        node = g.nodes[i]
-        if node.op_type == "Reshape":
-            target = node.input[1]
-            vals = None
-            if g.is_const(target):
-                vals = [int(v) for v in g.const(target).ravel()]
-            elif g.producer.get(target) is not None and g.nodes[g.producer[target]].op_type == "Concat":
-                vals = []
-                for x in g.nodes[g.producer[target]].input:
-                    vals += [int(v) for v in g.const(x).ravel()] if g.is_const(x) else [None]
-            if vals and len(vals) >= 2 and vals[-1] not in (None, -1, 0):
-                dh = vals[-1]
-                heads = vals[-2] if vals[-2] not in (None, -1, 0) else hidden // dh
-                return heads if heads * dh == hidden else None
-            return None
-        if node.op_type not in _PASS:
-            return None
-        t = node.output[0]
+    i = _walk_forward(b, lin.output, lambda i: g.nodes[i].op_type == "Reshape", steps=8)
+    if i is None:
+        return None
+    target = g.nodes[i].input[1]
+    vals = None
+    if g.is_const(target):
+        vals = [int(v) for v in g.const(target).ravel()]
+    elif g.producer.get(target) is not None and g.nodes[g.producer[target]].op_type == "Concat":
+        vals = []
+        for x in g.nodes[g.producer[target]].input:
+            vals += [int(v) for v in g.const(x).ravel()] if g.is_const(x) else [None]
+    if vals and len(vals) >= 2 and vals[-1] not in (None, -1, 0):
+        dh = vals[-1]
+        heads = vals[-2] if vals[-2] not in (None, -1, 0) else hidden // dh
+        return heads if heads * dh == hidden else None
     return None
 
 
@@ -315,8 +315,8 @@ def layer_roles(g: Graph, layer: Layer) -> LayerRoles:
             continue
         where = f"{g.describe(i)}"
         scale, mask = [1.0], []
-        scores = _first_matmul(b, g.nodes[i].input[0], forward=False, scale=scale, side=mask)
-        context = _first_matmul(b, g.nodes[i].output[0], forward=True)
+        scores = _scores_matmul(b, i, scale, mask)
+        context = _context_matmul(b, i)
         if scores is None or context is None:
             raise FrontendError(f"{where}: no score or context MatMul around this Softmax")
         qa, ka = g.nodes[scores].input[:2]

@@ -10,8 +10,8 @@ statistics) from its first input to its last output; a slot's :class:`Phase` say
     exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift, q = min(u >> 8, 16),
              e = exp2_table[u & 255] >> q (0 where masked or q == 16), one table copy per lane;
              store the word of e; a pipelined adder tree, then a running sum over the row's beats
-    divide:  rcp = floor(2**32 / sum) (0 when sum == 0), one quotient bit per cycle; ``dividers``
-             serial dividers take rows in turn
+    divide:  rcp = floor(2**32 / sum), one quotient bit per cycle; ``dividers`` serial dividers take
+             rows in turn (a fully masked row has sum 0 and every e 0: its rcp is never used)
     output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle
 """
 
@@ -150,11 +150,11 @@ class Softmax(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, w, lanes = self.beats, self.score_bits, self.lanes
-        idx_bits = max(1, (n - 1).bit_length())
+        idx_bits = max(1, (n - 1).bit_length())          # a memory address is Cat(beat index, slot)
         slot_bits = (self.slots - 1).bit_length()
         depth = self.slots << idx_bits
         s = SimpleNamespace(
-            idx_bits=idx_bits, slot_bits=slot_bits, levels=(lanes - 1).bit_length(),
+            idx_bits=idx_bits, slot_bits=slot_bits,
             sum_shape=unsigned((self.row << nx.EXP_ONE_BITS).bit_length()),
             phase=Signal(data.ArrayLayout(Phase, self.slots)),
             row_max=Signal(data.ArrayLayout(signed(w), self.slots)),
@@ -170,8 +170,8 @@ class Softmax(wiring.Component):
         return m
 
     def _meta(self, s):
-        """What travels with a beat through a pipeline: valid, first/last beat of the row, its slot."""
-        return data.StructLayout({"valid": 1, "first": 1, "last": 1, "slot": s.slot_bits})
+        """What travels with a beat through a pipeline: valid, first/last beat of the row, its slot and index."""
+        return data.StructLayout({"valid": 1, "first": 1, "last": 1, "slot": s.slot_bits, "idx": s.idx_bits})
 
     def _delay(self, m, first, cycles, name):
         """``first`` delayed by ``cycles`` registers (``first`` itself for 0)."""
@@ -186,7 +186,7 @@ class Softmax(wiring.Component):
         """Store the beats; the row max over masked-in keys (a lane tree per beat, then across beats)."""
         n, w = self.beats, self.score_bits
         in_slot = Signal(s.slot_bits)
-        in_idx = Signal(range(max(n, 2)))
+        in_idx = Signal(s.idx_bits)
         beat = self.i.payload
         take = Signal()
         score_w = s.scores.write_port()
@@ -224,7 +224,7 @@ class Softmax(wiring.Component):
         """Exponents of a word of scores a cycle (a fixed pipeline, no stalls), stored; the row sum."""
         n, w = self.beats, self.score_bits
         ex_slot = Signal(s.slot_bits)
-        ex_idx = Signal(range(max(n, 2)))
+        ex_idx = Signal(s.idx_bits)
         issue = Signal()
         score_r = s.scores.read_port()
         m.d.comb += [issue.eq(s.phase[ex_slot] == Phase.EXP), score_r.addr.eq(Cat(ex_idx, ex_slot))]
@@ -234,10 +234,9 @@ class Softmax(wiring.Component):
             with m.Else():
                 m.d.sync += ex_idx.eq(ex_idx + 1)
         meta = Signal(self._meta(s), name="ex_meta")
-        idx = Signal.like(ex_idx, name="ex_meta_idx")
         row_max = Signal(signed(w))
         m.d.sync += [meta.valid.eq(issue), meta.first.eq(ex_idx == 0), meta.last.eq(ex_idx == n - 1),
-                     meta.slot.eq(ex_slot), idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
+                     meta.slot.eq(ex_slot), meta.idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
         # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
@@ -257,9 +256,8 @@ class Softmax(wiring.Component):
             m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[2].eq(keep[1])]
             m.d.comb += e[k].eq(Mux(keep[2] & (q < 16), table_r.data >> q, 0))     # stage 4
         end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
-        end_idx = self._delay(m, idx, EXP_PIPE - 1, "ex_meta_idx")
         exp_w = s.exps.write_port()
-        m.d.comb += [exp_w.addr.eq(Cat(end_idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
+        m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
         # the row sum: a lane tree per word, then across the row's words
         beat_sum, levels = _tree(m, [e[k] for k in range(self.lanes)], s.sum_shape, lambda a, b: a + b, "sum_tree")
         tail = self._delay(m, end, levels, "sum_meta")
@@ -285,20 +283,20 @@ class Softmax(wiring.Component):
             div = SerialDivider(nx.SOFTMAX_RECIP_BITS + 1, s.sum_shape.width, RECIP_QUOTIENT_BITS)
             m.submodules[f"divider{k}"] = div
             slot = Signal(s.slot_bits, name=f"divider{k}_slot")
-            zero = Signal(name=f"divider{k}_zero")       # a fully masked row: all probabilities 0
             start = go & (turn == k)
+            # a fully masked row (sum 0) gets some quotient, but all its exponents are 0: p = 0 regardless
             m.d.comb += [div.dividend.eq(1 << nx.SOFTMAX_RECIP_BITS), div.divisor.eq(s.row_sum[dv_slot]),
                          div.start.eq(start), busy[k].eq(div.busy)]
             with m.If(start):
-                m.d.sync += [slot.eq(dv_slot), zero.eq(s.row_sum[dv_slot] == 0)]
+                m.d.sync += slot.eq(dv_slot)
             with m.If(div.done):
-                m.d.sync += [s.row_rcp[slot].eq(Mux(zero, 0, div.quotient)), s.phase[slot].eq(Phase.OUT)]
+                m.d.sync += [s.row_rcp[slot].eq(div.quotient), s.phase[slot].eq(Phase.OUT)]
 
     def _output(self, m, s):
         """Probabilities out, a word a cycle (a pipeline that stalls on output backpressure)."""
         n = self.beats
         out_slot = Signal(s.slot_bits)
-        out_idx = Signal(range(max(n, 2)))
+        out_idx = Signal(s.idx_bits)
         advance = Signal()
         take = Signal()
         exp_r = s.exps.read_port()
