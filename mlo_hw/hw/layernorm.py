@@ -360,7 +360,7 @@ class LayerNorm(wiring.Component):
         m.submodules.rows = rows = Memory(shape=signed(w.r_bits), depth=SLOTS << idx_bits, init=[])
         m.submodules.mean_var = mean_var = MeanVariance(w)
         m.submodules.inv_std = inv_std = InverseStd(w)
-        m.submodules.output = output = NormaliseOutput(w)
+        m.submodules.norm_out = output = NormaliseOutput(w)
 
         # ---- phase 0: ingest; r, S and Q (a fixed pipeline behind the input handshake) -------------
         in_slot = Signal(w.slot_bits)

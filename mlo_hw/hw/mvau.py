@@ -471,7 +471,7 @@ class MVAU(wiring.Component):
             return nxt
 
         # ---- issue: job registers and the (vector, nf, sf) counters, with credit from the FIFO ----
-        m.submodules.issue = issue_u = MVAUIssue(p, len(self.weights.addr))
+        m.submodules.fold_counters = issue_u = MVAUIssue(p, len(self.weights.addr))
         fifo = m.submodules.fifo = SyncFIFO(width=len(self.o.payload.as_value()), depth=self.fifo_depth)
         in_flight = Signal(range(self.fifo_depth + 1))
         wiring.connect(m, wiring.flipped(self.cmd), issue_u.cmd)
