@@ -8,13 +8,20 @@ A row passes four units in order, each working on a different row at the same ti
 one of ``SLOTS`` row slots (the residual sums r and per-slot statistics) from its first input to
 its last output; a slot's phase says which unit owns it::
 
-    phase 0 ingest:  r = a + b per beat; store r; S = sum(r), Q = sum(r*r)
+    phase 0 ingest:  r = a + b per beat; store r; S = sum(r), Q = sum(r*r)      (in LayerNorm itself)
     phase 1 mean:    m = floor((32*S + H) / (2*H))          (serial division)
                      D = sum((16r - m)**2) = 256*Q - m*(32*S - H*m)   (serial multiplication)
+                                                                                 (MeanVariance)
     phase 2 scale:   k = max(0, (48 - bitlen(D)) // 2), s = isqrt(D << 2k) (serial square root),
                      e = bitlen(s), inv = floor(2**(e+15) / s) (serial division; 0 when s == 0)
+                                                                                 (InverseStd)
     phase 3 output:  d = 16r - m, t = ((d << k) * inv) >> e,
                      out = sat16(rshift_round(t * gain[c] + bias[c], shift)), then the slot is free
+                                                                                 (NormaliseOutput)
+
+Each unit serves the slots in turn through the same handshake: it shows the slot it serves next
+(``slot``), LayerNorm answers whether that slot is in the unit's phase (``pending``), and the unit
+hands the slot on with a one-cycle ``done`` (LayerNorm then moves the slot to the next phase).
 
 The variance identity is exact in integers, so one pass over the row gives S and Q and the
 statistics never re-read the row. Every width below derives from ``residual_bits`` (r = a + b has
@@ -24,14 +31,14 @@ statistics never re-read the row. Every width below derives from ``residual_bits
 from __future__ import annotations
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplier, SerialSqrt, bit_length
 
-__all__ = ["LayerNorm", "ParamWriteSignature", "pair_layout"]
+__all__ = ["LayerNorm", "ParamWriteSignature", "pair_layout", "MeanVariance", "InverseStd", "NormaliseOutput"]
 
 SLOTS = 4                       # rows in flight (a power of two: the slot pointers wrap)
 SHIFT_BITS = 6                  # runtime output shift 0..63
@@ -49,6 +56,252 @@ class ParamWriteSignature(wiring.Signature):
 
     def __init__(self, hidden: int):
         super().__init__({"addr": Out(range(2 * hidden)), "data": Out(signed(32)), "en": Out(1)})
+
+
+class _Widths:
+    """Every width of the block, derived from ``hidden`` and ``residual_bits`` (module docstring)."""
+
+    def __init__(self, h: int, rb: int):
+        self.h, self.rb = h, rb
+        self.idx_bits = max(1, (h - 1).bit_length())
+        self.slot_bits = (SLOTS - 1).bit_length()
+        self.r_bits = rb + 1                                          # r = a + b, signed
+        self.r_abs = 1 << rb                                          # |r| <= 2**rb (a = b = -2**(rb-1))
+        self.d_bits = self.r_bits + nx.LN_MEAN_FRAC_BITS + 1          # |d| = |16r - m| < 2**(rb+5)
+        self.mean_offset = 1 << (rb + nx.LN_MEAN_FRAC_BITS)          # > |m|: keeps the mean division unsigned
+        d_max = (1 << (self.d_bits - 1)) - 1
+        self.sum_bits = (h * self.r_abs).bit_length() + 1             # S, signed
+        self.sq_bits = (h * self.r_abs * self.r_abs).bit_length()     # Q, unsigned
+        self.var_bits = (h * d_max * d_max).bit_length()              # D, unsigned
+        rad_bits = max(self.var_bits, nx.LN_SQRT_NORM_BITS)           # D << 2k
+        self.rad_bits = rad_bits + rad_bits % 2
+        self.root_bits = self.rad_bits // 2                           # s, and |d << k| <= s
+        self.inv_bits = nx.LN_NORM_BITS + 2                           # inv <= 2**16
+        self.mean_q_bits = (2 * self.mean_offset).bit_length() + 1
+        self.t_bits = nx.LN_NORM_BITS + 2                             # |t| <= 2**15
+        self.k_shape = range(nx.LN_SQRT_NORM_BITS // 2 + 1)
+
+    def slots(self, shape) -> data.ArrayLayout:
+        """One ``shape`` value per row slot."""
+        return data.ArrayLayout(shape, SLOTS)
+
+
+class MeanVariance(wiring.Component):
+    """Phase 1 of :class:`LayerNorm`: a row's mean ``m`` and variance sum ``D``, from its S and Q.
+
+    Interface:
+        ``slot`` (out): the row slot served next; ``pending`` (in): that slot is in phase 1.
+        ``sum``, ``sq`` (in): S and Q of the row in ``slot`` (held while the row is served).
+        ``mean``, ``var`` (out): per slot, ``m = floor((32*S + H) / (2*H))`` and
+        ``D = 256*Q - m*(32*S - H*m)``; a slot's values are final from the cycle after its ``done``
+        until the unit serves that slot again.
+        ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
+    Timing: one row at a time, 49 cycles from ``pending`` at H = 32..128 (a serial division with
+    ``mean_q_bits`` quotient bits, then a serial multiplication with ``d_bits - 1`` steps).
+    """
+
+    def __init__(self, w: _Widths):
+        self.w = w
+        super().__init__({
+            "slot": Out(w.slot_bits), "pending": In(1),
+            "sum": In(signed(w.sum_bits)), "sq": In(unsigned(w.sq_bits)),
+            "mean": Out(w.slots(signed(w.d_bits))), "var": Out(w.slots(unsigned(w.var_bits))),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, h = self.w, self.w.h
+        mn_slot = self.slot
+        m.submodules.mean_div = mean_div = SerialDivider(w.mean_q_bits + (2 * h).bit_length(),
+                                                         (2 * h).bit_length(), w.mean_q_bits)
+        centre_bits = max(w.sum_bits + 5, h.bit_length() + w.d_bits) + 1      # 32*S - H*m, signed
+        m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, w.d_bits - 1)
+        s_cur = self.sum
+        mean = self.mean[mn_slot]
+        centre = Signal(signed(centre_bits))
+        with m.FSM(name="mean_fsm"):
+            with m.State("IDLE"):
+                with m.If(self.pending):
+                    m.d.comb += mean_div.start.eq(1)
+                    m.next = "DIVIDE"
+            with m.State("DIVIDE"):
+                with m.If(mean_div.done):
+                    m.d.sync += self.mean[mn_slot].eq(mean_div.quotient - w.mean_offset)
+                    m.next = "CENTRE"
+            with m.State("CENTRE"):
+                m.d.sync += centre.eq((s_cur << 5) - h * mean)
+                m.next = "START"
+            with m.State("START"):
+                m.d.comb += var_mul.start.eq(1)
+                m.next = "MULTIPLY"
+            with m.State("MULTIPLY"):
+                with m.If(var_mul.done):
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += [self.var[mn_slot].eq((self.sq << 8) - var_mul.product), mn_slot.eq(mn_slot + 1)]
+                    m.next = "IDLE"
+        m.d.comb += [mean_div.dividend.eq((s_cur << 5) + h + 2 * h * w.mean_offset),
+                     mean_div.divisor.eq(2 * h),
+                     var_mul.b.eq(mean),
+                     var_mul.a.eq(centre)]
+        return m
+
+
+class InverseStd(wiring.Component):
+    """Phase 2 of :class:`LayerNorm`: the normalisation shift ``k``, ``e = bitlen(s)`` and the
+    reciprocal ``inv`` of the square root ``s = isqrt(D << 2k)``.
+
+    Interface:
+        ``slot`` (out): the row slot served next; ``pending`` (in): that slot is in phase 2.
+        ``var`` (in): D of the row in ``slot`` (held while the row is served).
+        ``k``, ``e``, ``inv`` (out): per slot, ``k = max(0, (48 - bitlen(D)) // 2)``, ``e`` and
+        ``inv = floor(2**(e+15) / s)`` (0 when ``s == 0``); final from the cycle after the slot's
+        ``done`` until the unit serves that slot again.
+        ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
+    Timing: one row at a time, 45..47 cycles from ``pending`` (a serial square root with
+    ``root_bits`` steps, then a serial division with ``inv_bits`` quotient bits).
+    """
+
+    def __init__(self, w: _Widths):
+        self.w = w
+        super().__init__({
+            "slot": Out(w.slot_bits), "pending": In(1), "var": In(unsigned(w.var_bits)),
+            "k": Out(w.slots(w.k_shape)), "e": Out(w.slots(range(w.root_bits + 1))),
+            "inv": Out(w.slots(unsigned(w.inv_bits))),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.w
+        sc_slot = self.slot
+        var = self.var
+        var_len = Signal(range(w.var_bits + 1))
+        k = Signal(w.k_shape)
+        m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
+        m.submodules.sqrt = sqrt = SerialSqrt(w.rad_bits)
+        m.submodules.recip = recip = SerialDivider(w.root_bits + nx.LN_NORM_BITS + 1, w.root_bits, w.inv_bits)
+        root_len = Signal(range(w.root_bits + 1))
+        m.d.comb += root_len.eq(bit_length(sqrt.root))
+        m.d.comb += [sqrt.radicand.eq(var << (k << 1)),
+                     recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
+        with m.FSM(name="scale_fsm"):
+            with m.State("IDLE"):
+                with m.If(self.pending):
+                    m.d.sync += var_len.eq(bit_length(var))
+                    m.next = "NORMALISE"
+            with m.State("NORMALISE"):
+                m.d.comb += sqrt.start.eq(1)
+                m.d.sync += self.k[sc_slot].eq(k)
+                m.next = "SQRT"
+            with m.State("SQRT"):
+                with m.If(sqrt.done):
+                    m.d.comb += recip.start.eq(1)
+                    m.d.sync += self.e[sc_slot].eq(root_len)
+                    m.next = "RECIP"
+            with m.State("RECIP"):
+                with m.If(recip.done):
+                    zero = sqrt.root == 0             # zero variance: t = 0, out = sat(rshift_round(bias))
+                    m.d.comb += self.done.eq(1)
+                    m.d.sync += [self.inv[sc_slot].eq(Mux(zero, 0, recip.quotient)), sc_slot.eq(sc_slot + 1)]
+                    m.next = "IDLE"
+        return m
+
+
+class NormaliseOutput(wiring.Component):
+    """Phase 3 of :class:`LayerNorm`: normalise, scale and saturate a row, with the gain and bias memories.
+
+    Interface:
+        ``slot`` (out): the row slot read next; ``pending`` (in): that slot is in phase 3.
+        ``rows`` (read port, the unit drives ``addr``, ``en``; read latency 1): r of channel ``c`` of
+        slot ``s`` at address ``Cat(c, s)`` (``idx_bits`` + slot bits).
+        ``mean``, ``k``, ``e``, ``inv`` (in): the per-slot statistics of the earlier phases.
+        ``param``: :class:`ParamWriteSignature` write port of the gain and bias memories.
+        ``shift`` (in): the output shift. ``o``: stream of signed(residual_bits), in channel order.
+        ``done`` (out): one cycle when the last beat of a row leaves ``o``; ``done_slot`` (out): its slot.
+    Timing: a 6-stage pipeline (memory read, d << k, times inv, >> e, gain and bias, shift and
+    saturate) that takes one element per cycle from a pending slot and stalls as a whole while
+    ``o`` is valid and not ready; first beat of a row 6 cycles after ``pending``.
+    """
+
+    def __init__(self, w: _Widths):
+        self.w = w
+        super().__init__({
+            "slot": Out(w.slot_bits), "pending": In(1),
+            "rows": In(memory.ReadPort.Signature(addr_width=w.idx_bits + w.slot_bits, shape=signed(w.r_bits))),
+            "mean": In(w.slots(signed(w.d_bits))), "k": In(w.slots(w.k_shape)),
+            "e": In(w.slots(range(w.root_bits + 1))), "inv": In(w.slots(unsigned(w.inv_bits))),
+            "param": In(ParamWriteSignature(w.h)),
+            "shift": In(SHIFT_BITS),
+            "o": Out(stream.Signature(signed(w.rb))),
+            "done": Out(1), "done_slot": Out(w.slot_bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, h, rb = self.w, self.w.h, self.w.rb
+        m.submodules.gain = gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=h, init=[])
+        m.submodules.bias = bias = Memory(shape=signed(32), depth=h, init=[])
+
+        # ---- parameter writes ----------------------------------------------------------------------
+        gain_w, bias_w = gain.write_port(), bias.write_port()
+        is_bias = self.param.addr >= h
+        m.d.comb += [gain_w.addr.eq(self.param.addr), gain_w.data.eq(self.param.data),
+                     gain_w.en.eq(self.param.en & ~is_bias),
+                     bias_w.addr.eq(self.param.addr - h), bias_w.data.eq(self.param.data),
+                     bias_w.en.eq(self.param.en & is_bias)]
+
+        # ---- the output pipeline, stalling on output backpressure ----------------------------------
+        out_slot = self.slot
+        out_idx = Signal(range(h))
+        advance, take = Signal(), Signal()
+        rows_r, gain_r, bias_r = self.rows, gain.read_port(), bias.read_port()
+        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & self.pending),
+                     rows_r.addr.eq(Cat(out_idx, out_slot)), gain_r.addr.eq(out_idx), bias_r.addr.eq(out_idx),
+                     rows_r.en.eq(advance), gain_r.en.eq(advance), bias_r.en.eq(advance)]
+        with m.If(take):
+            with m.If(out_idx == h - 1):
+                m.d.sync += [out_idx.eq(0), out_slot.eq(out_slot + 1)]
+            with m.Else():
+                m.d.sync += out_idx.eq(out_idx + 1)
+        ometa = data.StructLayout({"valid": 1, "last": 1, "slot": w.slot_bits})
+        o = [Signal(ometa, name=f"out_meta{j}") for j in range(7)]   # o[j]: stage j; o[6] is the output beat
+        dk = Signal(signed(w.root_bits + 1))
+        scaled = Signal(signed(w.root_bits + 1 + w.inv_bits))
+        t = Signal(signed(w.t_bits))
+        y0_bits = w.t_bits + nx.LN_GAIN_BITS + 1                 # t * gain + bias
+        y = Signal(signed(y0_bits + 2))                          # ... + 2**(shift-1)
+        g2, g3, g4 = (Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in (2, 3, 4))
+        b2, b3 = (Signal(signed(32), name=f"bias{j}") for j in (2, 3))
+        b4 = Signal(signed(y0_bits + 1))
+        # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
+        shift = Signal(range(y0_bits + 1))
+        half = Signal(unsigned(y0_bits))      # 2**(shift-1): rshift_round's rounding term, added to the bias
+        m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
+                     half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
+        with m.If(advance):
+            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot)]
+            m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, 7)]
+            # stage 1 -> 2: d << k (|d << k| <= s, so it fits root_bits + 1)
+            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - self.mean[o[1].slot]
+            m.d.sync += [dk.eq(d << self.k[o[1].slot]), g2.eq(gain_r.data), b2.eq(bias_r.data)]
+            # stage 2 -> 3: times the reciprocal
+            m.d.sync += [scaled.eq(dk * self.inv[o[2].slot]), g3.eq(g2), b3.eq(b2)]
+            # stage 3 -> 4: t = floor(. / 2**e), |t| <= 2**15
+            m.d.sync += [t.eq(scaled >> self.e[o[3].slot]), g4.eq(g3), b4.eq(b3 + half)]
+            # stage 4 -> 5: gain, bias and the rounding half
+            m.d.sync += y.eq(t * g4 + b4)
+            # stage 5 -> 6 (the output register): shift, saturate (in range: the bits above the
+            # output's sign bit all equal the sign)
+            shifted = Signal.like(y)
+            m.d.comb += shifted.eq(y >> shift)
+            above = shifted[rb - 1:]
+            in_range = (above == 0) | (above == (1 << len(above)) - 1)
+            lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
+            m.d.sync += self.o.payload.eq(Mux(in_range, shifted[:rb], Mux(shifted[-1], lo, hi)))
+        m.d.comb += [self.o.valid.eq(o[6].valid), self.done.eq(self.o.valid & self.o.ready & o[6].last),
+                     self.done_slot.eq(o[6].slot)]
+        return m
 
 
 class LayerNorm(wiring.Component):
@@ -73,6 +326,9 @@ class LayerNorm(wiring.Component):
     less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias
     ``hidden * 32`` bits. DSP: r*r, (d << k) * inv, t * gain (the residual add is an adder).
+
+    LayerNorm holds the row slots (their phase, r, S and Q) and does the ingest itself; the later
+    phases are :class:`MeanVariance`, :class:`InverseStd` and :class:`NormaliseOutput`.
     """
 
     def __init__(self, hidden: int, residual_bits: int = nx.RES_BITS):
@@ -95,50 +351,22 @@ class LayerNorm(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        h, rb = self.hidden, self.residual_bits
-        idx_bits = max(1, (h - 1).bit_length())
-        slot_bits = (SLOTS - 1).bit_length()
-        r_bits = rb + 1                                          # r = a + b, signed
-        r_abs = 1 << rb                                          # |r| <= 2**rb (a = b = -2**(rb-1))
-        d_bits = r_bits + nx.LN_MEAN_FRAC_BITS + 1               # |d| = |16r - m| < 2**(rb+5)
-        mean_offset = 1 << (rb + nx.LN_MEAN_FRAC_BITS)          # > |m|: keeps the mean division unsigned
-        d_max = (1 << (d_bits - 1)) - 1
-        sum_bits = (h * r_abs).bit_length() + 1                  # S, signed
-        sq_bits = (h * r_abs * r_abs).bit_length()               # Q, unsigned
-        var_bits = (h * d_max * d_max).bit_length()              # D, unsigned
-        rad_bits = max(var_bits, nx.LN_SQRT_NORM_BITS)           # D << 2k
-        rad_bits += rad_bits % 2
-        root_bits = rad_bits // 2                                # s, and |d << k| <= s
-        inv_bits = nx.LN_NORM_BITS + 2                           # inv <= 2**16
-        mean_q_bits = (2 * mean_offset).bit_length() + 1
-        t_bits = nx.LN_NORM_BITS + 2                             # |t| <= 2**15
+        w = _Widths(self.hidden, self.residual_bits)
+        h, rb, idx_bits = w.h, w.rb, w.idx_bits
 
         phase = Signal(data.ArrayLayout(2, SLOTS))
-        row_sum = Signal(data.ArrayLayout(signed(sum_bits), SLOTS))
-        row_sq = Signal(data.ArrayLayout(unsigned(sq_bits), SLOTS))
-        row_mean = Signal(data.ArrayLayout(signed(d_bits), SLOTS))
-        row_var = Signal(data.ArrayLayout(unsigned(var_bits), SLOTS))
-        row_k = Signal(data.ArrayLayout(range(nx.LN_SQRT_NORM_BITS // 2 + 1), SLOTS))
-        row_e = Signal(data.ArrayLayout(range(root_bits + 1), SLOTS))
-        row_inv = Signal(data.ArrayLayout(unsigned(inv_bits), SLOTS))
-
-        m.submodules.rows = rows = Memory(shape=signed(r_bits), depth=SLOTS << idx_bits, init=[])
-        m.submodules.gain = gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=h, init=[])
-        m.submodules.bias = bias = Memory(shape=signed(32), depth=h, init=[])
-
-        # ---- parameter writes ----------------------------------------------------------------------
-        gain_w, bias_w = gain.write_port(), bias.write_port()
-        is_bias = self.param.addr >= h
-        m.d.comb += [gain_w.addr.eq(self.param.addr), gain_w.data.eq(self.param.data),
-                     gain_w.en.eq(self.param.en & ~is_bias),
-                     bias_w.addr.eq(self.param.addr - h), bias_w.data.eq(self.param.data),
-                     bias_w.en.eq(self.param.en & is_bias)]
+        row_sum = Signal(w.slots(signed(w.sum_bits)))
+        row_sq = Signal(w.slots(unsigned(w.sq_bits)))
+        m.submodules.rows = rows = Memory(shape=signed(w.r_bits), depth=SLOTS << idx_bits, init=[])
+        m.submodules.mean_var = mean_var = MeanVariance(w)
+        m.submodules.inv_std = inv_std = InverseStd(w)
+        m.submodules.norm_out = output = NormaliseOutput(w)
 
         # ---- phase 0: ingest; r, S and Q (a fixed pipeline behind the input handshake) -------------
-        in_slot = Signal(slot_bits)
+        in_slot = Signal(w.slot_bits)
         in_idx = Signal(range(h))
         m.d.comb += self.i.ready.eq(phase[in_slot] == 0)
-        meta = data.StructLayout({"valid": 1, "first": 1, "last": 1, "addr": idx_bits + slot_bits})
+        meta = data.StructLayout({"valid": 1, "first": 1, "last": 1, "addr": idx_bits + w.slot_bits})
         a1 = Signal(meta)
         pair = Signal(pair_layout(rb))
         with m.If(self.i.valid & self.i.ready):
@@ -149,16 +377,16 @@ class LayerNorm(wiring.Component):
         m.d.sync += [a1.valid.eq(self.i.valid & self.i.ready), a1.first.eq(in_idx == 0),
                      a1.last.eq(in_idx == h - 1), a1.addr.eq(Cat(in_idx, in_slot)), pair.eq(self.i.payload)]
         # stage 1: the residual sum, stored
-        r = Signal(signed(r_bits))
+        r = Signal(signed(w.r_bits))
         m.d.comb += r.eq(pair.a + pair.b)
         rows_w = rows.write_port()
         m.d.comb += [rows_w.addr.eq(a1.addr), rows_w.data.eq(r), rows_w.en.eq(a1.valid)]
         a2, a3 = Signal(meta), Signal(meta)
         r2, r3 = Signal.like(r), Signal.like(r)
-        sq3 = Signal(unsigned((r_abs * r_abs).bit_length()))
+        sq3 = Signal(unsigned((w.r_abs * w.r_abs).bit_length()))
         m.d.sync += [a2.eq(a1), r2.eq(r), a3.eq(a2), r3.eq(r2), sq3.eq(r2 * r2)]
         # stage 3: row sums
-        acc_s, acc_q = Signal(signed(sum_bits)), Signal(unsigned(sq_bits))
+        acc_s, acc_q = Signal(signed(w.sum_bits)), Signal(unsigned(w.sq_bits))
         tot_s, tot_q = Signal.like(acc_s), Signal.like(acc_q)
         m.d.comb += [tot_s.eq(Mux(a3.first, 0, acc_s) + r3), tot_q.eq(Mux(a3.first, 0, acc_q) + sq3)]
         a3_slot = a3.addr[idx_bits:]
@@ -168,121 +396,23 @@ class LayerNorm(wiring.Component):
                 m.d.sync += [row_sum[a3_slot].eq(tot_s), row_sq[a3_slot].eq(tot_q), phase[a3_slot].eq(1)]
 
         # ---- phase 1: mean, then the variance sum -------------------------------------------------
-        mn_slot = Signal(slot_bits)
-        m.submodules.mean_div = mean_div = SerialDivider(mean_q_bits + (2 * h).bit_length(),
-                                                         (2 * h).bit_length(), mean_q_bits)
-        centre_bits = max(sum_bits + 5, h.bit_length() + d_bits) + 1      # 32*S - H*m, signed
-        m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, d_bits - 1)
-        s_cur = row_sum[mn_slot]
-        mean = row_mean[mn_slot]
-        centre = Signal(signed(centre_bits))
-        with m.FSM(name="mean_fsm"):
-            with m.State("IDLE"):
-                with m.If(phase[mn_slot] == 1):
-                    m.d.comb += mean_div.start.eq(1)
-                    m.next = "DIVIDE"
-            with m.State("DIVIDE"):
-                with m.If(mean_div.done):
-                    m.d.sync += row_mean[mn_slot].eq(mean_div.quotient - mean_offset)
-                    m.next = "CENTRE"
-            with m.State("CENTRE"):
-                m.d.sync += centre.eq((s_cur << 5) - h * mean)
-                m.next = "START"
-            with m.State("START"):
-                m.d.comb += var_mul.start.eq(1)
-                m.next = "MULTIPLY"
-            with m.State("MULTIPLY"):
-                with m.If(var_mul.done):
-                    m.d.sync += [row_var[mn_slot].eq((row_sq[mn_slot] << 8) - var_mul.product),
-                                 phase[mn_slot].eq(2), mn_slot.eq(mn_slot + 1)]
-                    m.next = "IDLE"
-        m.d.comb += [mean_div.dividend.eq((s_cur << 5) + h + 2 * h * mean_offset),
-                     mean_div.divisor.eq(2 * h),
-                     var_mul.b.eq(mean),
-                     var_mul.a.eq(centre)]
+        m.d.comb += [mean_var.pending.eq(phase[mean_var.slot] == 1),
+                     mean_var.sum.eq(row_sum[mean_var.slot]), mean_var.sq.eq(row_sq[mean_var.slot])]
+        with m.If(mean_var.done):
+            m.d.sync += phase[mean_var.slot].eq(2)
 
         # ---- phase 2: normalisation shift, square root, reciprocal --------------------------------
-        sc_slot = Signal(slot_bits)
-        var = row_var[sc_slot]
-        var_len = Signal(range(var_bits + 1))
-        k = Signal.like(row_k[0])
-        m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
-        m.submodules.sqrt = sqrt = SerialSqrt(rad_bits)
-        m.submodules.recip = recip = SerialDivider(root_bits + nx.LN_NORM_BITS + 1, root_bits, inv_bits)
-        root_len = Signal(range(root_bits + 1))
-        m.d.comb += root_len.eq(bit_length(sqrt.root))
-        m.d.comb += [sqrt.radicand.eq(var << (k << 1)),
-                     recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
-        with m.FSM(name="scale_fsm"):
-            with m.State("IDLE"):
-                with m.If(phase[sc_slot] == 2):
-                    m.d.sync += var_len.eq(bit_length(var))
-                    m.next = "NORMALISE"
-            with m.State("NORMALISE"):
-                m.d.comb += sqrt.start.eq(1)
-                m.d.sync += row_k[sc_slot].eq(k)
-                m.next = "SQRT"
-            with m.State("SQRT"):
-                with m.If(sqrt.done):
-                    m.d.comb += recip.start.eq(1)
-                    m.d.sync += row_e[sc_slot].eq(root_len)
-                    m.next = "RECIP"
-            with m.State("RECIP"):
-                with m.If(recip.done):
-                    zero = sqrt.root == 0             # zero variance: t = 0, out = sat(rshift_round(bias))
-                    m.d.sync += [row_inv[sc_slot].eq(Mux(zero, 0, recip.quotient)),
-                                 phase[sc_slot].eq(3), sc_slot.eq(sc_slot + 1)]
-                    m.next = "IDLE"
+        m.d.comb += [inv_std.pending.eq(phase[inv_std.slot] == 2), inv_std.var.eq(mean_var.var[inv_std.slot])]
+        with m.If(inv_std.done):
+            m.d.sync += phase[inv_std.slot].eq(3)
 
-        # ---- phase 3: output (a pipeline that stalls on output backpressure) ----------------------
-        out_slot = Signal(slot_bits)
-        out_idx = Signal(range(h))
-        advance, take = Signal(), Signal()
-        rows_r, gain_r, bias_r = rows.read_port(), gain.read_port(), bias.read_port()
-        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & (phase[out_slot] == 3)),
-                     rows_r.addr.eq(Cat(out_idx, out_slot)), gain_r.addr.eq(out_idx), bias_r.addr.eq(out_idx),
-                     rows_r.en.eq(advance), gain_r.en.eq(advance), bias_r.en.eq(advance)]
-        with m.If(take):
-            with m.If(out_idx == h - 1):
-                m.d.sync += [out_idx.eq(0), out_slot.eq(out_slot + 1)]
-            with m.Else():
-                m.d.sync += out_idx.eq(out_idx + 1)
-        ometa = data.StructLayout({"valid": 1, "last": 1, "slot": slot_bits})
-        o = [Signal(ometa, name=f"out_meta{j}") for j in range(7)]   # o[j]: stage j; o[6] is the output beat
-        dk = Signal(signed(root_bits + 1))
-        scaled = Signal(signed(root_bits + 1 + inv_bits))
-        t = Signal(signed(t_bits))
-        y0_bits = t_bits + nx.LN_GAIN_BITS + 1                   # t * gain + bias
-        y = Signal(signed(y0_bits + 2))                          # ... + 2**(shift-1)
-        g2, g3, g4 = (Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in (2, 3, 4))
-        b2, b3 = (Signal(signed(32), name=f"bias{j}") for j in (2, 3))
-        b4 = Signal(signed(y0_bits + 1))
-        # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
-        shift = Signal(range(y0_bits + 1))
-        half = Signal(unsigned(y0_bits))      # 2**(shift-1): rshift_round's rounding term, added to the bias
-        m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
-                     half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
-        with m.If(advance):
-            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot)]
-            m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, 7)]
-            # stage 1 -> 2: d << k (|d << k| <= s, so it fits root_bits + 1)
-            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - row_mean[o[1].slot]
-            m.d.sync += [dk.eq(d << row_k[o[1].slot]), g2.eq(gain_r.data), b2.eq(bias_r.data)]
-            # stage 2 -> 3: times the reciprocal
-            m.d.sync += [scaled.eq(dk * row_inv[o[2].slot]), g3.eq(g2), b3.eq(b2)]
-            # stage 3 -> 4: t = floor(. / 2**e), |t| <= 2**15
-            m.d.sync += [t.eq(scaled >> row_e[o[3].slot]), g4.eq(g3), b4.eq(b3 + half)]
-            # stage 4 -> 5: gain, bias and the rounding half
-            m.d.sync += y.eq(t * g4 + b4)
-            # stage 5 -> 6 (the output register): shift, saturate (in range: the bits above the
-            # output's sign bit all equal the sign)
-            shifted = Signal.like(y)
-            m.d.comb += shifted.eq(y >> shift)
-            above = shifted[rb - 1:]
-            in_range = (above == 0) | (above == (1 << len(above)) - 1)
-            lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
-            m.d.sync += self.o.payload.eq(Mux(in_range, shifted[:rb], Mux(shifted[-1], lo, hi)))
-        m.d.comb += self.o.valid.eq(o[6].valid)
-        with m.If(self.o.valid & self.o.ready & o[6].last):
-            m.d.sync += phase[o[6].slot].eq(0)
+        # ---- phase 3: output ----------------------------------------------------------------------
+        wiring.connect(m, output.rows, rows.read_port())
+        wiring.connect(m, wiring.flipped(self.param), output.param)
+        wiring.connect(m, output.o, wiring.flipped(self.o))
+        m.d.comb += [output.pending.eq(phase[output.slot] == 3), output.shift.eq(self.shift),
+                     output.mean.eq(mean_var.mean), output.k.eq(inv_std.k), output.e.eq(inv_std.e),
+                     output.inv.eq(inv_std.inv)]
+        with m.If(output.done):
+            m.d.sync += phase[output.done_slot].eq(0)
         return m

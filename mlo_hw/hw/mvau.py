@@ -65,10 +65,9 @@ reuses the array instead of building a second one that would idle during the wei
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -76,7 +75,7 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 
-__all__ = ["MVAUParams", "MVAU"]
+__all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer"]
 
 DSP_A_BITS = 25         # DSP48E1 multiplier: 25 x 18 signed
 DSP_B_BITS = 18
@@ -199,8 +198,238 @@ class MVAUParams:
         return word
 
 
+def _tag_layout(p: MVAUParams) -> data.StructLayout:
+    """Per-step tag that travels down the MVAU pipeline with its data."""
+    return data.StructLayout({
+        "valid": 1, "first": 1, "last": 1, "from_stream": 1, "act_unsigned": 1, "raw": 1, "wide": 1,
+        "nf": Shape.cast(range(p.max_row_folds)), "shift": unsigned(SHIFT_BITS)})
+
+
+def _dsp_product(m: Module, a, b, name: str) -> Signal:
+    """``a * b`` through the DSP48E1's M and P registers: valid two cycles after its operands."""
+    mreg = Signal(signed(len(a) + len(b)), name=f"{name}_m")
+    preg = Signal(signed(len(a) + len(b)), name=f"{name}_p")
+    m.d.sync += [mreg.eq(a * b), preg.eq(mreg)]
+    return preg
+
+
+class MVAUIssue(wiring.Component):
+    """The MVAU's issue stage: the job register and the (vector, nf, sf) fold counters.
+
+    Interface:
+        ``cmd``: stream of :meth:`MVAUParams.cmd_layout`; taken while idle, or in the cycle the
+        current job issues its last step (jobs run back to back).
+        ``room`` (in): the pipeline behind issue can take one more result (credit from the output FIFO).
+        ``x_valid`` (in) / ``x_ready`` (out): the activation stream's handshake; ``x_ready`` is high
+        when a fold ``nf == 0`` step can issue, which then takes the beat.
+        ``step`` (out, the pipeline tag layout): the step issued in this cycle (``step.valid``), its
+        first/last synapse fold flags, ``nf``, ``from_stream`` (``nf == 0``) and the job's mode bits.
+        ``sf`` (out): the step's synapse fold (the vector buffer address).
+        ``waddr`` (out): the step's weight word ``nf * col_folds + sf``.
+        ``active`` (out): a job is loaded and has steps left.
+    Timing: ``step``, ``x_ready`` and ``cmd.ready`` are combinational in ``room`` and ``x_valid``;
+    the counters advance at the clock edge after a step issues.
+    """
+
+    def __init__(self, p: MVAUParams, addr_width: int):
+        self.p = p
+        super().__init__({
+            "cmd": In(stream.Signature(p.cmd_layout())),
+            "room": In(1),
+            "x_valid": In(1),
+            "x_ready": Out(1),
+            "step": Out(_tag_layout(p)),
+            "sf": Out(range(p.max_col_folds)),
+            "waddr": Out(addr_width),
+            "active": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        job = Signal(p.cmd_layout())
+        active = self.active
+        sf = self.sf
+        nf = Signal(range(p.max_row_folds))
+        vec = Signal(range(p.max_vectors))
+        waddr = self.waddr
+
+        from_stream = nf == 0
+        issue = Signal()
+        m.d.comb += issue.eq(active & self.room & (~from_stream | self.x_valid))
+        m.d.comb += self.x_ready.eq(active & self.room & from_stream)
+
+        sf_last = sf == job.col_folds - 1
+        nf_last = nf == job.row_folds - 1
+        vec_last = vec == job.vectors - 1
+        job_last = sf_last & nf_last & vec_last
+        m.d.comb += self.cmd.ready.eq(~active | (issue & job_last))
+
+        with m.If(issue):
+            m.d.sync += [sf.eq(Mux(sf_last, 0, sf + 1)), waddr.eq(waddr + 1)]
+            with m.If(sf_last):
+                m.d.sync += nf.eq(Mux(nf_last, 0, nf + 1))
+                with m.If(nf_last):
+                    m.d.sync += [vec.eq(Mux(vec_last, 0, vec + 1)), waddr.eq(0)]
+        with m.If(issue & job_last):
+            m.d.sync += active.eq(0)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [job.eq(self.cmd.payload), active.eq(1)]
+
+        tag0 = self.step
+        m.d.comb += [tag0.valid.eq(issue), tag0.first.eq(sf == 0), tag0.last.eq(sf_last),
+                     tag0.from_stream.eq(from_stream), tag0.act_unsigned.eq(job.act_unsigned),
+                     tag0.raw.eq(job.raw), tag0.wide.eq(job.wide), tag0.nf.eq(nf), tag0.shift.eq(job.shift)]
+        return m
+
+
+class MACArray(wiring.Component):
+    """PE x SIMD multipliers and the SIMD adder trees: one dot-product step per cycle.
+
+    Interface:
+        ``act`` (in): ``simd`` activation lanes of ``act_bits``, lane 0 in the LSBs;
+        ``act_unsigned`` (in): the lanes are uint8 (zero-extended) instead of int8 (sign-extended).
+        ``w`` (in): ``pe * simd`` signed weights, ``W[p, s]`` in lane ``p*simd + s``.
+        ``dot`` (out): ``pe`` signed lanes, ``dot[p] = sum_s W[p, s] * act[s]``.
+    Timing: a free-running pipeline without enable, one step per cycle: ``dot`` holds the step
+    presented :attr:`latency` = ``4 + ceil(log2 simd)`` cycles earlier (operand registers, DSP M,
+    DSP P, lane split, then one register level per adder-tree halving).
+    With ``p.packed`` two channels share each multiplier (see the module docstring).
+    """
+
+    def __init__(self, p: MVAUParams):
+        self.p = p
+        self.latency = 4 + p.tree_levels
+        super().__init__({
+            "act": In(data.ArrayLayout(unsigned(p.act_bits), p.simd)),
+            "act_unsigned": In(1),
+            "w": In(data.ArrayLayout(signed(p.weight_bits), p.pe * p.simd)),
+            "dot": Out(data.ArrayLayout(signed(p.prod_bits + p.tree_levels), p.pe)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        # ---- operand registers (DSP A and B inputs) ---------------------------------------------
+        # Activations as 9-bit signed: int8 sign-extended or uint8 zero-extended.
+        a2 = [Signal(signed(p.act_bits + 1), name=f"a{s}") for s in range(p.simd)]
+        for s in range(p.simd):
+            lane = self.act[s]
+            m.d.sync += a2[s].eq(Mux(self.act_unsigned, lane.as_unsigned(), lane.as_signed()))
+        w = lambda ch, s: self.w[ch * p.simd + s]      # noqa: E731  weight (channel, simd lane)
+        groups = [(c, c + 1) for c in range(0, p.pe - 1, 2)] if p.packed else []
+        singles = [c for c in range(p.pe) if not any(c in g for g in groups)]
+        wpk = {}
+        for (lo, hi) in groups:
+            for s in range(p.simd):
+                r = Signal(signed(p.packed_bits), name=f"wpk{lo}_{s}")
+                m.d.sync += r.eq(w(lo, s) + (w(hi, s) << p.prod_bits))
+                wpk[lo, s] = r
+        w2 = {}
+        for c in singles:
+            for s in range(p.simd):
+                r = Signal(signed(p.weight_bits), name=f"w{c}_{s}")
+                m.d.sync += r.eq(w(c, s))
+                w2[c, s] = r
+
+        # ---- products (DSP M and P registers) ---------------------------------------------------
+        prods = {key: _dsp_product(m, wpk[key], a2[key[1]], f"pk{key[0]}_{key[1]}") for key in wpk}
+        prods.update({key: _dsp_product(m, w2[key], a2[key[1]], f"pr{key[0]}_{key[1]}") for key in w2})
+
+        # ---- split packed products into channel lanes -------------------------------------------
+        lanes = [[Signal(signed(p.prod_bits), name=f"l{c}_{s}") for s in range(p.simd)] for c in range(p.pe)]
+        for (lo, hi) in groups:
+            for s in range(p.simd):
+                pp = prods[lo, s]
+                m.d.sync += [lanes[lo][s].eq(pp[:p.prod_bits].as_signed()),
+                             lanes[hi][s].eq(pp[p.prod_bits:].as_signed() + pp[p.prod_bits - 1])]
+        for c in singles:
+            for s in range(p.simd):
+                m.d.sync += lanes[c][s].eq(prods[c, s])
+
+        # ---- SIMD adder tree, one register level per halving ------------------------------------
+        level = lanes
+        for t in range(p.tree_levels):
+            nxt = []
+            for c in range(p.pe):
+                row = level[c]
+                width = len(row[0]) + 1
+                sums = []
+                for i in range(0, len(row), 2):
+                    r = Signal(signed(width), name=f"t{t}_{c}_{i // 2}")
+                    m.d.sync += r.eq(row[i] + row[i + 1] if i + 1 < len(row) else row[i])
+                    sums.append(r)
+                nxt.append(sums)
+            level = nxt
+        m.d.comb += [self.dot[c].eq(level[c][0]) for c in range(p.pe)]
+        return m
+
+
+class Requantizer(wiring.Component):
+    """Bias, multiplier, rounding shift and saturation of ``pe`` accumulators.
+
+    Interface (all inputs presented in the same cycle):
+        ``acc`` (in): ``pe`` signed ``acc_bits`` accumulators; ``prm`` (in, :meth:`MVAUParams.param_layout`):
+        their bias and multiplier; ``shift``, ``raw``, ``wide`` (in): the job's mode.
+        ``result`` (out): ``pe`` signed ``acc_bits`` lanes,
+        ``numerics.requant(acc + bias, mult, shift, bits)`` with ``bits = RES_BITS`` when ``wide`` else
+        ``act_bits``, sign-extended; raw mode: ``acc`` (bias 0, mult 1, shift 0, no saturation).
+    Timing: a free-running pipeline without enable, one set per cycle: ``result`` holds the inputs
+    presented :attr:`latency` = 6 cycles earlier (acc + bias, product M, product P, shift, round, saturate).
+    """
+
+    latency = 6
+
+    def __init__(self, p: MVAUParams):
+        self.p = p
+        super().__init__({
+            "acc": In(data.ArrayLayout(signed(p.acc_bits), p.pe)),
+            "prm": In(p.param_layout()),
+            "shift": In(SHIFT_BITS),
+            "raw": In(1),
+            "wide": In(1),
+            "result": Out(data.ArrayLayout(signed(p.acc_bits), p.pe)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        # the mode bits, delayed along with the data: ctl[j] belongs to the data of stage j
+        ctl_layout = data.StructLayout({"raw": 1, "wide": 1, "shift": unsigned(SHIFT_BITS)})
+        ctl = [Signal(ctl_layout, name=f"ctl{j}") for j in range(self.latency)]
+        m.d.comb += [ctl[0].raw.eq(self.raw), ctl[0].wide.eq(self.wide),
+                     ctl[0].shift.eq(Mux(self.raw, 0, self.shift))]
+        m.d.sync += [ctl[j].eq(ctl[j - 1]) for j in range(1, self.latency)]
+
+        prm = self.prm
+        total = [Signal(signed(p.sum_bits), name=f"sum{c}") for c in range(p.pe)]
+        mult = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(p.pe)]
+        for c in range(p.pe):
+            m.d.sync += [total[c].eq(self.acc[c] + Mux(ctl[0].raw, 0, prm.bias[c])),
+                         mult[c].eq(Mux(ctl[0].raw, 1, prm.mult[c]))]
+        scaled = [_dsp_product(m, total[c], mult[c], f"rq{c}") for c in range(p.pe)]
+        # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0.
+        halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(p.pe)]
+        for c in range(p.pe):
+            m.d.sync += halved[c].eq((scaled[c] << 1) >> ctl[3].shift)
+        rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(p.pe)]
+        for c in range(p.pe):
+            m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
+        wide, raw = ctl[5].wide, ctl[5].raw
+        lo_out = Mux(wide, -(1 << (nx.RES_BITS - 1)), -(1 << (p.act_bits - 1)))
+        hi_out = Mux(wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
+        for c in range(p.pe):
+            sat = Mux(rounded[c] < lo_out, lo_out, Mux(rounded[c] > hi_out, hi_out, rounded[c]))
+            m.d.sync += self.result[c].eq(Mux(raw, rounded[c], sat))
+        return m
+
+
 class MVAU(wiring.Component):
-    """Matrix-vector activation unit; see the module docstring for interface, latency and throughput."""
+    """Matrix-vector activation unit; see the module docstring for interface, latency and throughput.
+
+    Built from :class:`MVAUIssue` (job and fold counters), a vector buffer, :class:`MACArray`
+    (multipliers and adder trees), the accumulators, :class:`Requantizer` and an output FIFO.
+    """
 
     # Register stages from issue to the output FIFO write, not counting the SIMD adder tree:
     # buffer/weight read, operand registers (DSP A/B), product (DSP M), DSP P, lane split,
@@ -232,48 +461,7 @@ class MVAU(wiring.Component):
         m = Module()
         p = self.p
         stages = 0
-
-        # ---- issue: job registers and the (vector, nf, sf) counters -------------------------------
-        job = Signal(p.cmd_layout())
-        active = Signal()
-        sf = Signal(range(p.max_col_folds))
-        nf = Signal(range(p.max_row_folds))
-        vec = Signal(range(p.max_vectors))
-        waddr = Signal(len(self.weights.addr))
-        in_flight = Signal(range(self.fifo_depth + 1))
-
-        fifo = m.submodules.fifo = SyncFIFO(width=len(self.o.payload.as_value()), depth=self.fifo_depth)
-        room = (fifo.level + in_flight) < self.fifo_depth
-        from_stream = nf == 0
-        issue = Signal()
-        m.d.comb += issue.eq(active & room & (~from_stream | self.x.valid))
-        m.d.comb += self.x.ready.eq(active & room & from_stream)
-
-        sf_last = sf == job.col_folds - 1
-        nf_last = nf == job.row_folds - 1
-        vec_last = vec == job.vectors - 1
-        job_last = sf_last & nf_last & vec_last
-        m.d.comb += self.cmd.ready.eq(~active | (issue & job_last))
-
-        with m.If(issue):
-            m.d.sync += [sf.eq(Mux(sf_last, 0, sf + 1)), waddr.eq(waddr + 1)]
-            with m.If(sf_last):
-                m.d.sync += nf.eq(Mux(nf_last, 0, nf + 1))
-                with m.If(nf_last):
-                    m.d.sync += [vec.eq(Mux(vec_last, 0, vec + 1)), waddr.eq(0)]
-        with m.If(issue & job_last):
-            m.d.sync += active.eq(0)
-        with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [job.eq(self.cmd.payload), active.eq(1)]
-
-        # Per-step tag that travels down the pipeline with its data.
-        tag_layout = data.StructLayout({
-            "valid": 1, "first": 1, "last": 1, "from_stream": 1, "act_unsigned": 1, "raw": 1, "wide": 1,
-            "nf": unsigned(len(nf)), "shift": unsigned(SHIFT_BITS)})
-        tag0 = Signal(tag_layout)
-        m.d.comb += [tag0.valid.eq(issue), tag0.first.eq(sf == 0), tag0.last.eq(sf_last),
-                     tag0.from_stream.eq(from_stream), tag0.act_unsigned.eq(job.act_unsigned),
-                     tag0.raw.eq(job.raw), tag0.wide.eq(job.wide), tag0.nf.eq(nf), tag0.shift.eq(job.shift)]
+        tag_layout = _tag_layout(p)
 
         def stage(tag):
             nonlocal stages
@@ -282,82 +470,35 @@ class MVAU(wiring.Component):
             m.d.sync += nxt.eq(tag)
             return nxt
 
+        # ---- issue: job registers and the (vector, nf, sf) counters, with credit from the FIFO ----
+        m.submodules.fold_counters = issue_u = MVAUIssue(p, len(self.weights.addr))
+        fifo = m.submodules.fifo = SyncFIFO(width=len(self.o.payload.as_value()), depth=self.fifo_depth)
+        in_flight = Signal(range(self.fifo_depth + 1))
+        wiring.connect(m, wiring.flipped(self.cmd), issue_u.cmd)
+        m.d.comb += [issue_u.room.eq((fifo.level + in_flight) < self.fifo_depth),
+                     issue_u.x_valid.eq(self.x.valid), self.x.ready.eq(issue_u.x_ready)]
+        tag0 = issue_u.step
+        issue = tag0.valid
+
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
-        m.d.comb += [self.weights.addr.eq(waddr), self.weights.en.eq(issue)]
+        m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]
         vbuf = m.submodules.vbuf = memory.Memory(shape=unsigned(p.simd * p.act_bits),
                                                  depth=p.max_col_folds, init=[])
         wr = vbuf.write_port()
         rd = vbuf.read_port(transparent_for=())
-        m.d.comb += [wr.addr.eq(sf), wr.data.eq(self.x.payload.as_value()),
-                     wr.en.eq(issue & from_stream), rd.addr.eq(sf), rd.en.eq(issue)]
+        m.d.comb += [wr.addr.eq(issue_u.sf), wr.data.eq(self.x.payload.as_value()),
+                     wr.en.eq(issue & tag0.from_stream), rd.addr.eq(issue_u.sf), rd.en.eq(issue)]
         x_reg = Signal(p.simd * p.act_bits)
         with m.If(issue):
             m.d.sync += x_reg.eq(self.x.payload.as_value())
-        tag1 = stage(tag0)
-        beat = Mux(tag1.from_stream, x_reg, rd.data)
-        w_word = self.weights.data
+        tag = stage(tag0)
 
-        # ---- stage 2: operand registers (DSP A and B inputs) ------------------------------------
-        # Activations as 9-bit signed: int8 sign-extended or uint8 zero-extended.
-        a2 = [Signal(signed(p.act_bits + 1), name=f"a{s}") for s in range(p.simd)]
-        for s in range(p.simd):
-            lane = beat[s * p.act_bits:(s + 1) * p.act_bits]
-            m.d.sync += a2[s].eq(Mux(tag1.act_unsigned, lane.as_unsigned(), lane.as_signed()))
-        w = lambda ch, s: w_word[ch * p.simd + s]      # noqa: E731  weight (channel, simd lane)
-        groups = [(c, c + 1) for c in range(0, p.pe - 1, 2)] if p.packed else []
-        singles = [c for c in range(p.pe) if not any(c in g for g in groups)]
-        wpk = {}
-        for (lo, hi) in groups:
-            for s in range(p.simd):
-                r = Signal(signed(p.packed_bits), name=f"wpk{lo}_{s}")
-                m.d.sync += r.eq(w(lo, s) + (w(hi, s) << p.prod_bits))
-                wpk[lo, s] = r
-        w2 = {}
-        for c in singles:
-            for s in range(p.simd):
-                r = Signal(signed(p.weight_bits), name=f"w{c}_{s}")
-                m.d.sync += r.eq(w(c, s))
-                w2[c, s] = r
-        tag2 = stage(tag1)
-
-        # ---- stages 3, 4: products (DSP M and P registers) --------------------------------------
-        def product(a, b, name):
-            mreg = Signal(signed(len(a) + len(b)), name=f"{name}_m")
-            preg = Signal(signed(len(a) + len(b)), name=f"{name}_p")
-            m.d.sync += [mreg.eq(a * b), preg.eq(mreg)]
-            return preg
-        prods = {key: product(wpk[key], a2[key[1]], f"pk{key[0]}_{key[1]}") for key in wpk}
-        prods.update({key: product(w2[key], a2[key[1]], f"pr{key[0]}_{key[1]}") for key in w2})
-        tag4 = stage(stage(tag2))
-
-        # ---- stage 5: split packed products into channel lanes ----------------------------------
-        lanes = [[Signal(signed(p.prod_bits), name=f"l{c}_{s}") for s in range(p.simd)] for c in range(p.pe)]
-        for (lo, hi) in groups:
-            for s in range(p.simd):
-                pp = prods[lo, s]
-                m.d.sync += [lanes[lo][s].eq(pp[:p.prod_bits].as_signed()),
-                             lanes[hi][s].eq(pp[p.prod_bits:].as_signed() + pp[p.prod_bits - 1])]
-        for c in singles:
-            for s in range(p.simd):
-                m.d.sync += lanes[c][s].eq(prods[c, s])
-        tag = stage(tag4)
-
-        # ---- SIMD adder tree, one register level per halving ------------------------------------
-        level = lanes
-        for t in range(p.tree_levels):
-            nxt = []
-            for c in range(p.pe):
-                row = level[c]
-                width = len(row[0]) + 1
-                sums = []
-                for i in range(0, len(row), 2):
-                    r = Signal(signed(width), name=f"t{t}_{c}_{i // 2}")
-                    m.d.sync += r.eq(row[i] + row[i + 1] if i + 1 < len(row) else row[i])
-                    sums.append(r)
-                nxt.append(sums)
-            level = nxt
+        # ---- multiply and sum over SIMD ---------------------------------------------------------
+        m.submodules.mac = mac = MACArray(p)
+        m.d.comb += [mac.act.eq(Mux(tag.from_stream, x_reg, rd.data)), mac.act_unsigned.eq(tag.act_unsigned),
+                     mac.w.eq(self.weights.data)]
+        for _ in range(mac.latency):
             tag = stage(tag)
-        dots = [level[c][0] for c in range(p.pe)]
 
         # ---- accumulator over the synapse folds -------------------------------------------------
         # The per-channel parameters are read now so they arrive with the accumulator.
@@ -365,42 +506,24 @@ class MVAU(wiring.Component):
         acc = [Signal(signed(p.acc_bits), name=f"acc{c}") for c in range(p.pe)]
         with m.If(tag.valid):
             for c in range(p.pe):
-                m.d.sync += acc[c].eq(Mux(tag.first, dots[c], acc[c] + dots[c]))
+                m.d.sync += acc[c].eq(Mux(tag.first, mac.dot[c], acc[c] + mac.dot[c]))
         tag = stage(tag)
         done = Signal(tag_layout)        # only the last step of a fold carries a result onwards
-        m.d.comb += [done.eq(tag), done.valid.eq(tag.valid & tag.last), done.shift.eq(Mux(tag.raw, 0, tag.shift))]
+        m.d.comb += [done.eq(tag), done.valid.eq(tag.valid & tag.last)]
 
         # ---- requantization (raw mode: bias 0, mult 1, shift 0, no saturation) ------------------
-        prm = self.params.data
-        total = [Signal(signed(p.sum_bits), name=f"sum{c}") for c in range(p.pe)]
-        mult = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(p.pe)]
-        for c in range(p.pe):
-            m.d.sync += [total[c].eq(acc[c] + Mux(done.raw, 0, prm.bias[c])),
-                         mult[c].eq(Mux(done.raw, 1, prm.mult[c]))]
-        tag = stage(done)
-        scaled = [product(total[c], mult[c], f"rq{c}") for c in range(p.pe)]
-        tag = stage(stage(tag))
-        # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0.
-        halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(p.pe)]
-        for c in range(p.pe):
-            m.d.sync += halved[c].eq((scaled[c] << 1) >> tag.shift)
-        tag = stage(tag)
-        rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(p.pe)]
-        for c in range(p.pe):
-            m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
-        tag = stage(tag)
-        lo_out = Mux(tag.wide, -(1 << (nx.RES_BITS - 1)), -(1 << (p.act_bits - 1)))
-        hi_out = Mux(tag.wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
-        result = Signal(self.o.payload.shape())
-        for c in range(p.pe):
-            sat = Mux(rounded[c] < lo_out, lo_out, Mux(rounded[c] > hi_out, hi_out, rounded[c]))
-            m.d.sync += result[c].eq(Mux(tag.raw, rounded[c], sat))
-        tag = stage(tag)
+        m.submodules.requant = rq = Requantizer(p)
+        m.d.comb += [rq.prm.eq(self.params.data), rq.shift.eq(done.shift), rq.raw.eq(done.raw),
+                     rq.wide.eq(done.wide)]
+        m.d.comb += [rq.acc[c].eq(acc[c]) for c in range(p.pe)]
+        tag = done
+        for _ in range(rq.latency):
+            tag = stage(tag)
         assert stages == self.pipeline_stages, (stages, self.pipeline_stages)
 
         # ---- output FIFO with credit-based issue ------------------------------------------------
-        m.d.comb += [fifo.w_en.eq(tag.valid), fifo.w_data.eq(result.as_value())]
-        m.d.sync += in_flight.eq(in_flight + (issue & sf_last) - tag.valid)
+        m.d.comb += [fifo.w_en.eq(tag.valid), fifo.w_data.eq(rq.result.as_value())]
+        m.d.sync += in_flight.eq(in_flight + (issue & tag0.last) - tag.valid)
         m.d.comb += [self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data), fifo.r_en.eq(self.o.ready)]
-        m.d.comb += self.busy.eq(active | (in_flight != 0) | (fifo.level != 0))
+        m.d.comb += self.busy.eq(issue_u.active | (in_flight != 0) | (fifo.level != 0))
         return m
