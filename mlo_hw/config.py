@@ -51,18 +51,23 @@ BOARD_PARTS = {"arty_a7_35": "xc7a35t", "arty_a7_100": "xc7a100t", "nexys_video"
 # the global clock buffer's maximum (BUFG F_MAX, DS181).
 CLOCK_MHZ = (600 / 128, 464.0)
 
-# A part number: the family, optionally the temperature grade, package and pins and the speed grade
-# (AMD: xc7a35t + icsg324-1L; Lattice: lfe5um5g-85f + -8bg554i, speed grade, package and pins, temperature).
-_PART = re.compile(r"(?:[a-z]{3,5}\d{3,4}-[1-3][a-z]{0,2}|-[6-8][a-z]{2}\d{3}[ci]?)?", re.IGNORECASE)
+# The rest of a part number after its family, per vendor (by the family's prefix): its pattern, shape and
+# an example. AMD: temperature grade, package and pins, speed grade (xc7a35t + icsg324-1L); Lattice: speed
+# grade, package and pins, temperature grade (lfe5um5g-85f + -8bg554i).
+_PART = {"xc": (re.compile(r"[a-z]{3,5}\d{3,4}-[1-3][a-z]{0,2}", re.IGNORECASE), "<package><pins>-<speed grade>",
+                "xc7a35ticsg324-1L"),
+         "lfe": (re.compile(r"-[6-8][a-z]{2}\d{3}[ci]?", re.IGNORECASE), "-<speed grade><package><pins>",
+                 "lfe5um5g-85f-8bg554i")}
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
 def _part_family(part: str) -> str:
     for name in PARTS:
         if part.lower().startswith(name):
-            if not _PART.fullmatch(part[len(name):]):
+            rest, shape, example = next(v for prefix, v in _PART.items() if name.startswith(prefix))
+            if part[len(name):] and not rest.fullmatch(part[len(name):]):
                 raise ConfigError(f"target.part: {part!r} is not a part number; expected {name} or "
-                                  f"{name}<package><pins>-<speed grade>, e.g. xc7a35ticsg324-1L")
+                                  f"{name}{shape}, e.g. {example}")
             return name
     raise ConfigError(f"target.part: unknown part {part!r}; expected one of "
                       + ", ".join(f"{p}*" for p in PARTS))

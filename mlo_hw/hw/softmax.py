@@ -17,7 +17,6 @@ statistics) from its first input to its last output; a slot's :class:`Phase` say
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
