@@ -350,6 +350,8 @@ def resolve_config_path(path: str | Path) -> Path:
     p = Path(path)
     if p.is_file():
         return p
+    if p.is_dir():
+        raise ConfigError(f"--config: {str(path)!r} is a folder; expected a YAML config file")
     if str(path) == p.name or p.parent == Path("configs"):       # configs/ in the repository is the shipped folder
         shipped = resources.files("mlo_hw") / "configs"
         for cand in (p.name, p.name + ".yaml"):

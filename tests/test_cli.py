@@ -201,6 +201,8 @@ CASES = [
     ("config-missing-dir", "elaborate", ["--config", "/nonexistent/small.yaml"], {},
      "--config: no such file '/nonexistent/small.yaml'"),
     ("config-missing-name", "elaborate", ["--config", "nosuch"], {}, "no shipped config of that name (bert_base_arty, "),
+    ("config-is-folder", "elaborate", ["--config", "d"], {"d/x.yaml": ""},
+     "--config: 'd' is a folder; expected a YAML config file"),
     ("config-absent", "elaborate", [], {}, "the following arguments are required: --config"),
     ("output-is-file", "elaborate", ["--config", "small", "-o", "f"], {"f": "x"}, "argument -o/--output: f is a file"),
     ("output-under-file", "elaborate", ["--config", "small", "-o", "f/x"], {"f": "x"}, "f is a file; expected a folder"),

@@ -20,6 +20,7 @@ def test_top_level_lints_clean_with_plain_ports():
     assert "clk," not in header and " rst" not in header
 
 
+@pytest.mark.slow    # the default suite checks both errors on the RTL through the runtime (tests/test_runtime.py)
 def test_misaligned_input_base_and_bad_tokens_are_errors_without_a_run():
     cfg = load_config("small")
     run_engine(cfg, engine_params(cfg, "small", seed=7), "misaligned_input_base_is_an_error")

@@ -73,6 +73,7 @@ def test_engine_bmc_shallow():
     _passes("engine", depth=ENGINE_SHALLOW)
 
 
+@pytest.mark.slow          # 1.5-3 min each on 2 cores; the blocks' mutants run in the default suite
 @pytest.mark.parametrize("mutant", list(CHECKS["engine"].mutants))
 def test_engine_mutant_caught(mutant):
     _caught("engine", mutant, depth=ENGINE_SHALLOW)

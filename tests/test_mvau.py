@@ -9,11 +9,11 @@ from mlo_hw.hw.mvau import MVAU, MVAUParams
 from sim.runner import lint, simulate, to_verilog
 
 FOLDINGS = {
-    "pe1_simd1": lambda: MVAUParams.from_config(load_config("small"), pe=1, simd=1),
     "pe3_simd4": lambda: MVAUParams.from_config(load_config("small"), pe=3, simd=4, max_rows=24),
     "bert_tiny_8x8": lambda: MVAUParams.from_config(load_config("bert_tiny")),
 }
 SLOW_FOLDINGS = {
+    "pe1_simd1": lambda: MVAUParams.from_config(load_config("small"), pe=1, simd=1),
     "pe2_simd4": lambda: MVAUParams.from_config(load_config("small"), pe=2, simd=4),
     "pe4_simd2_unpacked": lambda: MVAUParams.from_config(load_config("small"), pe=4, simd=2, pack_dsp=False),
     "pe8_simd3": lambda: MVAUParams(pe=8, simd=3, max_cols=48, max_rows=32, max_vectors=8, acc_bits=23),
