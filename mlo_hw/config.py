@@ -149,9 +149,6 @@ class Config:
     target: Target
     weights: Weights
     loop_body_hierarchy: tuple[tuple[str, ...], ...] = (("encoder", "encoder.layer.0"),)
-    # ``folding: auto``: the ranked candidates of mlo_hw.folding (best first, the chosen one is ``folding``);
-    # empty when the folding was given by hand. Not part of the config's identity.
-    folding_search: tuple = dataclasses.field(default=(), compare=False, repr=False)
 
     # ---- derived figures: computed here, nowhere else -------------------------------------------
     @property

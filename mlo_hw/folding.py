@@ -2,8 +2,9 @@
 
 A config may say ``folding: auto`` (the string, nothing else) instead of a ``{pe, simd, tile_rows}`` mapping.
 The loader (:func:`mlo_hw.config.config_from_dict`) then calls :func:`choose`, which returns the config with
-the chosen numbers, so everything downstream (elaborate, synth, plan, bench) sees a concrete folding; the
-ranked candidates ride along in ``Config.folding_search`` for the elaborate report (:func:`format_search`).
+the chosen numbers, so everything downstream (elaborate, synth, plan, bench) sees a concrete folding (and
+``runtime.json`` holds it); :func:`search_of` keeps the ranked candidates of a config so chosen, for the
+elaborate report (:func:`format_search`).
 
 For every legal (pe, simd, tile_rows) (the rules of ``config._validate`` and of the engine's geometry,
 checked by running them) it takes the plan the rest of the tool chain would take (:func:`mlo_hw.plan.plan`:
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from .config import PARTS, ConfigError, Folding
 
 __all__ = ["AUTO", "MARGIN", "REST_DSP", "LUT_MODEL", "BRAM_EXTRA", "Candidate", "candidate_foldings",
-           "dsp_estimate", "lut_estimate", "evaluate", "explore", "choose", "format_search"]
+           "search_of", "dsp_estimate", "lut_estimate", "evaluate", "explore", "choose", "format_search"]
 
 AUTO = "auto"
 
@@ -54,6 +55,8 @@ LUT_MODEL = {"base": 9_700.0, "lane": 21.7, "pe": 313.0, "simd": 60.0, "tiled": 
 # Block RAM36 yosys maps beyond the plan's buffers, by plan mode (measured - plan): bert_tiny on chip 49 - 47;
 # tiled bert_tiny_s512 38.5 - 40.5 and minilm_l6_arty 35 - 35.5 (the larger kept).
 BRAM_EXTRA = {"on-chip": 2.0, "tiled": -0.5}
+
+_SEARCHES: dict = {}        # config chosen by choose() -> its ranked candidates
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ def lut_estimate(cfg, mode: str) -> int:
 
 
 def _with_folding(cfg, folding: Folding):
-    return dataclasses.replace(cfg, folding=folding, folding_search=())
+    return dataclasses.replace(cfg, folding=folding)
 
 
 def evaluate(cfg) -> Candidate | None:
@@ -146,7 +149,7 @@ def explore(cfg) -> list[Candidate]:
 
 
 def choose(cfg):
-    """``cfg`` with the fastest folding that fits (module docstring), the ranking in ``folding_search``."""
+    """``cfg`` with the fastest folding that fits (module docstring); its ranking: :func:`search_of`."""
     ranked = explore(cfg)
     if not ranked or not ranked[0].fits:
         part = PARTS[cfg.part_family]
@@ -156,12 +159,19 @@ def choose(cfg):
         raise ConfigError(f"folding: auto found no (pe, simd, tile_rows) within {cfg.target.part}'s budget "
                           f"(DSP {part['DSP']}, LUT {part['LUT']}, BRAM36 {part['BRAM36']}, margins "
                           f"{', '.join(f'{k} {v:g}' for k, v in MARGIN.items())}): {what}")
-    return dataclasses.replace(cfg, folding=ranked[0].folding, folding_search=tuple(ranked))
+    chosen = _with_folding(cfg, ranked[0].folding)
+    _SEARCHES[chosen] = tuple(ranked)
+    return chosen
+
+
+def search_of(cfg) -> tuple[Candidate, ...]:
+    """The ranked candidates (best first) when ``cfg`` came from ``folding: auto``, else empty."""
+    return _SEARCHES.get(cfg, ())
 
 
 def format_search(cfg, rows: int = 6) -> list[str]:
     """Report lines: the chosen folding and the runner-up table (empty when the folding was given by hand)."""
-    ranked = cfg.folding_search
+    ranked = search_of(cfg)
     if not ranked:
         return []
     part = PARTS[cfg.part_family]

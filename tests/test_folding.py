@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from mlo_hw.config import PARTS, ConfigError, config_from_dict, load_config
-from mlo_hw.folding import MARGIN, candidate_foldings, evaluate, format_search
+from mlo_hw.folding import MARGIN, candidate_foldings, evaluate, format_search, search_of
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -29,14 +29,14 @@ def auto():
 
 
 def test_chosen_point_is_legal_and_ranked_first(auto):
-    assert auto.folding_search and auto.folding_search[0].folding == auto.folding
+    assert search_of(auto) and search_of(auto)[0].folding == auto.folding
     assert auto.folding in candidate_foldings(auto)
     again = evaluate(auto)          # the folding passes config._validate, the engine geometry and the plan
     assert again is not None and again.fits
 
 
 def test_chosen_point_fits_estimated_budget(auto):
-    c, part = auto.folding_search[0], PARTS["xc7a35t"]
+    c, part = search_of(auto)[0], PARTS["xc7a35t"]
     assert c.dsp <= MARGIN["DSP"] * part["DSP"]
     assert c.lut <= MARGIN["LUT"] * part["LUT"]
     assert c.bram36 <= MARGIN["BRAM36"] * part["BRAM36"]
@@ -45,24 +45,24 @@ def test_chosen_point_fits_estimated_budget(auto):
 def test_chosen_point_at_least_as_fast_as_hand_folding(auto):
     hand = evaluate(load_config(CONFIGS / "bert_tiny.yaml"))
     assert hand is not None and hand.fits
-    assert auto.folding_search[0].inferences_per_s >= hand.inferences_per_s
+    assert search_of(auto)[0].inferences_per_s >= hand.inferences_per_s
 
 
 def test_hand_config_has_no_search():
     cfg = load_config(CONFIGS / "bert_tiny.yaml")
-    assert cfg.folding_search == () and format_search(cfg) == []
+    assert search_of(cfg) == () and format_search(cfg) == []
 
 
 def test_small_dsp_budget_forces_smaller_array(auto, monkeypatch):
     monkeypatch.setitem(PARTS, "xc7a35t", dict(PARTS["xc7a35t"], DSP=30))
     small = config_from_dict(_raw())
-    c = small.folding_search[0]
+    c = search_of(small)[0]
     assert c.dsp <= 0.95 * 30 and small.mac_lanes < auto.mac_lanes
 
 
 def test_small_bram_budget_is_respected():
     cfg = config_from_dict(_raw(target__bram36_budget=30))
-    assert cfg.folding_search[0].bram36 <= 30
+    assert search_of(cfg)[0].bram36 <= 30
 
 
 def test_nothing_fits_is_one_line(monkeypatch):
@@ -90,3 +90,11 @@ def test_report_names_choice_and_runner_ups(auto):
     assert "## Folding (`folding: auto`)" in text
     assert f"chose PE {f.pe} x SIMD {f.simd}, tile_rows {f.tile_rows}" in text
     assert text.count("| yes |") >= 3
+
+
+def test_concrete_config_round_trips(auto):
+    """runtime.json stores dataclasses.asdict(cfg): the chosen numbers, read back without a search."""
+    import dataclasses
+    import json
+    again = config_from_dict(json.loads(json.dumps(dataclasses.asdict(auto))))
+    assert again.folding == auto.folding
