@@ -179,7 +179,8 @@ def choose(cfg):
         part = PARTS[cfg.part_family]
         least = min(ranked, key=lambda c: c.lanes, default=None)
         what = (f"the smallest legal array (PE {least.folding.pe} x SIMD {least.folding.simd}) needs DSP "
-                f"{least.dsp}, LUT {least.lut}, BRAM36 {least.bram36:g}" if least else "no legal folding plans")
+                f"{least.dsp}, LUT {least.lut}, BRAM36 {least.bram36:g}" if least
+                else "no legal folding has a plan within the block RAM budget")
         raise ConfigError(f"folding: auto found no (pe, simd, tile_rows) within {cfg.target.part}'s budget "
                           f"(DSP {part['DSP']}, LUT {part['LUT']}, BRAM36 {part['BRAM36']}, margins "
                           f"{', '.join(f'{k} {v:g}' for k, v in MARGIN.items())}): {what}")

@@ -72,6 +72,11 @@ def test_nothing_fits_is_one_line(monkeypatch):
     assert "\n" not in str(e.value)
 
 
+def test_no_plan_in_bram_budget_is_one_line():
+    with pytest.raises(ConfigError, match=r"^folding: auto found no .*no legal folding has a plan"):
+        config_from_dict(_raw(target__bram36_budget=1))
+
+
 @pytest.mark.parametrize("bad", ["fast", "AUTO", 3, True, [8, 8, 8]])
 def test_bad_folding_refused(bad):
     with pytest.raises(ConfigError, match=r"^folding: expected a mapping with pe, simd, tile_rows or 'auto'"):
