@@ -103,3 +103,17 @@ def test_concrete_config_round_trips(auto):
     import json
     again = config_from_dict(json.loads(json.dumps(dataclasses.asdict(auto))))
     assert again.folding == auto.folding
+
+
+@pytest.mark.parametrize("pe, simd, tile_rows, dsp, slice_luts, bram36", [
+    (8, 8, 8, 58, 14300 + 1460, 49),        # python -m mlo_hw.synth, docs/synthesis.md "folding: auto"
+    (4, 16, 16, 50, 14379 + 1480, 49),
+    (8, 16, 16, 90, 19897 + 1880, 47),
+])
+def test_estimates_match_synthesis(pe, simd, tile_rows, dsp, slice_luts, bram36):
+    import dataclasses
+    from mlo_hw.config import Folding
+    c = evaluate(dataclasses.replace(load_config(CONFIGS / "bert_tiny.yaml"), folding=Folding(pe, simd, tile_rows)))
+    assert c.dsp == dsp
+    assert abs(c.lut - slice_luts) <= 0.02 * slice_luts
+    assert bram36 <= c.bram36 <= bram36 + 1     # the estimate errs on the safe side
