@@ -332,16 +332,31 @@ def config_from_dict(raw: Any, name: str = "config") -> Config:
         raise ConfigError(f"{unknown}: unknown top-level key; expected one of {', '.join(sorted(allowed))}")
     if "model" not in raw:
         raise ConfigError("model: missing; required")
-    sections = {key: _build(key, cls, raw.get(key)) for key, cls in _SECTIONS.items()}
+    auto = _folding_is_auto(raw.get("folding"))
+    sections = {key: _build(key, cls, raw.get(key)) for key, cls in _SECTIONS.items() if key != "folding"}
+    sections["folding"] = Folding(1, 1, 1) if auto else _build("folding", Folding, raw.get("folding"))
     hierarchy = raw.get("loop_body_hierarchy", [["encoder", "encoder.layer.0"]])
     if not isinstance(hierarchy, list) or not all(isinstance(g, list) for g in hierarchy):
         raise ConfigError("loop_body_hierarchy: expected a list of lists of scope names, "
                           "e.g. [['encoder', 'encoder.layer.0']]")
     cfg_name = check_name(raw["name"]) if "name" in raw else check_name(name, "name (from the file name)")
     cfg = Config(name=cfg_name, loop_body_hierarchy=tuple(tuple(g) for g in hierarchy), **sections)
-    _validate(cfg)
+    _validate(cfg)          # auto: everything but the folding (1 x 1 x 1 divides every size)
+    if auto:
+        from .folding import choose
+        cfg = choose(cfg)
+        _validate(cfg)
     _check_fit(cfg)
     return cfg
+
+
+def _folding_is_auto(raw: Any) -> bool:
+    """``folding: auto`` (mlo_hw.folding) rather than a mapping; anything else but a mapping or null is refused."""
+    if raw == "auto":
+        return True
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"folding: expected a mapping with pe, simd, tile_rows or 'auto', got {raw!r}")
+    return False
 
 
 def resolve_config_path(path: str | Path) -> Path:

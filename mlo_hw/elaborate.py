@@ -21,6 +21,7 @@ import numpy as np
 from .model import numerics as nx
 from .cli import ArgumentParser, command, folder, staged_folder
 from .config import load_config
+from .folding import format_search, search_of
 from .perf import layer_bound, matrix_costs
 from .plan import format_plan, plan
 from .model.quantize import build_model, dram_bytes, random_inputs, run_int
@@ -39,11 +40,15 @@ def report(cfg, rtl_note: str) -> str:
              f"seq {m.seq_len} (padded to {cfg.seq_padded}).  ",
              f"Numerics: int{cfg.numerics.weight_bits} weights, int{cfg.numerics.act_bits} matrix inputs, "
              f"int{nx.RES_BITS} residual stream (DRAM input and output).  ",
-             f"Folding: PE {f.pe} x SIMD {f.simd} = {cfg.mac_lanes} MAC lanes, {f.tile_rows} rows per weight tile.  ",
+             f"Folding: PE {f.pe} x SIMD {f.simd} = {cfg.mac_lanes} MAC lanes, {f.tile_rows} rows per weight tile"
+             f"{' (chosen by folding: auto)' if search_of(cfg) else ''}.  ",
              f"Memory: AXI {cfg.memory.axi_data_bits}-bit, bursts up to {cfg.memory.max_burst_beats} beats.  ",
              f"Target: {cfg.target.part} ({cfg.target.board}) at {cfg.target.clock_mhz:g} MHz.", "",
-             f"RTL: {rtl_note}", "",
-             "## Weight image", "",
+             f"RTL: {rtl_note}", ""]
+    search = format_search(cfg)
+    if search:
+        lines += ["## Folding (`folding: auto`)", "", *search, ""]
+    lines += ["## Weight image", "",
              f"Per layer {lay.layer_bytes} bytes, stride {lay.stride} bytes, total {lay.total_bytes} bytes.", "",
              "| section | offset | bytes | tiles | tile bytes |", "|---|---:|---:|---:|---:|"]
     for s in lay.sections:

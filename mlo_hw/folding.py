@@ -1,0 +1,248 @@
+"""``folding: auto``: an analytic design-space exploration that picks pe, simd and tile_rows for a config.
+
+``python -m mlo_hw.folding --config CONFIG`` prints the ranking (the elaborate report carries it too).
+
+A config may say ``folding: auto`` (the string, nothing else) instead of a ``{pe, simd, tile_rows}`` mapping.
+The loader (:func:`mlo_hw.config.config_from_dict`) then calls :func:`choose`, which returns the config with
+the chosen numbers, so everything downstream (elaborate, synth, plan, bench) sees a concrete folding (and
+``runtime.json`` holds it); :func:`search_of` keeps the ranked candidates of a config so chosen, for the
+elaborate report (:func:`format_search`).
+
+For every legal (pe, simd, tile_rows) (the rules of ``config._validate`` and of the engine's geometry,
+checked by running them) it takes the plan the rest of the tool chain would take (:func:`mlo_hw.plan.plan`:
+on chip or DRAM-tiled, every DRAM byte counted), whose cycle bound gives inferences per second at
+``target.clock_mhz``, and estimates the engine's resources:
+
+- DSP48E1: the MAC array at two int8 lanes per DSP (one per lane when PE is 1: nothing to pack), the PE
+  requantization multipliers (``acc + bias``, 33 bits, times the 16-bit multiplier: two DSP48E1 each, as
+  yosys maps them), and :data:`REST_DSP` for the LayerNorm lanes and the softmax.
+- LUT (slice LUTs: logic + LUTRAM, what the part's LUT count covers): a linear model in MAC lanes, PE, SIMD
+  and the plan's mode, calibrated against yosys ``synth_xilinx`` figures (:data:`LUT_MODEL`).
+- BRAM36: the plan's buffers (counted by width and depth) plus the block RAMs yosys adds outside them
+  (LayerNorm and FIFO memories), calibrated per mode (:data:`BRAM_EXTRA`).
+
+A candidate fits when each estimate is within :data:`MARGIN` of the part's resources (block RAM: of the
+plan's budget, ``target.bram36_budget`` or the part's). The fastest fitting candidate wins, where candidates
+within :data:`TIE` of the fastest count as equally fast (the bound is an estimate: the engine measured 1.04 x
+its bound on chip and 1.08-1.10 x tiled, docs/tiling.md); among those an on-chip plan goes first (it tracks
+its bound more closely), then the most headroom (the lowest of the estimates' fractions of the part), then
+fewer slice LUTs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+
+from .config import PARTS, ConfigError, Folding
+
+__all__ = ["AUTO", "MARGIN", "TIE", "REST_DSP", "LUT_MODEL", "BRAM_EXTRA", "Candidate", "candidate_foldings",
+           "search_of", "dsp_estimate", "lut_estimate", "evaluate", "explore", "choose", "format_search", "main"]
+
+AUTO = "auto"
+
+# Fraction of the part's resource an estimate may use. DSP and block RAM are counted per block exactly by
+# synthesis (the slack covers the rest-of-engine DSPs varying with the model); LUTs need room to place and
+# route, and the linear model is good to a few percent.
+MARGIN = {"DSP": 0.95, "LUT": 0.85, "BRAM36": 1.0}
+
+# Estimated inferences/s within this fraction of the fastest fitting candidate's count as a tie.
+TIE = 0.02
+
+# DSP48E1 outside the MVAU: LayerNorm lanes (r*r, (d << k) * inv, t * gain) and the softmax's two
+# multipliers. Measured: bert_tiny 58 - 48 (MVAU) = 10, and the estimate is exact at PE 8 x SIMD 16 (90) and
+# PE 4 x SIMD 16 (50); minilm_l6_arty (hidden 384) 60 - 48 = 12, inside the DSP margin.
+REST_DSP = 10
+
+# Slice LUTs (LUT + LUTRAM) = base + per MAC lane + per PE + per SIMD + (tiled plans) the DRAM block movers.
+# Per PE: yosys synth_xilinx of the MVAU alone (docs/blocks.md: 1x1 432, 4x4 1,698, 8x8 3,994 LUT) -> 313 a PE
+# (accumulator, bias, requantization shift, round, saturate). The rest solved from four engine syntheses
+# (python -m mlo_hw.synth, slice LUTs): bert_tiny PE 8 x SIMD 8 on chip 15,760; bert_tiny_s512 8 x 8 tiled
+# 16,676; bert_tiny 8 x 16 tiled 21,777; bert_tiny 4 x 16 on chip 15,859 (docs/synthesis.md, "folding: auto").
+# minilm_l6_arty (8 x 8 tiled, hidden 384) measured 17,169 against 16,676 estimated: -3 %, inside the margin.
+LUT_MODEL = {"base": 8155.0, "lane": 58.6, "pe": 313.0, "simd": 168.9, "tiled": 916.0}
+
+# Block RAM36 yosys maps beyond the plan's buffers (LayerNorm and FIFO memories), measured - plan, the largest
+# per mode kept: on chip bert_tiny 8 x 8 49 - 47, 4 x 16 49 - 48; tiled bert_tiny 8 x 16 47 - 46,
+# bert_tiny_s512 38.5 - 40.5, minilm_l6_arty 35 - 35.5.
+BRAM_EXTRA = {"on-chip": 2.0, "tiled": 1.0}
+
+_SEARCHES: dict = {}        # config chosen by choose() -> its ranked candidates
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One evaluated folding: its plan's figures and the resource estimate."""
+    folding: Folding
+    mode: str               # the plan's: "on-chip" or "tiled"
+    block: int              # token rows per block
+    cycles: int             # the plan's bound per inference (every layer)
+    inferences_per_s: float
+    dsp: int
+    lut: int                # slice LUTs (logic + LUTRAM)
+    bram36: float
+    fits: bool
+
+    @property
+    def lanes(self) -> int:
+        return self.folding.pe * self.folding.simd
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_foldings(cfg) -> list[Folding]:
+    """(pe, simd, tile_rows) with pe and simd dividing hidden, intermediate and the head size and tile_rows a
+    multiple of both dividing hidden and intermediate; the finer rules are left to :func:`evaluate`."""
+    m = cfg.model
+    width = math.gcd(m.hidden, m.intermediate, cfg.head_dim)
+    rows = math.gcd(m.hidden, m.intermediate)
+    out = []
+    for pe in _divisors(width):
+        for simd in _divisors(width):
+            unit = math.lcm(pe, simd)
+            out += [Folding(pe, simd, t) for t in range(unit, rows + 1, unit) if rows % t == 0]
+    return out
+
+
+def _dsp_blocks(a_bits: int, b_bits: int) -> int:
+    """DSP48E1 (25 x 18 signed) of a signed ``a_bits`` x ``b_bits`` product, split the way yosys does."""
+    return -(-a_bits // 25) * -(-b_bits // 18)
+
+
+def dsp_estimate(cfg) -> int:
+    from .hw.mvau import MVAUParams
+    p = MVAUParams.from_config(cfg)
+    mac = -(-p.pe // 2) * p.simd if p.packed else p.pe * p.simd
+    requant = p.pe * _dsp_blocks(p.sum_bits, p.mult_bits + 1)      # unsigned multiplier: one more signed bit
+    return mac + requant + REST_DSP
+
+
+def lut_estimate(cfg, mode: str) -> int:
+    f, k = cfg.folding, LUT_MODEL
+    return round(k["base"] + k["lane"] * f.pe * f.simd + k["pe"] * f.pe + k["simd"] * f.simd
+                 + (k["tiled"] if mode == "tiled" else 0.0))
+
+
+def _with_folding(cfg, folding: Folding):
+    return dataclasses.replace(cfg, folding=folding)
+
+
+def evaluate(cfg) -> Candidate | None:
+    """The figures of ``cfg``'s folding, or None when the folding is illegal or no plan fits the block RAM."""
+    from .config import _validate
+    from .hw.layer_engine import EngineGeometry
+    from .plan import plan
+    try:
+        _validate(cfg)
+        EngineGeometry.from_config(cfg)
+        p = plan(cfg)
+    except ConfigError:
+        return None
+    part = PARTS[cfg.part_family]
+    dsp, lut = dsp_estimate(cfg), lut_estimate(cfg, p.mode)
+    bram = p.bram36 + BRAM_EXTRA[p.mode]
+    fits = (dsp <= MARGIN["DSP"] * part["DSP"] and lut <= MARGIN["LUT"] * part["LUT"]
+            and bram <= MARGIN["BRAM36"] * p.budget)
+    return Candidate(cfg.folding, p.mode, p.block, p.cycles, cfg.target.clock_mhz * 1e6 / p.cycles,
+                     dsp, lut, bram, fits)
+
+
+def _headroom_used(c: Candidate, part: dict, bram_budget: float) -> float:
+    """The largest fraction of the part (block RAM: of the plan's budget) an estimate takes."""
+    return max(c.dsp / part["DSP"], c.lut / part["LUT"], c.bram36 / bram_budget)
+
+
+def explore(cfg) -> list[Candidate]:
+    """Every legal folding of ``cfg``'s model on its part, best first (module docstring: fitting ones before the
+    rest, near ties within :data:`TIE` by plan mode, headroom and LUTs, the rest by inferences/s)."""
+    from .plan import _budget
+    found = [c for c in (evaluate(_with_folding(cfg, f)) for f in candidate_foldings(cfg)) if c is not None]
+    best = max((c.inferences_per_s for c in found if c.fits), default=0.0)
+    part, bram_budget = PARTS[cfg.part_family], _budget(cfg)
+
+    def key(c: Candidate) -> tuple:
+        near = c.fits and c.inferences_per_s >= (1 - TIE) * best
+        if not near:
+            return (not c.fits, True, -c.inferences_per_s)
+        return (False, False, 0.0, c.mode != "on-chip", _headroom_used(c, part, bram_budget), c.lut, c.dsp)
+    return sorted(found, key=key)
+
+
+def choose(cfg):
+    """``cfg`` with the fastest folding that fits (module docstring); its ranking: :func:`search_of`."""
+    ranked = explore(cfg)
+    if not ranked or not ranked[0].fits:
+        part = PARTS[cfg.part_family]
+        least = min(ranked, key=lambda c: c.lanes, default=None)
+        what = (f"the smallest legal array (PE {least.folding.pe} x SIMD {least.folding.simd}) needs DSP "
+                f"{least.dsp}, LUT {least.lut}, BRAM36 {least.bram36:g}" if least
+                else "no legal folding has a plan within the block RAM budget")
+        raise ConfigError(f"folding: auto found no (pe, simd, tile_rows) within {cfg.target.part}'s budget "
+                          f"(DSP {part['DSP']}, LUT {part['LUT']}, BRAM36 {part['BRAM36']}, margins "
+                          f"{', '.join(f'{k} {v:g}' for k, v in MARGIN.items())}): {what}")
+    chosen = _with_folding(cfg, ranked[0].folding)
+    _SEARCHES[chosen] = tuple(ranked)
+    return chosen
+
+
+def search_of(cfg) -> tuple[Candidate, ...]:
+    """The ranked candidates (best first) when ``cfg`` came from ``folding: auto``, else empty."""
+    return _SEARCHES.get(cfg, ())
+
+
+def format_search(cfg, rows: int = 6) -> list[str]:
+    """Report lines: the chosen folding and the runner-up table (empty when the folding was given by hand)."""
+    ranked = search_of(cfg)
+    if not ranked:
+        return []
+    part = PARTS[cfg.part_family]
+    fit = [c for c in ranked if c.fits]
+    lines = [f"`folding: auto` (mlo_hw.folding) chose PE {cfg.folding.pe} x SIMD {cfg.folding.simd}, tile_rows "
+             f"{cfg.folding.tile_rows} of {len(ranked)} legal foldings ({len(fit)} within the estimated budget: "
+             f"DSP {part['DSP']} x {MARGIN['DSP']:g}, LUT {part['LUT']} x {MARGIN['LUT']:g}, BRAM36 the plan's "
+             f"budget x {MARGIN['BRAM36']:g}; within {TIE:.0%} of the fastest, on-chip plans and headroom first). "
+             "Estimates, not synthesis figures; the faster foldings that do not fit follow the fitting ones.", "",
+             "| rank | PE | SIMD | tile_rows | lanes | plan | cycles | inferences/s | DSP | LUT | BRAM36 | fits |",
+             "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+    faster, shapes = [], set()
+    for c in ranked:            # the faster foldings that do not fit, one row per PE x SIMD
+        if not c.fits and c.inferences_per_s > fit[0].inferences_per_s and (c.folding.pe, c.folding.simd) not in shapes:
+            shapes.add((c.folding.pe, c.folding.simd))
+            faster.append(c)
+    shown = fit[:rows] + faster[:3]
+    for i, c in enumerate(shown):
+        rank = ranked.index(c) + 1
+        plan = c.mode if c.mode == "on-chip" else f"tiled B={c.block}"
+        lines.append(f"| {rank} | {c.folding.pe} | {c.folding.simd} | {c.folding.tile_rows} | {c.lanes} | {plan} "
+                     f"| {c.cycles} | {c.inferences_per_s:.1f} | {c.dsp} | {c.lut} | {c.bram36:g} | "
+                     f"{'yes' if c.fits else 'no'} |")
+    return lines
+
+
+def _main(argv=None) -> int:
+    from .cli import ArgumentParser
+    from .config import load_config
+    from .folding import format_search      # the loader's copy of this module (not __main__), which holds the search
+    ap = ArgumentParser(prog="python -m mlo_hw.folding", description="print the folding: auto exploration of a config")
+    ap.add_argument("--config", default="bert_tiny_auto", help="a config file or the name of a shipped one")
+    ap.add_argument("--rows", type=int, default=10, help="fitting candidates to list (default 10)")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    lines = format_search(cfg, args.rows)
+    print(f"# folding: {cfg.name} on {cfg.target.part}")
+    print("\n".join(lines) if lines else f"the folding is given by hand: PE {cfg.folding.pe} x SIMD "
+          f"{cfg.folding.simd}, tile_rows {cfg.folding.tile_rows} (write folding: auto to explore)")
+    return 0
+
+
+def main(argv=None) -> int:
+    from .cli import command
+    return command()(_main)(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""``folding: auto`` (mlo_hw.folding): the chosen point is legal, fits, beats the hand folding; bad input refused."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mlo_hw.config import PARTS, ConfigError, config_from_dict, load_config
+from mlo_hw.folding import MARGIN, candidate_foldings, evaluate, format_search, search_of
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def _raw(name="bert_tiny_auto", **changes):
+    with open(CONFIGS / f"{name}.yaml") as fh:
+        raw = yaml.safe_load(fh)
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            raw[section][field] = value
+        else:
+            raw[section] = value
+    return raw
+
+
+@pytest.fixture(scope="module")
+def auto():
+    return load_config(CONFIGS / "bert_tiny_auto.yaml")
+
+
+def test_chosen_point_is_legal_and_ranked_first(auto):
+    assert search_of(auto) and search_of(auto)[0].folding == auto.folding
+    assert auto.folding in candidate_foldings(auto)
+    again = evaluate(auto)          # the folding passes config._validate, the engine geometry and the plan
+    assert again is not None and again.fits
+
+
+def test_chosen_point_fits_estimated_budget(auto):
+    c, part = search_of(auto)[0], PARTS["xc7a35t"]
+    assert c.dsp <= MARGIN["DSP"] * part["DSP"]
+    assert c.lut <= MARGIN["LUT"] * part["LUT"]
+    assert c.bram36 <= MARGIN["BRAM36"] * part["BRAM36"]
+
+
+def test_chosen_point_at_least_as_fast_as_hand_folding(auto):
+    hand = evaluate(load_config(CONFIGS / "bert_tiny.yaml"))
+    assert hand is not None and hand.fits
+    assert search_of(auto)[0].inferences_per_s >= hand.inferences_per_s
+
+
+def test_hand_config_has_no_search():
+    cfg = load_config(CONFIGS / "bert_tiny.yaml")
+    assert search_of(cfg) == () and format_search(cfg) == []
+
+
+def test_small_dsp_budget_forces_smaller_array(auto, monkeypatch):
+    monkeypatch.setitem(PARTS, "xc7a35t", dict(PARTS["xc7a35t"], DSP=30))
+    small = config_from_dict(_raw())
+    c = search_of(small)[0]
+    assert c.dsp <= 0.95 * 30 and small.mac_lanes < auto.mac_lanes
+
+
+def test_small_bram_budget_is_respected():
+    cfg = config_from_dict(_raw(target__bram36_budget=30))
+    assert search_of(cfg)[0].bram36 <= 30
+
+
+def test_nothing_fits_is_one_line(monkeypatch):
+    monkeypatch.setitem(PARTS, "xc7a35t", dict(PARTS["xc7a35t"], DSP=4))
+    with pytest.raises(ConfigError, match=r"^folding: auto found no \(pe, simd, tile_rows\)") as e:
+        config_from_dict(_raw())
+    assert "\n" not in str(e.value)
+
+
+def test_no_plan_in_bram_budget_is_one_line():
+    with pytest.raises(ConfigError, match=r"^folding: auto found no .*no legal folding has a plan"):
+        config_from_dict(_raw(target__bram36_budget=1))
+
+
+@pytest.mark.parametrize("bad", ["fast", "AUTO", 3, True, [8, 8, 8]])
+def test_bad_folding_refused(bad):
+    with pytest.raises(ConfigError, match=r"^folding: expected a mapping with pe, simd, tile_rows or 'auto'"):
+        config_from_dict(_raw(folding=bad))
+
+
+def test_auto_inside_mapping_refused():
+    with pytest.raises(ConfigError, match=r"^folding\.auto: unknown key"):
+        config_from_dict(_raw(folding={"auto": True}))
+
+
+def test_report_names_choice_and_runner_ups(auto):
+    from mlo_hw.elaborate import report
+    text = report(auto, "-")
+    f = auto.folding
+    assert "## Folding (`folding: auto`)" in text
+    assert f"chose PE {f.pe} x SIMD {f.simd}, tile_rows {f.tile_rows}" in text
+    assert text.count("| yes |") >= 3
+
+
+def test_concrete_config_round_trips(auto):
+    """runtime.json stores dataclasses.asdict(cfg): the chosen numbers, read back without a search."""
+    import dataclasses
+    import json
+    again = config_from_dict(json.loads(json.dumps(dataclasses.asdict(auto))))
+    assert again.folding == auto.folding
+
+
+@pytest.mark.parametrize("pe, simd, tile_rows, dsp, slice_luts, bram36", [
+    (8, 8, 8, 58, 14300 + 1460, 49),        # python -m mlo_hw.synth, docs/synthesis.md "folding: auto"
+    (4, 16, 16, 50, 14379 + 1480, 49),
+    (8, 16, 16, 90, 19897 + 1880, 47),
+])
+def test_estimates_match_synthesis(pe, simd, tile_rows, dsp, slice_luts, bram36):
+    import dataclasses
+    from mlo_hw.config import Folding
+    c = evaluate(dataclasses.replace(load_config(CONFIGS / "bert_tiny.yaml"), folding=Folding(pe, simd, tile_rows)))
+    assert c.dsp == dsp
+    assert abs(c.lut - slice_luts) <= 0.02 * slice_luts
+    assert bram36 <= c.bram36 <= bram36 + 1     # the estimate errs on the safe side
