@@ -6,9 +6,11 @@ modules:
 ``litedram_core`` (migen output): what the Arty A7 SoC of :mod:`mlo_hw.soc` puts between the engine's AXI4
 master and the DDR3 pins, minus the vendor PHY:
 
-  * ``LiteDRAMAXI2Native`` (LiteDRAM's AXI4 user port, 16-entry read/write buffers, as ``mlo_hw.soc`` uses
-    it) on ``crossbar.get_port(data_width=<engine AXI width>)`` (a native-port width converter when the
-    engine's bus is narrower than the controller's 128-bit word);
+  * ``LiteDRAMAXI2Native`` (LiteDRAM's AXI4 user port, 16-entry read/write buffers) at 128 bits on a
+    full-width crossbar port, behind the wrapper's AXI up-converter when the engine's bus is narrower
+    (``topology="wide"``, the default); ``topology="soc"`` builds it as ``mlo_hw.soc`` does instead, at the
+    engine's width on ``crossbar.get_port(data_width=...)`` (LiteDRAM's native-port up-converter), which
+    hangs on write bursts longer than 2 beats (tests/test_litedram.py);
   * ``LiteDRAMCore``: the DFI injector (hardware control from reset), ``LiteDRAMController`` with LiteX's
     default ``ControllerSettings`` (ROW_BANK_COL mapping, 8 bank machines with 8-deep command buffers,
     refresher, read/write turnaround) and the crossbar;
