@@ -1,6 +1,6 @@
 """Measured cycles of the layer engine RTL against the roofline bound, per layer and in total.
 
-    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3] [--bram36-budget N]
+    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3|litedram] [--bram36-budget N]
 
 Runs the engine RTL in the full-stack harness (sim/harness.py: the DRAM model in the simulated design)
 on one input with every token valid, checks it tensor by tensor against the golden model (a DRAM-tiled
@@ -10,7 +10,8 @@ per layer: measured cycles, the roofline bound of the config's plan (``mlo_hw.pl
 ratio, the compute-busy and DMA-stall counters,
 then the cycles per phase. ``--memory ideal`` answers every beat at once (no stalls); ``--memory ddr3``
 applies the DRAM timing model (``sim.harness.ddr3``: read latency, row misses, refresh, turnaround and the
-DRAM's data rate). On chip, input load and output store are counted in the total only (and so is their transfer time in
+DRAM's data rate); ``--memory litedram`` puts LiteDRAM's real controller and its DFI-level DDR3 model in place of
+the model (``sim.litedram_model``: MT41K128M16 at 100 MHz, 1:4, peak 16 bytes a cycle). On chip, input load and output store are counted in the total only (and so is their transfer time in
 the total bound: every DRAM byte is counted). The last two lines:
 ``dma: bytes=B beats=N bus_fraction=F dram_fraction=D`` (bytes moved over the AXI port, the share of the
 run's cycles with a beat on it, and the share of the DRAM's data time they took) and ``total: measured=N bound=M ratio=R memory=ideal|ddr3``.
@@ -31,7 +32,7 @@ from mlo_hw.hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import matrix_costs  # noqa: E402
 from mlo_hw.plan import plan  # noqa: E402
 from mlo_hw.model.quantize import build_model  # noqa: E402
-from sim.harness import EngineSim, memory_model, random_input  # noqa: E402
+from sim.harness import MEMORIES, EngineSim, backend_of, memory_model, random_input  # noqa: E402
 
 
 def total_bound(cfg) -> int:
@@ -41,7 +42,7 @@ def total_bound(cfg) -> int:
 
 def measure(cfg, memory: str):
     """The result of one run of every layer with all tokens valid, checked against the golden model."""
-    sim = EngineSim(cfg, build_model(cfg)[1])
+    sim = EngineSim(cfg, build_model(cfg)[1], backend=backend_of(memory))
     return sim.run_checked(random_input(cfg, sim.model, 1), cfg.model.seq_len, memory=memory)[0]
 
 
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True)
     ap.add_argument("--seq", type=positive_int, help="sequence length (default: the config's)")
-    ap.add_argument("--memory", choices=("ideal", "ddr3"), default="ideal")
+    ap.add_argument("--memory", choices=MEMORIES, default="ideal")
     ap.add_argument("--bram36-budget", type=float, help="block RAM the plan may use (forces the DRAM-tiled "
                                                                 "plan on a small config)")
     args = ap.parse_args(argv)
@@ -88,8 +89,14 @@ def main(argv=None) -> int:
     total = total_bound(cfg)
     print(f"counters: CYCLES={r.cycles} COMPUTE_CYCLES={r.compute_cycles} STALL_CYCLES={r.stall_cycles}")
     beats = r.stats["rd_beats"] + r.stats["wr_beats"]
-    print(f"dma: bytes={beats * cfg.axi_data_bytes} beats={beats} bus_fraction={beats / r.cycles:.3f} "
-          f"dram_fraction={beats * mem.beat_cost / 256 / r.cycles:.3f}")
+    if args.memory == "litedram":
+        from sim.litedram_model import peak_bytes_per_cycle
+        peak = peak_bytes_per_cycle()
+        dram = f"dram_fraction={beats * cfg.axi_data_bytes / peak / r.cycles:.3f} " \
+               f"read_fraction={r.stats['rd_beats'] * cfg.axi_data_bytes / peak / r.cycles:.3f} (peak {peak} B/cycle)"
+    else:
+        dram = f"dram_fraction={beats * mem.beat_cost / 256 / r.cycles:.3f}"
+    print(f"dma: bytes={beats * cfg.axi_data_bytes} beats={beats} bus_fraction={beats / r.cycles:.3f} {dram}")
     print(f"total: measured={r.cycles} bound={total} ratio={r.cycles / total:.3f} memory={args.memory}")
     return 0
 

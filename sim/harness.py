@@ -43,7 +43,7 @@ from mlo_hw.model.weight_image import layout, pack_image
 from .engine_check import Trace, check_run
 from .runner import LINT_WAIVERS, SIM_BUILD, to_verilog, verilator_bin
 
-__all__ = ["DramTiming", "IDEAL", "ddr3", "memory_model", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
+__all__ = ["DramTiming", "IDEAL", "LITEDRAM", "MEMORIES", "ddr3", "memory_model", "backend_of", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
            "HDL", "small_tiled_config", "random_input"]
 
 HDL = Path(__file__).resolve().parent / "hdl"
@@ -91,13 +91,28 @@ def ddr3(cfg) -> DramTiming:
                       beat_cost=max(1, round(256 * cfg.axi_data_bytes / dram_bytes_per_cycle)))
 
 
+LITEDRAM = DramTiming("litedram")     # LiteDRAM's controller in the design: axi_dram's timing inputs unused
+
+MEMORIES = ("ideal", "ddr3", "litedram")
+
+
 def memory_model(cfg, name: str) -> DramTiming:
-    """``ideal`` or ``ddr3``."""
+    """``ideal`` or ``ddr3`` (axi_dram's timing inputs), or ``litedram`` (another design: LiteDRAM's controller
+    and DRAM model, :mod:`sim.litedram_model`, in place of axi_dram; its timing inputs are not used)."""
     if name == "ideal":
         return IDEAL
     if name == "ddr3":
         return ddr3(cfg)
-    raise ValueError(f"memory: expected 'ideal' or 'ddr3', got {name!r}")
+    if name == "litedram":
+        return LITEDRAM
+    raise ValueError(f"memory: expected one of {', '.join(MEMORIES)}, got {name!r}")
+
+
+def backend_of(memory: str) -> str:
+    """The DRAM model a ``memory`` choice runs on: ``axi_dram`` or ``litedram``."""
+    if memory not in MEMORIES:
+        raise ValueError(f"memory: expected one of {', '.join(MEMORIES)}, got {memory!r}")
+    return "litedram" if memory == "litedram" else "axi_dram"
 
 
 @dataclass(frozen=True)
@@ -153,8 +168,9 @@ DRAM_INPUTS = {"reseed": 1, "seed": 32, "stall_ar": 8, "stall_r": 8, "stall_aw":
 DRAM_OUTPUTS = {"rd_beats": 32, "wr_beats": 32, "rd_bursts": 32, "wr_bursts": 32, "protocol_error": 1}
 
 
-def sim_top_verilog(cfg, engine: LayerEngine) -> str:
-    """``sim_top``: the engine's AXI4 master on ``axi_dram``; every other engine port, the DRAM model's
+def sim_top_verilog(cfg, engine: LayerEngine, backend: str = "axi_dram") -> str:
+    """``sim_top``: the engine's AXI4 master on ``axi_dram`` (or, ``backend="litedram"``, on ``litedram_dram``
+    of :mod:`sim.litedram_model`, which has the same ports); every other engine port, the DRAM model's
     control inputs and its counters are ports of ``sim_top``."""
     ap = engine.axi
     members = engine.signature.members
@@ -185,22 +201,31 @@ def sim_top_verilog(cfg, engine: LayerEngine) -> str:
         *(d + ";" for d in decls),
         *wires,
         f"  {ENGINE_MODULE} engine({', '.join(conns)});",
-        f"  axi_dram #(.DATA_BITS({ap.data_bits}), .ADDR_BITS({ap.addr_bits}), .ID_BITS({ap.id_bits}), "
-        f".DEPTH_LOG2({words_log2})) dram(.clk(clk), .rst(rst), {', '.join(dram_conns)});",
+        (f"  axi_dram #(.DATA_BITS({ap.data_bits}), .ADDR_BITS({ap.addr_bits}), .ID_BITS({ap.id_bits}), "
+         f".DEPTH_LOG2({words_log2}))" if backend == "axi_dram" else "  litedram_dram") +
+        f" dram(.clk(clk), .rst(rst), {', '.join(dram_conns)});",
         "endmodule", ""])
 
 
-def build(cfg) -> Path:
-    """The harness binary for ``cfg`` (built once: cached by a hash of every source and flag)."""
+def build(cfg, backend: str = "axi_dram") -> Path:
+    """The harness binary for ``cfg`` with the DRAM model ``backend`` (``axi_dram`` or ``litedram``; built once:
+    cached by a hash of every source and flag)."""
     engine = LayerEngine(cfg, trace=True)
     mp = MVAUParams.from_config(cfg)
-    sources = {"engine.v": to_verilog(engine, ENGINE_MODULE), "sim_top.sv": sim_top_verilog(cfg, engine),
-               "axi_dram.sv": (HDL / "axi_dram.sv").read_text(), "harness.cpp": (HDL / "harness.cpp").read_text()}
+    sources = {"engine.v": to_verilog(engine, ENGINE_MODULE), "sim_top.sv": sim_top_verilog(cfg, engine, backend)}
+    if backend == "axi_dram":
+        sources["axi_dram.sv"] = (HDL / "axi_dram.sv").read_text()
+    elif backend == "litedram":
+        from .litedram_model import litedram_verilog
+        sources["litedram.sv"] = litedram_verilog(cfg, DramMap.for_config(cfg).size, engine.axi.id_bits)
+    else:
+        raise ValueError(f"backend: expected 'axi_dram' or 'litedram', got {backend!r}")
+    sources["harness.cpp"] = (HDL / "harness.cpp").read_text()
     defines = f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DLN_LANES={LN_LANES} -DRES_BITS={RES_BITS}"
     flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
              "-CFLAGS", f"-O2 {defines}"]
     key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]
-    out = SIM_BUILD / f"harness-{cfg.name}-{key}"
+    out = SIM_BUILD / f"harness-{cfg.name}{'' if backend == 'axi_dram' else '-' + backend}-{key}"
     exe = out / "Vsim_top"
     if exe.exists():
         return exe
@@ -216,16 +241,17 @@ def build(cfg) -> Path:
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0 or not exe.exists():
         tail = "\n".join((r.stdout + r.stderr).splitlines()[-30:])
-        raise RuntimeError(f"harness build failed for {cfg.name}:\n{tail}")
+        raise RuntimeError(f"harness build failed for {cfg.name} ({backend}):\n{tail}")
     return exe
 
 
 class Harness:
-    """Runs scripts of ``harness.cpp`` commands on the design of ``cfg``."""
+    """Runs scripts of ``harness.cpp`` commands on the design of ``cfg`` (DRAM model ``backend``: ``axi_dram`` or
+    ``litedram``)."""
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.exe = build(cfg)
+    def __init__(self, cfg, backend: str = "axi_dram"):
+        self.cfg, self.backend = cfg, backend
+        self.exe = build(cfg, backend)
         self.dram = DramMap.for_config(cfg)
         self.regs = {r.name: r for r in register_map(cfg)}
 
@@ -286,9 +312,10 @@ class EngineSim:
     registers written, START, wait for the interrupt, the output dumped, the trace and the profile read
     back."""
 
-    def __init__(self, cfg, model):
+    def __init__(self, cfg, model, backend: str = "axi_dram"):
         self.cfg, self.model = cfg, model
-        self.h = Harness(cfg)
+        self.h = Harness(cfg, backend)
+        self._harness = {backend: self.h}
         self.image = pack_image(cfg, model.layers)
 
     def run_checked(self, x, tokens: int, layers: int | None = None, **kw):
@@ -314,8 +341,13 @@ class EngineSim:
     def run_many(self, runs: list[Run], *, seed: int = 1, stall: float = 0.0, memory: str = "ideal",
                  image: bytes | None = None, timeout_cycles: int = 50_000_000) -> list[RunResult]:
         """``runs`` one after another in one simulation (no reset between them), the DRAM model stalling each
-        channel with probability ``stall`` and timed by ``memory`` (``ideal`` or ``ddr3``)."""
-        cfg, h, d = self.cfg, self.h, self.h.dram
+        channel with probability ``stall`` and timed by ``memory`` (``ideal`` or ``ddr3``: axi_dram; or
+        ``litedram``: LiteDRAM's controller and DRAM model, built on first use, which neither stalls at random
+        nor injects errors)."""
+        cfg, h = self.cfg, self.harness(backend_of(memory))
+        d = h.dram
+        if h.backend == "litedram" and (stall or any(r.err_addr is not None for r in runs)):
+            raise ValueError("memory='litedram' has no random stalls and no error injection")
         p = min(255, round(stall * 256))
         act_bytes = cfg.model.seq_len * cfg.model.hidden * DRAM_DTYPE.itemsize
         with tempfile.TemporaryDirectory() as tmp:
@@ -350,10 +382,16 @@ class EngineSim:
             lines = h.run(script)
             wall = time.time() - t0
             marks = [k for k, line in enumerate(lines) if line.startswith("echo run ")] + [len(lines)]
-            return [self._result(tmp, i, r, lines[marks[i]:marks[i + 1]], wall) for i, r in enumerate(runs)]
+            return [self._result(h, tmp, i, r, lines[marks[i]:marks[i + 1]], wall) for i, r in enumerate(runs)]
 
-    def _result(self, tmp: Path, i: int, run: Run, lines: list[str], wall: float) -> RunResult:
-        cfg, h = self.cfg, self.h
+    def harness(self, backend: str = "axi_dram") -> Harness:
+        """The harness with DRAM model ``backend`` (built on first use)."""
+        if backend not in self._harness:
+            self._harness[backend] = Harness(self.cfg, backend)
+        return self._harness[backend]
+
+    def _result(self, h: Harness, tmp: Path, i: int, run: Run, lines: list[str], wall: float) -> RunResult:
+        cfg = self.cfg
         reads = {int(w[1]): int(w[2]) for w in (line.split() for line in lines) if w[0] == "read"}
         stats = {k: int(v) for k, v in (kv.split("=") for line in lines if line.startswith("stats ")
                                         for kv in line.split()[1:])}
