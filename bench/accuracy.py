@@ -19,6 +19,7 @@ from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.model.quantize import build_model, random_inputs, run_int  # noqa: E402
 from mlo_hw.model.reference import float_stack  # noqa: E402
+from mlo_hw.model.numerics import attention_mask  # noqa: E402
 
 
 def cosines(a, b):
@@ -40,7 +41,7 @@ def main(argv=None) -> int:
     t_int = 0.0
     for x, mask in random_inputs(cfg, rng, args.inputs):
         ftr, itr = [], []
-        float_stack(x, layers, mask, cfg.model.heads, cfg.model.layernorm_eps, ftr)
+        float_stack(x, layers, attention_mask(mask, cfg.model.causal), cfg.model.heads, cfg.model.layernorm_eps, ftr)
         t0 = time.perf_counter()
         run_int(model, model.quantize_input(x), mask, cfg, itr)
         t_int += time.perf_counter() - t0

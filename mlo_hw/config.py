@@ -89,6 +89,7 @@ class Model:
     intermediate: int
     seq_len: int
     layernorm_eps: float = 1e-12
+    causal: bool = False        # a decoder's self-attention: query row i attends keys 0..i (prefill mode)
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,9 @@ def _build(section: str, cls, raw: Any):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
                 raise ConfigError(f"{section}.{name}: expected a finite number, got {value!r}")
             value = float(value)
+        elif want == "bool":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{section}.{name}: expected true or false, got {value!r}")
         elif want == "str":
             if not isinstance(value, str):
                 raise ConfigError(f"{section}.{name}: expected a string, got {value!r}")

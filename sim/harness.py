@@ -34,7 +34,7 @@ from amaranth.lib.wiring import Out
 from mlo_hw.hw.layer_engine import LN_LANES, LayerEngine
 from mlo_hw.hw.mvau import MVAUParams
 from mlo_hw.model.golden import int_stack
-from mlo_hw.model.numerics import RES_BITS
+from mlo_hw.model.numerics import RES_BITS, attention_mask
 from mlo_hw.model.quantize import DRAM_DTYPE, dram_bytes, from_dram, random_inputs
 from mlo_hw.hw.regs import register_map
 from mlo_hw.plan import plan
@@ -328,7 +328,7 @@ class EngineSim:
         assert r.status & self.h.bit("STATUS", "done") and not r.status & self.h.bit("STATUS", "error"), \
             f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
         traces = []
-        mask = np.arange(self.cfg.model.seq_len) < tokens
+        mask = attention_mask(np.arange(self.cfg.model.seq_len) < tokens, self.cfg.model.causal)
         want = int_stack(x, self.model.layers[:layers], mask, self.cfg.model.heads, traces)
         check_run(self.cfg, r.output, want, traces, r.trace, self.cfg.model.seq_len, layers)
         return r, want, traces

@@ -358,18 +358,17 @@ def test_gpt2_loop_body_and_roles(frontends, name):
     assert fe.roles(0)[0].weights["qkv_w"].shape == (96, 32)
 
 
-@pytest.mark.parametrize("name,prefix,by", [("gpt2", "h", "LessOrEqual 'node_le_1'"),
-                                            ("gpt2_noopt", "h", "LessOrEqual 'node_le_1'"),
-                                            ("llama", "layers", "LessOrEqual 'node_le_1'"),
-                                            ("bert_decoder", "encoder.layer", "LessOrEqual 'node_le'"),
-                                            ("bert_decoder_legacy", "model.encoder.layer",
-                                             "constant '/model/Cast_1_output_0' (a triangular mask)")])
-def test_decoders_are_refused(frontends, name, prefix, by, capsys, tmp_path):
-    """Causal masks: a comparison of query and key positions, or (static legacy export) its folded constant."""
+@pytest.mark.parametrize("name,prefix,by,why", [
+    ("gpt2", "h", "LessOrEqual 'node_le_1'", "a pre-LN layer (a LayerNorm feeds the attention, GPT-2 style)"),
+    ("gpt2_noopt", "h", "LessOrEqual 'node_le_1'", "a pre-LN layer (a LayerNorm feeds the attention, GPT-2 style)"),
+    ("llama", "layers", "LessOrEqual 'node_le_1'", "0 LayerNormalization nodes per layer")])
+def test_decoders_the_engine_cannot_run_are_refused(frontends, name, prefix, by, why, capsys, tmp_path):
+    """Causal masks (a comparison of query and key positions) are found; a decoder whose layer is not post-LN
+    BERT's is refused naming the mask and the reason."""
     fe = frontends[name]
     reason = fe.engine_refusal()
-    assert reason.startswith(f"{prefix}: decoder layers (causal self-attention: the mask is made by {by})")
-    assert reason.endswith("are not supported by the engine yet; it runs encoder layers") and "\n" not in reason
+    assert reason.startswith(f"{prefix}: decoder layer (causal self-attention, the mask made by {by}): {why}")
+    assert "\n" not in reason
     assert cli([str(fixture(name))]) == 0                        # the loop body is still reported
     out = capsys.readouterr().out
     assert f"group 0: {prefix}" in out and "2 layers" in out and f"engine: refused: {reason}" in out
@@ -378,6 +377,17 @@ def test_decoders_are_refused(frontends, name, prefix, by, capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert err == f"error: --engine: not runnable on the engine: {reason}"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["bert_decoder", "bert_decoder_legacy"])
+def test_a_post_ln_decoder_runs_with_a_causal_mask(frontends, name):
+    """bert_decoder (BERT with is_decoder=True; the legacy static export folds its mask into a triangular constant)
+    is BERT's layer with a causal mask: runnable, ``causal`` in its dims and its config."""
+    from mlo_hw.frontend.host import config_dict
+    fe = frontends[name]
+    assert fe.engine_refusal() is None and fe.dims["causal"] is True
+    assert config_dict(fe, "m.onnx", 8)["model"]["causal"] is True
+    assert frontends["bert"].dims["causal"] is False
 
 
 def test_llama_roles(frontends):
@@ -394,18 +404,22 @@ def test_llama_roles(frontends):
         np.testing.assert_array_equal(w["mul2"], fe.graph.const(f"layers.{k}.post_attention_layernorm.weight"))
 
 
-def test_decoder_refusal_is_right(frontends):
-    """bert_decoder has BERT's layer structure and differs only by its causal mask: the engine's
-    (padding-mask) float reference on its weights misses onnxruntime, where bert's matches."""
+def test_causal_float_reference_matches_onnxruntime(frontends):
+    """The float reference with the causal mask matches onnxruntime on both decoder exports; with the encoder's
+    padding mask it would not (the mask is what differs from bert)."""
     pytest.importorskip("onnxruntime")
     from mlo_hw.frontend.host import Host, float_check, model_inputs
     from mlo_hw.model.reference import FloatLayer
-    errors = {}
-    for name in ("bert_decoder", "bert_decoder_legacy", "bert"):
+    for name in ("bert_decoder", "bert_decoder_legacy"):
         fe = frontends[name]
         layers = [FloatLayer.from_dict(r.weights) for r in fe.roles(0)]
-        errors[name] = float_check(fe, layers, model_inputs(Host(fe), 8, np.random.default_rng(3), 3))
-    assert errors["bert"] < 1e-5 < 1e-2 < min(errors["bert_decoder"], errors["bert_decoder_legacy"])
+        inputs = model_inputs(Host(fe), 8, np.random.default_rng(3), 3)
+        assert float_check(fe, layers, inputs) < 1e-5, name
+        fe.dims["causal"] = False                   # the cached dims: the check with a padding mask only
+        try:
+            assert float_check(fe, layers, inputs) > 1e-2, name
+        finally:
+            fe.dims["causal"] = True
 
 
 def test_t5_encoder_alone_is_refused_for_its_norm():
@@ -482,25 +496,27 @@ def test_cli_errors(capsys):
 
 # ---- model -> engine -----------------------------------------------------------------------------
 
-def test_onnx_config_end_to_end(tmp_path, capsys):
-    """--engine writes a config; elaborate's image and golden vectors follow from it; the integer model tracks float."""
+@pytest.mark.parametrize("name,layers,causal", [("bert", 3, False), ("bert_decoder", 2, True)])
+def test_onnx_config_end_to_end(tmp_path, capsys, name, layers, causal):
+    """--engine writes a config; elaborate's image and golden vectors follow from it; the integer model tracks float
+    (onnxruntime's output; for the decoder, under its causal mask)."""
     pytest.importorskip("onnxruntime")
     from mlo_hw.frontend.host import Host, model_inputs
     from mlo_hw.model.quantize import build_model, dram_bytes, from_dram, run_int
     from mlo_hw.model.weight_image import pack_image
-    assert cli([str(fixture("bert")), "--engine", str(tmp_path), "--seq-len", "8"]) == 0
+    assert cli([str(fixture(name)), "--engine", str(tmp_path), "--seq-len", "8"]) == 0
     out = capsys.readouterr().out
     assert "float reference vs onnxruntime" in out
-    cfg = load_config(tmp_path / "bert.yaml")
-    assert (cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.intermediate) == (3, 32, 2, 64)
-    assert cfg.weights.source == "onnx"
+    cfg = load_config(tmp_path / f"{name}.yaml")
+    assert (cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.intermediate) == (layers, 32, 2, 64)
+    assert cfg.weights.source == "onnx" and cfg.model.causal is causal
     float_layers, model = build_model(cfg)
     assert (tmp_path / "weights.bin").read_bytes() == pack_image(cfg, model.layers)
     x_int = from_dram((tmp_path / "golden_input.bin").read_bytes(), 8, 32)
     y = run_int(model, x_int, np.ones(8, bool), cfg)
     assert (tmp_path / "golden_output.bin").read_bytes() == dram_bytes(y)
     # the integer golden model against onnxruntime's float output, on fresh inputs
-    fe = load(fixture("bert"))
+    fe = load(fixture(name))
     host = Host(fe)
     for x, mask, ids in model_inputs(host, 8, np.random.default_rng(7), 3):
         _, want = host.run(ids, mask)
@@ -518,6 +534,13 @@ def test_onnx_config_must_match_model():
     from mlo_hw.model.quantize import build_model
     with pytest.raises(ConfigError, match=r"^model\.heads: config says 4, .* has 2$"):
         build_model(cfg)
+    for model, causal, kind in (("bert", True, "bidirectional"), ("bert_decoder", False, "causal")):
+        cfg = config_from_dict({"name": "x", "model": {"layers": 3 if model == "bert" else 2, "hidden": 32, "heads": 2,
+                                                       "intermediate": 64, "seq_len": 8, "causal": causal},
+                                "weights": {"source": "onnx", "onnx": str(fixture(model))}})
+        with pytest.raises(ConfigError, match=rf"^model\.causal: config says {str(causal).lower()}, .*{model}\.onnx's "
+                                              rf"self-attention is {kind}"):
+            build_model(cfg)
     cfg = config_from_dict({"name": "x", "model": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64,
                                                    "seq_len": 8},
                             "weights": {"source": "onnx", "onnx": str(fixture("t5"))},

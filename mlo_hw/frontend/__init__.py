@@ -21,7 +21,7 @@ import numpy as np
 from ..model.reference import FloatLayer
 from .graph import FrontendError, Graph
 from .loop import Group, Layer, find_groups
-from .roles import LayerRoles, engine_refusal, layer_roles
+from .roles import LayerRoles, causal_mask_node, engine_refusal, layer_roles
 
 __all__ = ["FrontendError", "Frontend", "load", "Group", "Layer", "LayerRoles", "ENGINE_ROLES"]
 
@@ -93,13 +93,13 @@ class Frontend:
 
     @cached_property
     def dims(self) -> dict:
-        """Model figures of the (engine-runnable) layer stack: layers, hidden, heads, intermediate, eps."""
+        """Model figures of the (engine-runnable) layer stack: layers, hidden, heads, intermediate, eps, causal."""
         r = self.roles(0)[0]
         w = r.weights
         eps = self.graph.attr(r.norms[0], "epsilon", 1e-5) if r.norms else 1e-5
         return {"layers": len(self.groups[0].layers), "hidden": int(w["q_w"].shape[1]),
                 "heads": int(r.heads or 0), "intermediate": int(w["ffn_up_w"].shape[0]),
-                "layernorm_eps": float(f"{eps:.6g}")}
+                "layernorm_eps": float(f"{eps:.6g}"), "causal": causal_mask_node(r) is not None}
 
     def summary(self) -> dict:
         """What was found, as plain data (the CLI's --json)."""

@@ -202,6 +202,10 @@ def _check_dims(cfg, fe: Frontend):
         if getattr(cfg.model, name) != d[name]:
             raise ConfigError(f"model.{name}: config says {getattr(cfg.model, name)}, "
                               f"{cfg.weights.onnx} has {d[name]}")
+    if cfg.model.causal != d["causal"]:
+        kind = "causal (a decoder)" if d["causal"] else "bidirectional (an encoder)"
+        raise ConfigError(f"model.causal: config says {str(cfg.model.causal).lower()}, {cfg.weights.onnx}'s "
+                          f"self-attention is {kind}")
     if not math.isclose(cfg.model.layernorm_eps, d["layernorm_eps"], rel_tol=1e-4):
         raise ConfigError(f"model.layernorm_eps: config says {cfg.model.layernorm_eps:g}, "
                           f"{cfg.weights.onnx} has {d['layernorm_eps']:g}")
@@ -230,13 +234,14 @@ def onnx_inputs(cfg, rng: np.random.Generator, count: int):
 
 def float_check(fe: Frontend, layers, inputs) -> float:
     """Largest |float reference - onnxruntime| over ``inputs`` [(x, mask, ids)] at the layer stack's output."""
+    from ..model.numerics import attention_mask
     from ..model.reference import float_stack
     host = Host(fe)
     eps, heads = fe.dims["layernorm_eps"], fe.dims["heads"]
     worst = 0.0
     for x, mask, ids in inputs:
         _, want = host.run(ids, mask)
-        got = float_stack(x, layers, mask, heads, eps)
+        got = float_stack(x, layers, attention_mask(mask, fe.dims["causal"]), heads, eps)
         worst = max(worst, float(np.abs(got - want).max()))
     return worst
 
@@ -261,7 +266,7 @@ def config_dict(fe: Frontend, onnx_path: str, seq_len: int, name: str | None = N
         "name": name or Path(onnx_path).stem,
         "model": {"layers": d["layers"], "hidden": d["hidden"], "heads": d["heads"],
                   "intermediate": d["intermediate"], "seq_len": seq_len,
-                  "layernorm_eps": float(f"{d['layernorm_eps']:.6g}")},
+                  "layernorm_eps": float(f"{d['layernorm_eps']:.6g}"), "causal": d["causal"]},
         "numerics": {"weight_bits": 8, "act_bits": 8},
         "folding": {"pe": unit, "simd": unit, "tile_rows": tile},
         "weights": {"source": "onnx", "onnx": str(onnx_path), "seed": 0},

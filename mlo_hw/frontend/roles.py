@@ -395,17 +395,27 @@ def _name_weights(g: Graph, b: _Body, r: LayerRoles):
                 used.add(t)
 
 
+def causal_mask_node(r: LayerRoles) -> str | None:
+    """The node that makes the layer's self-attention causal (a decoder), or None (an encoder)."""
+    return next((a.causal for a in r.attentions if a.causal and a.kind == "self"), None)
+
+
 def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
-    """Why the layer engine (a post-LN BERT layer) cannot run this layer, or None when it can."""
+    """Why the layer engine (a post-LN BERT layer, its self-attention bidirectional or causal) cannot run this
+    layer, or None when it can."""
+    reason = _layer_refusal(g, r)
+    causal = causal_mask_node(r)
+    if reason and causal:
+        return f"decoder layer (causal self-attention, the mask made by {causal}): {reason}"
+    return reason
+
+
+def _layer_refusal(g: Graph, r: LayerRoles) -> str | None:
     layer = r.layer
     for i in layer.nodes:
         if g.nodes[i].op_type == "Dropout" and not g.is_noise(i):
             return (f"{g.describe(i)} may be in training mode (export after model.eval()); "
                     f"the engine runs inference")
-    causal = next((a.causal for a in r.attentions if a.causal and a.kind == "self"), None)
-    if causal:
-        return (f"decoder layers (causal self-attention: the mask is made by {causal}) are not supported "
-                f"by the engine yet; it runs encoder layers")
     if len(r.attentions) != 1:
         return (f"{len(r.attentions)} attention blocks per layer ({', '.join(a.kind for a in r.attentions)}); "
                 f"the engine runs exactly one self-attention")
@@ -414,6 +424,8 @@ def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
         return f"{len(r.norms)} LayerNormalization nodes per layer{other}; a post-LN BERT layer has two"
     a = r.attentions[0]
     if a.kind != "self" or a.inputs[0] != _row_source(g, layer.input):
+        if any(_reads(g, a.inputs[0], g.nodes[i]) for i in r.norms):
+            return "a pre-LN layer (a LayerNorm feeds the attention, GPT-2 style); the engine runs post-LN (BERT) layers"
         return "the attention does not read the layer input as Q, K and V (not a self-attention)"
     if a.fused:
         return "Q, K and V come from one fused linear layer; the engine has three"

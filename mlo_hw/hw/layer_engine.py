@@ -428,6 +428,20 @@ class LayerEngine(wiring.Component):
                 b = bufs[name]
                 m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
 
+    def _attended(self, m, d, key, step):
+        """Whether the score beat's ``key`` is attended: a real token (below TOKENS) and, with ``model.causal``, not
+        after the beat's query row (the block's first row plus the rows of this SCORES job so far; ``step``: a beat
+        taken). The row count restarts whenever the op is not SCORES (a PV separates every two heads)."""
+        g = self.g
+        if not self.cfg.model.causal:
+            return key < d.tokens
+        query = Signal(range(g.seq), name="query_row")
+        with m.If(d.op != Op.SCORES):
+            m.d.sync += query.eq(d.blk * g.rows if g.tiled else 0)
+        with m.Elif(step & (key == g.seq - 1)):
+            m.d.sync += query.eq(query + 1)
+        return (key < d.tokens) & (key <= query)
+
     def _softmax_layernorm_params(self, m, d):
         """Scores -> softmax -> P; the LayerNorm lanes on (X, Y) pairs, written back in place; the mover's buffer
         ports; the parameter copies (ParamStore -> LayerNorm gains/biases, GELU table, narrowing shifts)."""
@@ -437,7 +451,8 @@ class LayerEngine(wiring.Component):
                                                              d.bufs)
         key = Signal(range(S))
         m.d.comb += [softmax.i.valid.eq(score_ser.o.valid), score_ser.o.ready.eq(softmax.i.ready),
-                     softmax.i.payload.score.eq(score_ser.o.payload), softmax.i.payload.mask.eq(key < d.tokens),
+                     softmax.i.payload.score.eq(score_ser.o.payload),
+                     softmax.i.payload.mask.eq(self._attended(m, d, key, softmax.i.valid & softmax.i.ready)),
                      softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
         with m.If(softmax.i.valid & softmax.i.ready):
             m.d.sync += key.eq(Mux(key == S - 1, 0, key + 1))

@@ -69,7 +69,8 @@ def _linear(x, m: IntMatrix, bits: int = 8):
 
 
 def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None):
-    """One integer encoder layer: int16 x [S, H] -> int16 [S, H]; ``mask`` [S] true = attend.
+    """One integer encoder layer: int16 x [S, H] -> int16 [S, H]; ``mask`` an
+    :func:`~mlo_hw.model.numerics.attention_mask` ([S] keys, or [S, S] rows x keys; true = attend).
 
     The residual stream (x, the O and FFN-down outputs, the LayerNorm outputs) is int16; every matrix
     input is int8 (narrowed per channel from the stream, or an int8 activation), the GELU output uint8.
@@ -82,7 +83,7 @@ def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None):
     split = lambda t: t.reshape(s_len, heads, dh).transpose(1, 0, 2)   # noqa: E731
     qh, kh, vh = split(q), split(k), split(v)
     scores = np.stack([int_matmul(qh[i], kh[i].T) for i in range(heads)])
-    probs = nx.softmax(scores, np.asarray(mask, bool)[None, None, :], p.softmax_mult, p.softmax_shift)
+    probs = nx.softmax(scores, nx.per_head(mask), p.softmax_mult, p.softmax_shift)
     ctx_acc = np.stack([int_matmul(probs[i], vh[i]) for i in range(heads)])
     ctx = nx.requant(ctx_acc, p.ctx_mult, p.ctx_shift).transpose(1, 0, 2).reshape(s_len, h)
     attn = _linear(ctx, p.o, nx.RES_BITS)

@@ -132,6 +132,19 @@ def exp2_table() -> np.ndarray:
 _EXP2 = exp2_table()
 
 
+def attention_mask(keys, causal: bool = False) -> np.ndarray:
+    """Which keys a query row attends: ``keys`` [S] (true: a real token, false: padding) for every row, or,
+    ``causal`` (a decoder's self-attention), [S, S] with row i attending the real keys j <= i."""
+    keys = np.asarray(keys, bool)
+    return keys & np.tri(len(keys), dtype=bool) if causal else keys
+
+
+def per_head(mask) -> np.ndarray:
+    """An :func:`attention_mask` ([S] or [S, S]) broadcastable to scores [heads, S, S]."""
+    mask = np.asarray(mask, bool)
+    return mask[None] if mask.ndim == 2 else mask[None, None, :]
+
+
 def softmax(scores, mask, mult: int, shift: int) -> np.ndarray:
     """Integer softmax over the last axis; returns unsigned probabilities in units of 2**-8.
 

@@ -150,7 +150,8 @@ def quantize(float_layers: list[FloatLayer], calib: list[tuple[np.ndarray, np.nd
     stats = [_Stats(rng) for _ in float_layers]
     for x, mask in calib:
         traces: list = []
-        float_stack(np.asarray(x, np.float64), float_layers, mask, heads, eps, traces)
+        float_stack(np.asarray(x, np.float64), float_layers, nx.attention_mask(mask, cfg.model.causal), heads, eps,
+                    traces)
         for l, tr in enumerate(traces):
             stats[l].add("in", np.asarray(x if l == 0 else traces[l - 1]["out"]))
             for name, t in tr.items():
@@ -222,4 +223,5 @@ def build_model(cfg, calib_count: int = 4):
 
 
 def run_int(model: QuantModel, x_int, mask, cfg, traces: list | None = None):
-    return int_stack(x_int, model.layers, mask, cfg.model.heads, traces)
+    """The integer stack on ``x_int``; ``mask`` [S] the real keys (made causal when ``cfg.model.causal``)."""
+    return int_stack(x_int, model.layers, nx.attention_mask(mask, cfg.model.causal), cfg.model.heads, traces)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from .numerics import per_head
+
 __all__ = ["FloatLayer", "random_float_layers", "float_layer", "float_stack", "gelu", "erf"]
 
 
@@ -92,7 +94,8 @@ def _softmax(s, mask):
 
 
 def float_layer(x, p: FloatLayer, mask, heads: int, eps: float = 1e-12, trace: dict | None = None):
-    """One encoder layer on x [S, H]; ``mask`` [S] is true for keys that may be attended."""
+    """One encoder layer on x [S, H]; ``mask`` (:func:`~mlo_hw.model.numerics.attention_mask`: [S] keys or
+    [S, S] rows x keys) is true where a key may be attended."""
     s_len, h = x.shape
     dh = h // heads
     q = x @ p.q_w.T + p.q_b
@@ -100,7 +103,7 @@ def float_layer(x, p: FloatLayer, mask, heads: int, eps: float = 1e-12, trace: d
     v = x @ p.v_w.T + p.v_b
     split = lambda t: t.reshape(s_len, heads, dh).transpose(1, 0, 2)   # noqa: E731
     scores = split(q) @ split(k).transpose(0, 2, 1) / math.sqrt(dh)
-    probs = _softmax(scores, np.asarray(mask, bool)[None, None, :])
+    probs = _softmax(scores, per_head(mask))
     ctx = (probs @ split(v)).transpose(1, 0, 2).reshape(s_len, h)
     attn = ctx @ p.o_w.T + p.o_b
     ln1 = _layernorm(x + attn, p.ln1_g, p.ln1_b, eps)

@@ -113,7 +113,8 @@ def _i8(t) -> bytes:
 
 
 def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: int = 0):
-    """Run ``layers`` on int16 ``x`` [S, H] (S = ``cfg.seq_padded``) in blocks of ``block`` rows through a
+    """Run ``layers`` on int16 ``x`` [S, H] (S = ``cfg.seq_padded``; ``mask`` [S] the real keys, made causal
+    when ``cfg.model.causal``) in blocks of ``block`` rows through a
     simulated DRAM (weights at ``weight_base``, then input, output and scratch); returns (output int64
     [S, H], the transfers, the DRAM image: a :class:`TiledRun`)."""
     s, h, heads = cfg.seq_padded, cfg.model.hidden, cfg.model.heads
@@ -129,7 +130,7 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
     out, scratch = inp + act, inp + 2 * act
     dram = _Dram(scratch + sc.bytes)
     dram.mem[inp:inp + 2 * s * h] = _i16(x)
-    mask = np.asarray(mask, bool)
+    mask = nx.attention_mask(mask, cfg.model.causal)
     rows = lambda base, t, width: (base + t * block * width, block * width)        # noqa: E731
     for li, p in enumerate(layers):
         dram.layer = li
@@ -162,7 +163,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
                 kh = unpack_tile_weights(kflat, s, dh, pe, simd).astype(np.int64)
                 vth = unpack_tile_weights(vflat, dh, s, pe, simd).astype(np.int64)
                 scores = int_matmul(q[:, hh * dh:(hh + 1) * dh], kh.T)
-                probs = nx.softmax(scores[None], mask[None, None, :], p.softmax_mult, p.softmax_shift)[0]
+                rows_mask = mask[t * block:(t + 1) * block] if mask.ndim == 2 else mask   # the block's query rows
+                probs = nx.softmax(scores[None], nx.per_head(rows_mask), p.softmax_mult, p.softmax_shift)[0]
                 ctx[:, hh * dh:(hh + 1) * dh] = nx.requant(int_matmul(probs, vth.T), p.ctx_mult, p.ctx_shift)
             for name in ("o", "ffn_up", "ffn_down"):                # after the heads, as the MVAU takes them
                 dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)

@@ -23,6 +23,7 @@ import dataclasses
 import numpy as np
 
 from ..model.golden import int_stack
+from ..model.numerics import attention_mask
 from ..model.quantize import dram_bytes, from_dram
 from ..model.weight_image import image_layers, layout
 from .backend import PAGE, Backend
@@ -147,6 +148,7 @@ class GoldenBackend(Backend):
         run_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, layers=layers))
         image = self.read_dram(self._base("WEIGHT_BASE"), lay.stride * layers)
         x = from_dram(self.read_dram(self._base("INPUT_BASE"), self.build.act_bytes), seq, hidden)
-        y = int_stack(x, image_layers(run_cfg, image), np.arange(seq) < tokens, cfg.model.heads)
+        mask = attention_mask(np.arange(seq) < tokens, cfg.model.causal)
+        y = int_stack(x, image_layers(run_cfg, image), mask, cfg.model.heads)
         self.write_dram(self._base("OUTPUT_BASE"), dram_bytes(y))
         self._set("STATUS", "done", 1)
