@@ -11,15 +11,18 @@
   The engine (``mlo_hw.hw.layer_engine.engine_top(cfg)``, Verilog module ``mlo_engine``) is a Verilog
   ``Instance`` clocked by the SoC's ``sys`` clock:
 
-  - its AXI4 master (``m_axi_*``) goes through ``LiteDRAMAXI2Native`` to a native port of LiteDRAM's
-    crossbar at the engine's AXI width: engine byte address ``a`` is DRAM byte ``a``, which the host sees
-    at ``main_ram`` + ``a`` (``0x40000000 + a``);
+  - its AXI4 master (``m_axi_*``) goes through the AXI up-converter ``mlo_axi_upsizer``
+    (``mlo_hw/rtl/mlo_axi_upsizer.v``, when the engine's bus is narrower than the controller) and
+    ``LiteDRAMAXI2Native`` to a port of LiteDRAM's crossbar at the controller's native width
+    (:class:`DramPath`): engine byte address ``a`` is DRAM byte ``a``, which the host sees at ``main_ram`` +
+    ``a`` (``0x40000000 + a``);
   - its AXI4-Lite slave (``s_axil_*``) is a slave of the SoC bus at :data:`REGS_BASE` (4 KiB);
   - its ``irq`` is an ``EventSourceLevel`` of the ``mlo`` event manager (CSRs ``mlo_ev_status``,
     ``mlo_ev_pending``, ``mlo_ev_enable``): with no CPU there is no interrupt controller, so the host
     reads it over the bridge; it also lights user LED 0.
 
   The output holds LiteX's ``gateware/`` (Verilog top ``mlo_soc.v``, the engine's ``mlo_engine.v``, the
+  converter's ``mlo_axi_upsizer.v``, the
   vendor script: ``mlo_soc.tcl`` + ``mlo_soc.xdc`` + ``build_mlo_soc.sh`` for Vivado, ``mlo_soc.ys`` +
   ``mlo_soc.lpf`` + ``build_mlo_soc.sh`` for yosys/nextpnr), ``csr.csv``/``csr.json`` (the address map
   for ``litex_server``/``RemoteClient``), ``sdram_init.py`` (LiteDRAM's DDR3 mode-register sequence,
