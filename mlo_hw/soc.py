@@ -11,15 +11,18 @@
   The engine (``mlo_hw.hw.layer_engine.engine_top(cfg)``, Verilog module ``mlo_engine``) is a Verilog
   ``Instance`` clocked by the SoC's ``sys`` clock:
 
-  - its AXI4 master (``m_axi_*``) goes through ``LiteDRAMAXI2Native`` to a native port of LiteDRAM's
-    crossbar at the engine's AXI width: engine byte address ``a`` is DRAM byte ``a``, which the host sees
-    at ``main_ram`` + ``a`` (``0x40000000 + a``);
+  - its AXI4 master (``m_axi_*``) goes through the AXI up-converter ``mlo_axi_upsizer``
+    (``mlo_hw/rtl/mlo_axi_upsizer.v``, when the engine's bus is narrower than the controller) and
+    ``LiteDRAMAXI2Native`` to a port of LiteDRAM's crossbar at the controller's native width
+    (:class:`DramPath`): engine byte address ``a`` is DRAM byte ``a``, which the host sees at ``main_ram`` +
+    ``a`` (``0x40000000 + a``);
   - its AXI4-Lite slave (``s_axil_*``) is a slave of the SoC bus at :data:`REGS_BASE` (4 KiB);
   - its ``irq`` is an ``EventSourceLevel`` of the ``mlo`` event manager (CSRs ``mlo_ev_status``,
     ``mlo_ev_pending``, ``mlo_ev_enable``): with no CPU there is no interrupt controller, so the host
     reads it over the bridge; it also lights user LED 0.
 
   The output holds LiteX's ``gateware/`` (Verilog top ``mlo_soc.v``, the engine's ``mlo_engine.v``, the
+  converter's ``mlo_axi_upsizer.v``, the
   vendor script: ``mlo_soc.tcl`` + ``mlo_soc.xdc`` + ``build_mlo_soc.sh`` for Vivado, ``mlo_soc.ys`` +
   ``mlo_soc.lpf`` + ``build_mlo_soc.sh`` for yosys/nextpnr), ``csr.csv``/``csr.json`` (the address map
   for ``litex_server``/``RemoteClient``), ``sdram_init.py`` (LiteDRAM's DDR3 mode-register sequence,
@@ -53,7 +56,7 @@ from .config import PARTS, ConfigError, _check_fit, _part_family, _validate, loa
 from .synth import pypi_tool
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
-           "engine_ports", "engine_rtl", "MloEngine", "add_engine", "litex_soc", "write_litex", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
+           "engine_ports", "engine_rtl", "UPSIZER", "UPSIZER_V", "DramPath", "MloEngine", "add_engine", "litex_soc", "write_litex", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
            "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME"]
 
 TOP_NAME = "mlo_soc"
@@ -179,12 +182,72 @@ except ImportError:
     _LiteXModule = object
 
 
+# The AXI4 up-converter between the engine and LiteDRAM (Verilog, shipped with the package; the SoC copies it
+# into gateware/ next to mlo_engine.v, and sim/litedram_model.py simulates the same file).
+UPSIZER = "mlo_axi_upsizer"
+UPSIZER_V = Path(__file__).parent / "rtl" / f"{UPSIZER}.v"
+
+_AXI_FIELDS = {"aw": ("id", "addr", "len", "size", "burst", "lock", "cache", "prot"), "w": ("data", "strb", "last"),
+               "b": ("id", "resp"), "ar": ("id", "addr", "len", "size", "burst", "lock", "cache", "prot"),
+               "r": ("id", "data", "resp", "last")}
+
+
+def _upsizer(axi, wide):
+    """A migen ``Instance`` of :data:`UPSIZER` from the LiteX ``AXIInterface`` ``axi`` (its slave side) to the
+    wider ``wide`` (its master side), in the ``sys`` clock domain."""
+    from migen import ClockSignal, Instance, ResetSignal
+    conn = {"p_DW": axi.data_width, "p_CDW": wide.data_width, "p_AW": axi.address_width, "p_IDW": axi.id_width,
+            "i_clk": ClockSignal("sys"), "i_rst": ResetSignal("sys")}
+    for prefix, bus, fwd in (("s_axi", axi, "i"), ("m_axi", wide, "o")):
+        back = "o" if fwd == "i" else "i"
+        for ch, fields in _AXI_FIELDS.items():
+            d_payload = fwd if ch in ("aw", "w", "ar") else back
+            d_ready = back if ch in ("aw", "w", "ar") else fwd
+            ep = getattr(bus, ch)
+            for f in fields + ("valid",):
+                conn[f"{d_payload}_{prefix}_{ch}{f}"] = getattr(ep, f)
+            conn[f"{d_ready}_{prefix}_{ch}ready"] = ep.ready
+    return Instance(UPSIZER, **conn)
+
+
+try:
+    from migen import Module as _MigenModule
+except ImportError:
+    _MigenModule = object
+
+
+class DramPath(_MigenModule):
+    """The engine's AXI4 master ``axi`` (a LiteX ``AXIInterface``) on LiteDRAM's ``crossbar``, as every LiteX
+    SoC here builds it and as sim/litedram_model.py simulates it: ``LiteDRAMAXI2Native`` on a crossbar port at
+    the controller's native width (``crossbar.get_port()``), behind :data:`UPSIZER` when the engine's bus is
+    narrower (``self.upsizer`` is then the file to add to the build, else None).
+
+    Not LiteDRAM's own native-port up-converter (``get_port(data_width=64)`` on a 128-bit controller): with
+    LiteDRAM 2024.12 that path never answers a write burst longer than 2 beats and reads one controller word
+    at a time (docs/simulation.md, "LiteDRAM"). An engine bus wider than the controller (a 128-bit engine on
+    the ECPIX-5's 64-bit controller) still gets LiteDRAM's down-converter (not simulated)."""
+
+    def __init__(self, axi, crossbar):
+        from litedram.frontend.axi import LiteDRAMAXI2Native
+        from litex.soc.interconnect.axi import AXIInterface
+        native = crossbar.controller.data_width
+        self.upsizer = None
+        if axi.data_width < native:
+            self.port = crossbar.get_port()
+            self.wide = AXIInterface(data_width=native, address_width=axi.address_width, id_width=axi.id_width)
+            self.specials += _upsizer(axi, self.wide)
+            self.upsizer = UPSIZER_V
+        else:
+            self.port = crossbar.get_port(data_width=axi.data_width)
+            self.wide = axi
+        self.submodules.axi2native = LiteDRAMAXI2Native(self.wide, self.port, base_address=0)
+
+
 class MloEngine(_LiteXModule):
-    """The engine in a LiteX SoC: the ``mlo_engine`` instance, its AXI4 master on a LiteDRAM crossbar port
-    (``LiteDRAMAXI2Native``), its AXI4-Lite slave interface ``axil`` and its interrupt as an event."""
+    """The engine in a LiteX SoC: the ``mlo_engine`` instance, its AXI4 master on LiteDRAM (:class:`DramPath`),
+    its AXI4-Lite slave interface ``axil`` and its interrupt as an event."""
 
     def __init__(self, cfg, ports: list, crossbar):
-        from litedram.frontend.axi import LiteDRAMAXI2Native
         from litex.soc.interconnect import axi
         from litex.soc.interconnect.csr_eventmanager import EventManager, EventSourceLevel
         from migen import ClockSignal, Instance, ResetSignal, Signal
@@ -198,7 +261,7 @@ class MloEngine(_LiteXModule):
         self.ev.done = EventSourceLevel(description="The engine's irq output (a job finished or failed).")
         self.ev.finalize()
         self.comb += self.ev.done.trigger.eq(self.irq)
-        self.dram = LiteDRAMAXI2Native(self.axi, crossbar.get_port(data_width=dw), base_address=0)
+        self.dram = DramPath(self.axi, crossbar)
         conn = {"aclk": ClockSignal("sys"), "aresetn": ~ResetSignal("sys"), "irq": self.irq}
         for prefix, bus, sigs in (("m_axi", self.axi, ("valid", "ready", "last", "addr", "len", "size", "burst",
                                                         "lock", "cache", "prot", "id", "data", "strb", "resp")),
@@ -219,6 +282,8 @@ def add_engine(soc, cfg, verilog_path: Path, ports: list) -> MloEngine:
     from litex.soc.integration.soc import SoCRegion
     soc.mlo = eng = MloEngine(cfg, ports, soc.sdram.crossbar)
     soc.platform.add_source(str(verilog_path))
+    if eng.dram.upsizer is not None:          # a copy next to the engine's Verilog (write_litex writes it)
+        soc.platform.add_source(str(verilog_path.with_name(eng.dram.upsizer.name)))
     soc.bus.add_slave(name="mlo", slave=eng.axil, region=SoCRegion(origin=REGS_BASE, size=REGS_SIZE, cached=False))
     if soc.irq.enabled:
         soc.irq.add("mlo", use_loc_if_exists=True)
@@ -289,6 +354,8 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     text, ports = engine_rtl(cfg)
     vpath.write_text(text)
     soc = _quiet(litex_soc, cfg, board, vpath, ports, bridge)
+    if soc.mlo.dram.upsizer is not None:      # the AXI up-converter, next to the engine (add_engine listed it)
+        shutil.copyfile(soc.mlo.dram.upsizer, gw / soc.mlo.dram.upsizer.name)
     builder = Builder(soc, output_dir=str(out), gateware_dir=str(gw), compile_software=False,
                       compile_gateware=False, csr_csv=str(out / "csr.csv"), csr_json=str(out / "csr.json"))
     _quiet(builder.build, build_name=TOP_NAME, run=False)
@@ -303,7 +370,7 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     if soc_ram > SOC_BRAM36:
         raise RuntimeError(f"the SoC around the engine takes {soc_ram:g} BRAM36, more than SOC_BRAM36={SOC_BRAM36:g}")
     return {"regions": regions, "sys_mhz": board.sys_mhz, "bridge": bridge, "soc_bram36": soc_ram,
-            "dram_port_bits": soc.sdram.crossbar.controller.data_width}
+            "dram_port_bits": soc.mlo.dram.port.data_width, "upsizer": soc.mlo.dram.upsizer is not None}
 
 
 def sdram_init_ops(settings) -> list[tuple[str, int]]:
@@ -610,7 +677,10 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
              f"- host bridge: {BRIDGES[facts['bridge']]}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})"
                                                              if facts["bridge"] == "etherbone" else ""),
              *([f"- DRAM controller: LiteDRAM, native port {facts['dram_port_bits']} bit; the engine's AXI4 master "
-                f"reaches it through LiteDRAMAXI2Native at {cfg.memory.axi_data_bits} bit"]
+                f"({cfg.memory.axi_data_bits} bit) reaches it through "
+                + (f"{UPSIZER} ({cfg.memory.axi_data_bits} -> {facts['dram_port_bits']} bit) and "
+                   if facts.get("upsizer") else "")
+                + f"LiteDRAMAXI2Native at {facts['dram_port_bits']} bit"]
                if "dram_port_bits" in facts else []),
              f"- engine: AXI4 master {cfg.memory.axi_data_bits} bit, block RAM planned "
              f"{p.bram36:g} BRAM36 ({'activations on chip' if p.mode == 'on-chip' else f'activations in DRAM, blocks of {p.block} tokens'}) "

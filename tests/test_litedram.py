@@ -38,26 +38,33 @@ def _build(topology: str):
     return exe
 
 
-def test_litedram_wrapper_backdoor_and_axi_round_trip():
-    """Bytes loaded through the DPI backdoor come back over AXI through LiteDRAM's controller and the DFI model
+def test_soc_dram_path_round_trip_bursts_and_bandwidth():
+    """The SoC's own engine-to-LiteDRAM wiring (mlo_hw.soc.DramPath: mlo_axi_upsizer into LiteDRAMAXI2Native at
+    128 bits) on LiteDRAM's controller and DFI model: bytes loaded through the DPI backdoor come back over AXI
     (and AXI writes, partial strobes and bursts starting on the odd half of a controller word, land where the
-    backdoor reads them); 16-beat bursts back to back stream at close to the 64-bit bus's 8 bytes a cycle."""
-    exe = _build("wide")
+    backdoor reads them); 1-, 2- and 16-beat write bursts get their B responses (the old soc.py path hung on
+    16); 16-beat bursts back to back stream at close to the 64-bit bus's 8 bytes a cycle, reads and writes."""
+    text = litedram_verilog(load_config("small"), SIZE, 1, "soc")
+    assert "mlo_axi_upsizer" in text and "litedramnativeportconverter" not in text.lower()
+    exe = _build("soc")
     r = subprocess.run([str(exe), str(SIZE)], capture_output=True, text=True, timeout=120)
     print(r.stdout)
     assert r.returncode == 0 and "PASS" in r.stdout, r.stdout + r.stderr
     rd = float(re.search(r"stream read .*?([\d.]+) bytes/cycle", r.stdout).group(1))
     wr = float(re.search(r"stream write .*?([\d.]+) bytes/cycle", r.stdout).group(1))
     assert 7.0 < rd <= 8 and 6.5 < wr <= 8 and peak_bytes_per_cycle() == 16, (rd, wr)
+    for len_, n in ((1, 1), (2, 1), (16, 1), (16, 8)):
+        r = subprocess.run([str(exe), str(SIZE), str(len_), str(n)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and re.search(rf"write {n} x {len_}: \d+ cycles", r.stdout), r.stdout
 
 
 @pytest.mark.slow
-def test_soc_topology_write_bursts_hang():
-    """What mlo_hw.soc builds (LiteDRAMAXI2Native at 64 bits on crossbar.get_port(data_width=64), i.e. LiteDRAM's
-    native-port up-converter to the 128-bit controller): 1- and 2-beat write bursts complete, a 16-beat one never
-    gets its B response (LiteDRAM 2024.12; cf. litedram #370 / litex #2301). Documents why the harness uses the
-    'wide' topology."""
-    exe = _build("soc")
+def test_litedram_native_upconverter_write_bursts_hang():
+    """What mlo_hw.soc used to build (LiteDRAMAXI2Native at 64 bits on crossbar.get_port(data_width=64), i.e.
+    LiteDRAM's native-port up-converter to the 128-bit controller): 1- and 2-beat write bursts complete, a
+    16-beat one never gets its B response (LiteDRAM 2024.12; cf. litedram #370 / litex #2301). Documents why
+    the SoC (mlo_hw.soc.DramPath) goes through mlo_axi_upsizer instead; fails once LiteDRAM fixes it."""
+    exe = _build("native")
     for len_, n in ((1, 1), (2, 1)):
         r = subprocess.run([str(exe), str(SIZE), str(len_), str(n)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "cycles" in r.stdout, r.stdout
