@@ -12,9 +12,11 @@ then the cycles per phase. ``--memory ideal`` answers every beat at once (no sta
 applies the DRAM timing model (``sim.harness.ddr3``: read latency, row misses, refresh, turnaround and the
 DRAM's data rate); ``--memory litedram`` puts LiteDRAM's real controller and its DFI-level DDR3 model in place of
 the model (``sim.litedram_model``: MT41K128M16 at 100 MHz, 1:4, peak 16 bytes a cycle). On chip, input load and output store are counted in the total only (and so is their transfer time in
-the total bound: every DRAM byte is counted). The last two lines:
+the total bound: every DRAM byte is counted). The last three lines:
 ``dma: bytes=B beats=N bus_fraction=F dram_fraction=D`` (bytes moved over the AXI port, the share of the
-run's cycles with a beat on it, and the share of the DRAM's data time they took) and ``total: measured=N bound=M ratio=R memory=ideal|ddr3``.
+run's cycles with a beat on it, and the share of the DRAM's data time they took),
+``throughput: inferences/s=I GMAC/s=G dsp_peak_fraction=F`` (at the config's clock, said so: not a routed one) and
+``total: measured=N bound=M ratio=R memory=ideal|ddr3|litedram``.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
-from mlo_hw.config import load_config  # noqa: E402
+from mlo_hw.config import PARTS, _part_family, load_config  # noqa: E402
 from mlo_hw.hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import matrix_costs  # noqa: E402
 from mlo_hw.plan import plan  # noqa: E402
@@ -38,6 +40,20 @@ from sim.harness import MEMORIES, EngineSim, backend_of, memory_model, random_in
 def total_bound(cfg) -> int:
     """Roofline bound of a run of every layer, every DRAM byte counted (the plan's, :mod:`mlo_hw.plan`)."""
     return plan(cfg).cycles
+
+
+def throughput(cfg, cycles: int) -> str:
+    """Inferences per second at the config's clock (``target.clock_mhz``: not a routed figure), the multiply-accumulates
+    they deliver (every matrix and attention product of every layer, at ``seq_len`` tokens) and their share of the
+    part's DSP peak (two int8 MACs per DSP a cycle)."""
+    m, mhz = cfg.model, cfg.target.clock_mhz
+    macs = m.layers * m.seq_len * (4 * m.hidden ** 2 + 2 * m.hidden * m.intermediate + 2 * m.seq_len * m.hidden)
+    per_s = mhz * 1e6 / cycles
+    dsp = PARTS[_part_family(cfg.target.part)]["DSP"]
+    peak = 2 * dsp * mhz / 1e3
+    return (f"throughput: inferences/s={per_s:.1f} GMAC/s={macs * per_s / 1e9:.2f} dsp_peak_fraction="
+            f"{macs * per_s / 1e9 / peak:.3f} (at the config's {mhz:g} MHz, not a routed clock; peak 2 x {dsp} DSP x "
+            f"{mhz:g} MHz = {peak:.1f} GMAC/s)")
 
 
 def measure(cfg, memory: str):
@@ -97,6 +113,7 @@ def main(argv=None) -> int:
     else:
         dram = f"dram_fraction={beats * mem.beat_cost / 256 / r.cycles:.3f}"
     print(f"dma: bytes={beats * cfg.axi_data_bytes} beats={beats} bus_fraction={beats / r.cycles:.3f} {dram}")
+    print(throughput(cfg, r.cycles))
     print(f"total: measured={r.cycles} bound={total} ratio={r.cycles / total:.3f} memory={args.memory}")
     return 0
 
