@@ -37,7 +37,8 @@ def report(cfg, rtl_note: str) -> str:
     m, f = cfg.model, cfg.folding
     lines = [f"# mlo_hw report: {cfg.name}", "",
              f"Model: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, intermediate {m.intermediate}, "
-             f"seq {m.seq_len} (padded to {cfg.seq_padded}).  ",
+             f"seq {m.seq_len} (padded to {cfg.seq_padded}), "
+             f"{'causal self-attention (row i attends keys 0..i)' if m.causal else 'bidirectional self-attention'}.  ",
              f"Numerics: int{cfg.numerics.weight_bits} weights, int{cfg.numerics.act_bits} matrix inputs, "
              f"int{nx.RES_BITS} residual stream (DRAM input and output).  ",
              f"Folding: PE {f.pe} x SIMD {f.simd} = {cfg.mac_lanes} MAC lanes, {f.tile_rows} rows per weight tile"
