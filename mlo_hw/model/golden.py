@@ -68,9 +68,12 @@ def _linear(x, m: IntMatrix, bits: int = 8):
     return nx.requant(int_matmul(x, m.w.T) + m.bias, m.mult, m.shift, bits)
 
 
-def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None):
+def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=None):
     """One integer encoder layer: int16 x [S, H] -> int16 [S, H]; ``mask`` an
     :func:`~mlo_hw.model.numerics.attention_mask` ([S] keys, or [S, S] rows x keys; true = attend).
+
+    ``past`` (a decoder's KV cache: int8 K and V [P, H] of the P tokens before x's rows) puts those keys first:
+    the scores are [heads, S, P + S] and ``mask`` is over P + S keys (:mod:`mlo_hw.model.decode`).
 
     The residual stream (x, the O and FFN-down outputs, the LayerNorm outputs) is int16; every matrix
     input is int8 (narrowed per channel from the stream, or an int8 activation), the GELU output uint8.
@@ -80,8 +83,9 @@ def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None):
     dh = h // heads
     x8 = nx.narrow(x, p.narrow_in)
     q, k, v = (_linear(x8, getattr(p, n)) for n in ("q", "k", "v"))
-    split = lambda t: t.reshape(s_len, heads, dh).transpose(1, 0, 2)   # noqa: E731
-    qh, kh, vh = split(q), split(k), split(v)
+    k_all, v_all = (k, v) if past is None else (np.concatenate([past[0], k]), np.concatenate([past[1], v]))
+    split = lambda t: t.reshape(len(t), heads, dh).transpose(1, 0, 2)   # noqa: E731
+    qh, kh, vh = split(q), split(k_all), split(v_all)
     scores = np.stack([int_matmul(qh[i], kh[i].T) for i in range(heads)])
     probs = nx.softmax(scores, nx.per_head(mask), p.softmax_mult, p.softmax_shift)
     ctx_acc = np.stack([int_matmul(probs[i], vh[i]) for i in range(heads)])

@@ -18,7 +18,7 @@ import numpy as np
 __all__ = [
     "MULT_BITS", "RES_BITS", "NARROW_SHIFT_MAX", "EXP_FRAC_BITS", "EXP_ONE_BITS", "EXP_TABLE_SIZE", "SOFTMAX_RECIP_BITS",
     "PROB_BITS", "LN_MEAN_FRAC_BITS", "LN_SQRT_NORM_BITS", "LN_NORM_BITS", "LN_GAIN_BITS", "LN_INPUT_BITS",
-    "saturate", "rshift_round", "requant", "narrow", "layernorm", "exp2_table", "softmax",
+    "saturate", "rshift_round", "requant", "narrow", "layernorm", "exp2_table", "attention_mask", "per_head", "softmax",
     "table_lookup", "gelu_table", "quantize_multiplier", "isqrt", "bit_length",
 ]
 
