@@ -109,16 +109,21 @@ def parse_nextpnr(log: str) -> dict:
     return {"fmax": fmax, "util": util, "paths": paths}
 
 
-_STEP = re.compile(r"^\s*(?:[\w-]+\s+)?(-?[\d.]+)\s+(-?[\d.]+)\s+(Source|Net|Setup|Sink)\s+(\S+)")
+# nextpnr's path report: "<type> <delay> <total> Source <cell>.<pin>", "routing <delay> <total> Net <net> (x,y)
+# -> (x,y)", then "Sink <cell>.<pin>" lines (no delay).
+_TIMED = re.compile(r"^\s*([\w-]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(Source|Net)\s+(\S+)")
+_SINK = re.compile(r"^\s*Sink\s+(\S+)")
 
 
 def path_cells(lines: list[str]) -> list[tuple[str, float, str]]:
-    """The steps of a critical path report: ``(Source|Net|Setup|Sink, delay ns, cell.pin or net name)``."""
+    """The steps of a critical path report: ``(kind, delay ns, name)`` with kind ``cell`` (a source or the
+    setup: ``cell.pin``), ``net`` (routing: the net's name) or ``sink`` (``cell.pin``, no delay of its own)."""
     steps = []
     for line in lines:
-        m = _STEP.match(line)
-        if m:
-            steps.append((m.group(3), float(m.group(1)), m.group(4)))
+        if m := _TIMED.match(line):
+            steps.append(("net" if m.group(4) == "Net" else "cell", float(m.group(2)), m.group(5)))
+        elif m := _SINK.match(line):
+            steps.append(("sink", 0.0, m.group(1)))
     return steps
 
 
@@ -145,25 +150,26 @@ def block_of(name: str) -> str:
         return _SUB[tuple(inner[:2])]
     if inner and inner[0] in BLOCK_NAMES:
         return BLOCK_NAMES[inner[0]]
-    if inner and re.fullmatch(r"(x|a|y|p|work|buf|mem)\w*", inner[0]) and len(inner) > 1:
+    if inner and inner[0].startswith("buf_"):
         return "activation buffers"
     return "sequencer"
 
 
 def path_summary(lines: list[str]) -> dict:
-    """``{"block", "from", "to", "logic_ns", "routing_ns"}`` of a critical path report: ``from``/``to`` are
-    the blocks of its first source and last sink cell; ``block`` the one its delay is most spent in."""
+    """``{"block", "from", "to", "from_cell", "to_cell", "logic_ns", "routing_ns"}`` of a critical path report:
+    ``from``/``to`` are the blocks of its first and last cell; ``block`` the one its delay is most spent in
+    (a cell's delay counts for its block, a net's for the block of the net)."""
     steps = path_cells(lines)
-    if not steps:
+    cells = [name for kind, _, name in steps if kind != "net"]
+    if not cells:
         return {"block": "unknown", "from": "unknown", "to": "unknown"}
     spent = defaultdict(float)
-    for kind, delay, name in steps:
+    for _, delay, name in steps:
         spent[block_of(name)] += delay
-    cells = [name for kind, _, name in steps if kind in ("Source", "Setup", "Sink")]
     return {"block": max(spent, key=spent.get), "from": block_of(cells[0]), "to": block_of(cells[-1]),
             "from_cell": cells[0], "to_cell": cells[-1],
-            "logic_ns": round(sum(d for k, d, _ in steps if k != "Net"), 2),
-            "routing_ns": round(sum(d for k, d, _ in steps if k == "Net"), 2)}
+            "logic_ns": round(sum(d for k, d, _ in steps if k == "cell"), 2),
+            "routing_ns": round(sum(d for k, d, _ in steps if k == "net"), 2)}
 
 
 def fmax_line(routed: dict) -> str:

