@@ -47,7 +47,8 @@ from typing import Callable
 from .cli import ArgumentParser, command, folder
 
 __all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "BLOCK_SYNTH_EXTRA", "Block", "BLOCKS",
-           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "pypi_tool", "route_ecp5", "PNR_CHOICES", "main"]
+           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "pypi_tool", "PNR_CHOICES",
+           "ecp5_tools", "route_ecp5", "run_pnr", "pnr_lines", "pnr_summary", "main"]
 
 RESOURCE_KEYS = ("LUT", "FF", "CARRY4", "DSP", "BRAM36", "LUTRAM")
 
@@ -393,6 +394,9 @@ def place_and_route(cfg, design: Design, part: str, out: Path) -> dict:
 
 
 PNR_CHOICES = ("xilinx", "ecp5", "none")
+# How much faster an Artix-7 -1 clocks than an ECP5 speed 8 (a calibration against picorv32's published
+# Vivado figure, docs/synthesis.md): a range, for the report's estimate.
+ARTIX7_PER_ECP5 = (1.5, 1.7)
 
 
 def ecp5_tools() -> dict[str, str]:
@@ -488,7 +492,10 @@ def pnr_lines(cfg, pnr: dict) -> list[str]:
             "register, outputs XOR-folded into one pin).  ",
             f"Fmax **{pnr['fmax_mhz']:.1f} MHz** (constraint {pnr['target_mhz']:g} MHz); critical path in "
             f"**{p['block']}** ({p['from']} -> {p['to']}), {p.get('logic_ns', 0):g} ns logic, "
-            f"{p.get('routing_ns', 0):g} ns routing.", "",
+            f"{p.get('routing_ns', 0):g} ns routing.  ",
+            f"On an Artix-7 -1 that is roughly {ARTIX7_PER_ECP5[0] * pnr['fmax_mhz']:.0f}-"
+            f"{ARTIX7_PER_ECP5[1] * pnr['fmax_mhz']:.0f} MHz ({ARTIX7_PER_ECP5[0]:g}-{ARTIX7_PER_ECP5[1]:g}x, a "
+            "calibration against picorv32's published Vivado figure; an estimate, not a measurement).", "",
             *routed_lines(pnr["fmax"], pnr["util"]),
             *path_report_lines(f"clock {pnr['clock']}", pnr["path_lines"])]
 
