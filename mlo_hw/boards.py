@@ -53,7 +53,7 @@ from .cli import ArgumentParser, command, folder, staged_folder
 from .config import ConfigError, _part_family, load_config
 
 __all__ = ["NexysVideoPlatform", "Board", "BOARDS", "board_of", "mmcm_params", "BoardTop", "xdc_text",
-           "write_xdc", "design_component", "build_plan", "board_verilog", "TOP_NAME", "main"]
+           "write_xdc", "drive_from_stimulus", "design_component", "build_plan", "board_verilog", "TOP_NAME", "main"]
 
 TOP_NAME = "mlo_top"
 
@@ -133,6 +133,37 @@ def mmcm_params(osc_mhz: float, want_mhz: float) -> dict:
             "vco_mhz": vco, "out_mhz": vco / o}
 
 
+def drive_from_stimulus(m: Module, design, domain: str = "sync") -> Signal:
+    """Connect ``design`` inside ``m`` to no pins: ``aclk``/``aresetn`` from ``domain``, every other
+    input bit from its own flip-flop of a shift register fed by a 64-bit xorshift generator (so that no two
+    input bits are equal and the tools cannot merge logic that the design duplicates), every output folded
+    by XOR into the returned registered bit. Used by :class:`BoardTop` and the ECP5 wrapper (:mod:`.ecp5`)."""
+    x = Signal(64, init=0x9E3779B97F4A7C15)
+    t, t2 = Signal(64), Signal(64)
+    m.d.comb += [t.eq(x ^ (x << 13)[:64]), t2.eq(t ^ (t >> 7))]
+    m.d[domain] += x.eq(t2 ^ (t2 << 17)[:64])
+    inputs, folded = [], []
+    for path, member, value in design.signature.flatten(design):
+        name, value = "__".join(str(p) for p in path), Value.cast(value)
+        if name == "aclk":
+            m.d.comb += value.eq(ClockSignal(domain))
+        elif name == "aresetn":
+            m.d.comb += value.eq(~ResetSignal(domain))
+        elif member.flow == In:
+            inputs.append(value)
+        else:
+            folded.append(value.xor())
+    stimulus = Signal(max(sum(len(v) for v in inputs), 1))
+    m.d[domain] += stimulus.eq(Cat(x, stimulus)[:len(stimulus)])
+    at = 0
+    for v in inputs:
+        m.d.comb += v.eq(stimulus[at:at + len(v)])
+        at += len(v)
+    led = Signal()
+    m.d[domain] += led.eq(Cat(*folded).xor() if folded else 0)
+    return led
+
+
 class BoardTop(Elaboratable):
     """Clock, reset and the design on a board; see the module docstring for what the ports do."""
 
@@ -161,34 +192,8 @@ class BoardTop(Elaboratable):
             m.submodules.bufg = Instance("BUFG", i_I=clk_mmcm, o_O=ClockSignal("sync"))
         m.submodules.reset_sync = ResetSynchronizer(rst_in | ~locked, domain="sync")
 
-        m.submodules.design = design = self.design
-        # Inputs from a shift register fed by a 64-bit xorshift generator, one flip-flop per input bit
-        # (so that no two input bits are equal and the tools cannot merge logic that the design
-        # duplicates), outputs folded into LED 0 (see the module docstring).
-        x = Signal(64, init=0x9E3779B97F4A7C15)
-        t, t2 = Signal(64), Signal(64)
-        m.d.comb += [t.eq(x ^ (x << 13)[:64]), t2.eq(t ^ (t >> 7))]
-        m.d.sync += x.eq(t2 ^ (t2 << 17)[:64])
-        inputs, folded = [], []
-        for path, member, value in design.signature.flatten(design):
-            name, value = "__".join(str(p) for p in path), Value.cast(value)
-            if name == "aclk":
-                m.d.comb += value.eq(ClockSignal("sync"))
-            elif name == "aresetn":
-                m.d.comb += value.eq(~ResetSignal("sync"))
-            elif member.flow == In:
-                inputs.append(value)
-            else:
-                folded.append(value.xor())
-        n = sum(len(v) for v in inputs)
-        stimulus = Signal(max(n, 1))
-        m.d.sync += stimulus.eq(Cat(x, stimulus)[:len(stimulus)])
-        at = 0
-        for v in inputs:
-            m.d.comb += v.eq(stimulus[at:at + len(v)])
-            at += len(v)
-        led = Signal()
-        m.d.sync += led.eq(Cat(*folded).xor() if folded else 0)
+        m.submodules.design = self.design
+        led = drive_from_stimulus(m, self.design)
         m.submodules.led_buf = led_buf = io.Buffer("o", platform.request("led", 0, dir="-"))
         m.d.comb += led_buf.o.eq(led)
         return m

