@@ -176,10 +176,13 @@ class BoardTop(Elaboratable):
         m.submodules.clk_buf = clk_buf = io.Buffer("i", platform.request(platform.default_clk, 0, dir="-"))
         m.submodules.rst_buf = rst_buf = io.Buffer("i", platform.request(platform.default_rst, 0, dir="-"))
         clk_in, rst_in = clk_buf.i, rst_buf.i
-        m.domains.sync = ClockDomain()
+        # the engine (EngineTop) makes its own ``sync`` from its aclk port: the board's clock is then a local domain
+        own_clock = "aclk" in self.design.signature.members
+        domain = "board" if own_clock else "sync"
+        m.domains += ClockDomain(domain, local=own_clock)
         locked = Signal(init=1)
         if cfg.target.clock_mhz == board.osc_mhz:
-            m.submodules.bufg = Instance("BUFG", i_I=clk_in, o_O=ClockSignal("sync"))
+            m.submodules.bufg = Instance("BUFG", i_I=clk_in, o_O=ClockSignal(domain))
         else:
             p = mmcm_params(board.osc_mhz, cfg.target.clock_mhz)
             clk_mmcm, clk_fb = Signal(), Signal()
@@ -189,11 +192,11 @@ class BoardTop(Elaboratable):
                 p_CLKOUT0_DIVIDE_F=p["CLKOUT0_DIVIDE_F"],
                 i_CLKIN1=clk_in, i_CLKFBIN=clk_fb, o_CLKFBOUT=clk_fb, i_RST=rst_in, i_PWRDWN=0,
                 o_CLKOUT0=clk_mmcm, o_LOCKED=locked)
-            m.submodules.bufg = Instance("BUFG", i_I=clk_mmcm, o_O=ClockSignal("sync"))
-        m.submodules.reset_sync = ResetSynchronizer(rst_in | ~locked, domain="sync")
+            m.submodules.bufg = Instance("BUFG", i_I=clk_mmcm, o_O=ClockSignal(domain))
+        m.submodules.reset_sync = ResetSynchronizer(rst_in | ~locked, domain=domain)
 
         m.submodules.design = self.design
-        led = drive_from_stimulus(m, self.design)
+        led = drive_from_stimulus(m, self.design, domain)
         m.submodules.led_buf = led_buf = io.Buffer("o", platform.request("led", 0, dir="-"))
         m.d.comb += led_buf.o.eq(led)
         return m

@@ -116,3 +116,12 @@ def test_board_top_synthesizes_with_io_buffers_and_no_latches():
     assert r.latches == 0 and r.cells.get("BUFG") == 1 and r.cells.get("IBUF") == 2
     # xorshift state, one stimulus flip-flop per input bit (8 + 10), the accumulator, the LED register
     assert r.used["FF"] >= 64 + 18 + 16 + 1, r.used
+
+
+def test_cli_writes_the_plan_of_the_engine(tmp_path, capsys):
+    """The engine makes its own ``sync`` from its aclk port: the board's clock is a local domain that drives aclk
+    (before, the plan of the engine itself failed with an AssertionError in amaranth)."""
+    assert boards.main(["--config", "small", "--board", "arty_a7_35", "-o", str(tmp_path)]) == 0
+    top = (tmp_path / "mlo_top.v").read_text()
+    assert "module mlo_top(" in top and "BUFG bufg" in top and "module \\mlo_top.design.engine " in top
+    assert f"sh {tmp_path}/build_mlo_top.sh" in capsys.readouterr().out
