@@ -410,7 +410,10 @@ def write_sim(cfg, out: Path, dram_bytes: int = SIM_DRAM_BYTES) -> dict:
     _quiet(builder.build, build_name=TOP_NAME, run=False, build=False)
     fragment = soc.get_fragment()
     soc.platform.finalize(fragment)
-    _quiet(lambda: soc.platform.get_verilog(fragment, name=TOP_NAME).write(str(gw / f"{TOP_NAME}.v")))
+    v = _quiet(soc.platform.get_verilog, fragment, name=TOP_NAME)
+    (gw / f"{TOP_NAME}.v").write_text(v.main_source)
+    for name, content in v.data_files.items():        # $readmemh files (the identifier), read from gateware/
+        (gw / name).write_text(content)
     shutil.rmtree(out / "software", ignore_errors=True)
     (out / "sdram_init.py").write_text(sdram_init_script(soc.sdram.controller.settings))
     return {"regions": {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}, "sys_mhz": board.sys_mhz,
