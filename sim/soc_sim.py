@@ -45,8 +45,10 @@ def build(cfg, dram_bytes: int | None = None) -> Path:
         facts = write_sim(cfg, Path(tmp), dram_bytes)
         gw = Path(tmp) / "gateware"
         sources = sorted(p.name for p in gw.iterdir() if p.suffix == ".v")
-        cpp = CPP.read_text()
-        key = hashlib.sha256("".join((gw / s).read_text() for s in sources).encode() + cpp.encode()).hexdigest()[:16]
+        # the key: every file written (less the dates LiteX writes in the Verilog and csr.csv) and the C++ main
+        text = "".join(line for p in sorted(Path(tmp).rglob("*")) if p.is_file()
+                       for line in p.read_text().splitlines(True) if not line.startswith(("// Date", "# Auto-generated")))
+        key = hashlib.sha256((text + CPP.read_text()).encode()).hexdigest()[:16]
         out = SIM_BUILD / f"soc_sim-{cfg.name}-{key}"
         exe = out / f"V{TOP_NAME}"
         if exe.exists():
