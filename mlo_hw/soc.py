@@ -371,6 +371,10 @@ def sim_soc(cfg, verilog_path: Path, ports: list, dram_bytes: int = SIM_DRAM_BYT
     platform = SimPlatform("SIM", _sim_io(), name=TOP_NAME)
 
     class SimSoC(SoCCore):
+        # The board's DDR3 PHY has CSRs (its delays and bitslips: "ddrphy", CSR slot 1 as LiteX sorts them);
+        # the model has none. Keeping its slot puts every other CSR where the board SoC has it.
+        csr_map = {"ddrphy": 1}
+
         def __init__(self):
             self.crg = CRG(platform.request("sys_clk"), platform.request("sys_rst"))
             SoCCore.__init__(self, platform, sys_clk, ident=f"mlo_hw {cfg.name} (simulated {board.title})",
