@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,8 @@ from .runner import SIM_BUILD, _env_with_verilator
 __all__ = ["build", "SocSim"]
 
 CPP = Path(__file__).resolve().parent / "hdl" / "soc_sim.cpp"
+# the lines LiteX stamps with the date and a revision that changes from run to run
+_STAMP = re.compile(r"Date\s*:|LiteX sha1|Auto-[Gg]enerated by LiteX")
 
 
 def build(cfg, dram_bytes: int | None = None) -> Path:
@@ -45,9 +48,9 @@ def build(cfg, dram_bytes: int | None = None) -> Path:
         facts = write_sim(cfg, Path(tmp), dram_bytes)
         gw = Path(tmp) / "gateware"
         sources = sorted(p.name for p in gw.iterdir() if p.suffix == ".v")
-        # the key: every file written (less the dates LiteX writes in the Verilog and csr.csv) and the C++ main
+        # the key: every file written (less LiteX's date and revision stamps) and the C++ main
         text = "".join(line for p in sorted(Path(tmp).rglob("*")) if p.is_file()
-                       for line in p.read_text().splitlines(True) if not line.startswith(("// Date", "# Auto-generated")))
+                       for line in p.read_text().splitlines(True) if not _STAMP.search(line))
         key = hashlib.sha256((text + CPP.read_text()).encode()).hexdigest()[:16]
         out = SIM_BUILD / f"soc_sim-{cfg.name}-{key}"
         exe = out / f"V{TOP_NAME}"
