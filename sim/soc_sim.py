@@ -145,3 +145,28 @@ class SocSim:
                     _, c, _, s = line.split()
                     self.cycles, self.seconds = int(c), float(s)
         return False
+
+
+def main(argv=None) -> int:
+    """``python -m sim.soc_sim --config small``: build and start the simulated SoC and litex_server, run the
+    host's DDR3 init, print the port and ``csr.csv`` for ``Accelerator(..., backend="litex")``, run until
+    Ctrl-C."""
+    import argparse
+    from mlo_hw.config import load_config
+    ap = argparse.ArgumentParser(prog="python -m sim.soc_sim", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--config", default="small")
+    args = ap.parse_args(argv)
+    with SocSim(load_config(args.config)) as soc:
+        soc.sdram_init()
+        print(f"simulated SoC on {soc.pty}; litex_server on 127.0.0.1:{soc.port}; csr_csv={soc.csr_csv}", flush=True)
+        try:
+            while soc.sim.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    print(f"{soc.cycles} cycles in {soc.seconds} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
