@@ -19,7 +19,6 @@ LiteX backend (``Accelerator(build, backend="litex", port=sim.port, csr_csv=sim.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import signal
