@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from .runner import SIM_BUILD, _env_with_verilator
+from mlo_hw.cli import ArgumentParser, command
 
 __all__ = ["build", "SocSim"]
 
@@ -146,13 +147,13 @@ class SocSim:
         return False
 
 
+@command()
 def main(argv=None) -> int:
     """``python -m sim.soc_sim --config small``: build and start the simulated SoC and litex_server, run the
     host's DDR3 init, print the port and ``csr.csv`` for ``Accelerator(..., backend="litex")``, run until
     Ctrl-C."""
-    import argparse
     from mlo_hw.config import load_config
-    ap = argparse.ArgumentParser(prog="python -m sim.soc_sim", description=main.__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m sim.soc_sim", description=main.__doc__.splitlines()[0])
     ap.add_argument("--config", default="small")
     args = ap.parse_args(argv)
     with SocSim(load_config(args.config)) as soc:
