@@ -8,7 +8,7 @@ from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 
-@pytest.mark.parametrize("name,max_rows", [("small", 8), ("bert_tiny", 6)])
+@pytest.mark.parametrize("name,max_rows", [("small", 8), pytest.param("bert_tiny", 6, marks=pytest.mark.slow)])
 def test_rows_are_layernormed_bit_exact(name, max_rows):
     cfg = load_config(name)
     dut = LayerNormLanes(cfg.model.hidden, cfg.folding.simd, max_rows)
