@@ -66,6 +66,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     from .hw.buffers import ParamGeometry
     from .hw.layer_engine import EngineGeometry
     from .hw.mvau import MVAUParams
+    from .hw.softmax import Softmax
     g = EngineGeometry.from_config(cfg)
     s, h = g.seq, g.hidden
     lay = layout(cfg)
@@ -73,6 +74,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     beat = cfg.memory.axi_data_bits
     tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
     param_bytes = ParamGeometry.from_config(cfg).slot_bytes       # one layer's small sections
+    sm_shapes = Softmax.memory_shapes(s, cfg.acc_bits(g.head_dim), g.pe, g.score_interval)   # the engine's (g.softmax)
     return {
         "x": (nx.RES_BITS * g.simd, g.words(s * h)),
         "y": (nx.RES_BITS * g.simd, g.words(s * h)),
@@ -80,8 +82,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
         **{f"work{b}": (word, g.work_words // g.pe) for b in range(g.pe)},
         "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
         "params": (beat, 2 * param_bytes * 8 // beat),
-        "softmax_scores": (cfg.acc_bits(g.head_dim) + 1, 4 * s),
-        "softmax_exps": (16, 4 * s),
+        **{f"softmax_{name}": shape for name, shape in sm_shapes.items()},
         "layernorm_rows": (nx.RES_BITS + 1, 4 * h),
         "mvau_vectors": (8 * g.simd, MVAUParams.from_config(cfg).max_col_folds),
     }
