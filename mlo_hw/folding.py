@@ -15,7 +15,7 @@ on chip or DRAM-tiled, every DRAM byte counted), whose cycle bound gives inferen
 
 - DSP48E1: the MAC array at two int8 lanes per DSP (one per lane when PE is 1: nothing to pack), the PE
   requantization multipliers (``acc + bias``, 33 bits, times the 16-bit multiplier: two DSP48E1 each, as
-  yosys maps them), and :data:`REST_DSP` for the LayerNorm lanes and the softmax.
+  yosys maps them), :data:`LAYERNORM_DSP` for the LayerNorm lanes and ``2 x pe`` for the softmax (``pe`` lanes).
 - LUT (slice LUTs: logic + LUTRAM, what the part's LUT count covers): a linear model in MAC lanes, PE, SIMD
   and the plan's mode, calibrated against yosys ``synth_xilinx`` figures (:data:`LUT_MODEL`).
 - BRAM36: the plan's buffers (counted by width and depth) plus the block RAMs yosys adds outside them
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from .config import PARTS, ConfigError, Folding
 
-__all__ = ["AUTO", "MARGIN", "TIE", "REST_DSP", "LUT_MODEL", "BRAM_EXTRA", "Candidate", "candidate_foldings",
+__all__ = ["AUTO", "MARGIN", "TIE", "LAYERNORM_DSP", "LUT_MODEL", "BRAM_EXTRA", "Candidate", "candidate_foldings",
            "search_of", "dsp_estimate", "lut_estimate", "evaluate", "explore", "choose", "format_search", "main"]
 
 AUTO = "auto"
@@ -51,10 +51,10 @@ MARGIN = {"DSP": 0.95, "LUT": 0.85, "BRAM36": 1.0}
 # Estimated inferences/s within this fraction of the fastest fitting candidate's count as a tie.
 TIE = 0.02
 
-# DSP48E1 outside the MVAU: LayerNorm lanes (r*r, (d << k) * inv, t * gain) and the softmax's two
-# multipliers. Measured: bert_tiny 58 - 48 (MVAU) = 10, and the estimate is exact at PE 8 x SIMD 16 (90) and
-# PE 4 x SIMD 16 (50); minilm_l6_arty (hidden 384) 60 - 48 = 12, inside the DSP margin.
-REST_DSP = 10
+# DSP48E1 of the LayerNorm lanes (r*r, (d << k) * inv, t * gain). The softmax adds two a lane ((max - s) *
+# mult, e * rcp), ``pe`` lanes in the engine. Measured with the one-lane softmax: bert_tiny 58 - 48 (MVAU) = 10,
+# i.e. 8 + 2, exact at PE 8 x SIMD 16 (90) and PE 4 x SIMD 16 (50); minilm_l6_arty (hidden 384) 60 - 48 = 12.
+LAYERNORM_DSP = 8
 
 # Slice LUTs (LUT + LUTRAM) = base + per MAC lane + per PE + per SIMD + (tiled plans) the DRAM block movers.
 # Per PE: yosys synth_xilinx of the MVAU alone (docs/blocks.md: 1x1 432, 4x4 1,698, 8x8 3,994 LUT) -> 313 a PE
@@ -118,7 +118,7 @@ def dsp_estimate(cfg) -> int:
     p = MVAUParams.from_config(cfg)
     mac = -(-p.pe // 2) * p.simd if p.packed else p.pe * p.simd
     requant = p.pe * _dsp_blocks(p.sum_bits, p.mult_bits + 1)      # unsigned multiplier: one more signed bit
-    return mac + requant + REST_DSP
+    return mac + requant + LAYERNORM_DSP + 2 * p.pe       # softmax: pe lanes, two multipliers each
 
 
 def lut_estimate(cfg, mode: str) -> int:

@@ -61,11 +61,19 @@ def bram36(width_bits: int, depth: int) -> float:
     return min(-(-width_bits // w) * -(-depth // d) for w, d in BRAM18_SHAPES) / 2
 
 
+# The softmax's row memories are as wide as its lanes (pe) and as deep as its row slots: at most this deep,
+# yosys synth_xilinx maps them to distributed RAM (RAM64M/RAM32M: 3 or 6 bits at cost 8, against 36 bits of a
+# RAMB18 at cost 129), so they take no block RAM.
+LUTRAM_DEPTH = 64
+
+
 def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
-    """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry."""
+    """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry (the softmax's
+    row memories only when they are deeper than :data:`LUTRAM_DEPTH`: shallower ones are distributed RAM)."""
     from .hw.buffers import ParamGeometry
     from .hw.layer_engine import EngineGeometry
     from .hw.mvau import MVAUParams
+    from .hw.softmax import Softmax
     g = EngineGeometry.from_config(cfg)
     s, h = g.seq, g.hidden
     lay = layout(cfg)
@@ -73,6 +81,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     beat = cfg.memory.axi_data_bits
     tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
     param_bytes = ParamGeometry.from_config(cfg).slot_bytes       # one layer's small sections
+    softmax = Softmax.memory_shapes(s, cfg.acc_bits(g.head_dim), g.pe, g.score_interval)   # the engine's (g.softmax)
     return {
         "x": (nx.RES_BITS * g.simd, g.words(s * h)),
         "y": (nx.RES_BITS * g.simd, g.words(s * h)),
@@ -80,8 +89,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
         **{f"work{b}": (word, g.work_words // g.pe) for b in range(g.pe)},
         "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
         "params": (beat, 2 * param_bytes * 8 // beat),
-        "softmax_scores": (cfg.acc_bits(g.head_dim) + 1, 4 * s),
-        "softmax_exps": (16, 4 * s),
+        **{f"softmax_{k}": (w, d) for k, (w, d) in softmax.items() if d > LUTRAM_DEPTH},
         "layernorm_rows": (nx.RES_BITS + 1, 4 * h),
         "mvau_vectors": (8 * g.simd, MVAUParams.from_config(cfg).max_col_folds),
     }

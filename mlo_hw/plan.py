@@ -105,7 +105,8 @@ def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
            **{f"work{b}": (word, work_bytes // simd // pe) for b in range(pe)},
            "weight_tiles": (8 * pe * simd, 2 * max(tile_words, raw_words))}
     for name in ("params", "softmax_scores", "softmax_exps", "layernorm_rows", "mvau_vectors"):
-        out[name] = mems[name]
+        if name in mems:            # the softmax's row memories are not when they are distributed RAM
+            out[name] = mems[name]
     return out
 
 

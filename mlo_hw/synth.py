@@ -170,8 +170,8 @@ def _layernorm(cfg):
 
 
 def _softmax(cfg):
-    from .hw.softmax import Softmax
-    return Softmax.from_config(cfg)
+    from .hw.layer_engine import EngineGeometry
+    return EngineGeometry.from_config(cfg).softmax(cfg)      # the engine's: pe keys a beat
 
 
 def _gelu(cfg):

@@ -146,8 +146,8 @@ def random_input(cfg, model, seed: int) -> np.ndarray:
     return model.quantize_input(x_float)
 
 
-def small_tiled_config(seq: int = 64, budget: float = 9.5):
-    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36 budget leaves
+def small_tiled_config(seq: int = 64, budget: float = 8.5):
+    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 8.5 BRAM36 budget leaves
     blocks of 32 rows (two per pass)."""
     from mlo_hw.config import load_config
     from mlo_hw.hw.layer_engine import with_seq_len

@@ -94,8 +94,9 @@ class Monitor:
             if mv_v.value and mv_r.value:
                 word = int(mv_p.value)
                 self.mvau.append((layer, op, [signed(word >> (ACC_BITS * p), ACC_BITS) for p in range(PE)]))
-            if sm_v.value and sm_r.value:
-                self.probs.append((layer, int(sm_p.value)))
+            if sm_v.value and sm_r.value:            # a beat of PE probabilities (the softmax has PE lanes)
+                beat = int(sm_p.value)
+                self.probs.extend((layer, (beat >> (8 * lane)) & 0xFF) for lane in range(PE))
             for lane, (ln_v, ln_r, ln_p) in enumerate(lns):
                 if ln_v.value and ln_r.value:
                     self.ln.append((layer, op, lane, signed(int(ln_p.value), RES_BITS)))

@@ -92,6 +92,25 @@ def test_softmax_default_build_keeps_up():
     assert Softmax(row=128, score_bits=23).dividers == 1
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("name,lanes,interval,slots,dividers", [
+    ("minilm_l6", 16, 1, 8, 3),       # a score beat every cycle (head_dim 32 = simd): full rate
+    ("bert_tiny", 8, 8, 4, 1),        # a beat every 8 cycles (head_dim 64, simd 8): a row every 128 cycles
+    ("minilm_l6_arty", 8, 4, 4, 1),
+])
+def test_the_engine_softmax_is_sized_for_the_mvau_score_rate(name, lanes, interval, slots, dividers):
+    """The engine's softmax takes the MVAU's beats (pe lanes), with slots and dividers for a beat every
+    head_dim / simd cycles; its row memories are the shapes the planner counts (perf.onchip_memories)."""
+    from mlo_hw.hw.layer_engine import EngineGeometry
+    cfg = load_config(name)
+    g = EngineGeometry.from_config(cfg)
+    sm = g.softmax(cfg)
+    assert (sm.lanes, g.score_interval, sm.slots, sm.dividers) == (lanes, interval, slots, dividers)
+    shapes = Softmax.memory_shapes(sm.row, sm.score_bits, sm.lanes, interval)
+    assert shapes["scores"] == (lanes * (sm.score_bits + 1), slots * sm.beats)
+    assert shapes["exps"] == (lanes * 16, slots * sm.beats)
+
+
 def _amaranth_rows(dut, rng, rows=6, max_cycles=None):
     """Random rows (one fully masked, one all equal) through ``dut`` with random stalls in Amaranth's
     simulator, checked against ``numerics.softmax``."""

@@ -35,7 +35,7 @@ and ``op``, which every datapath multiplexer selects on, is decoded from it::
               (narrowed per channel from int16 to int8 by the header's ``narrow`` shifts);
               Q row-major, K in PE banks by token (K rows are the MVAU's weight words for Q.K^T),
               V transposed in PE banks by channel (V^T rows are the weight words for P.V)
-    per head  SCORES: Q_h . K_h^T raw -> serializer -> softmax (mask) -> P [S, S] uint8
+    per head  SCORES: Q_h . K_h^T raw -> softmax (mask; pe keys a beat, the MVAU's rate) -> P [S, S] uint8
               PV: P . V_h requantized (ctx_mult, ctx_shift, zero bias) -> CTX
     O         CTX -> Y (int16);  LN1: LayerNorm(X + Y) -> Y (int16, in place)
     FFN_UP    Y (narrowed) -> GELU table -> F [S, I] (uint8);  FFN_DOWN: F -> X (int16);
@@ -71,7 +71,7 @@ from .buffers import ParamGeometry
 from ..config import ConfigError
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
-from .engine.vector_io import Serializer, VectorReader
+from .engine.vector_io import VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
 from .engine.attention_weights import AttentionWeights
@@ -87,7 +87,7 @@ from .softmax import Softmax
 from ..model.tiled import scratch_layout
 from ..model.weight_image import HEADER_FIELDS, layout
 
-__all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Serializer", "Narrow", "trace_members",
+__all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Narrow", "trace_members",
            "LayerEngine", "EngineTop", "engine_top"]
 
 
@@ -170,6 +170,17 @@ class EngineGeometry:
         return cols // self.simd
 
     @property
+    def score_interval(self) -> int:
+        """Cycles between the MVAU's Q.K^T result beats (``pe`` keys of a score row) at its full rate: one per
+        ``head_dim / simd`` column folds. The softmax takes a beat a cycle; this sizes its slots and dividers."""
+        return self.words(self.head_dim)
+
+    def softmax(self, cfg) -> Softmax:
+        """The engine's softmax: ``pe`` keys a beat (the MVAU's result beats as they come), sized for a beat every
+        :attr:`score_interval` cycles."""
+        return Softmax.from_config(cfg, lanes=self.pe, interval=self.score_interval)
+
+    @property
     def work_words(self) -> int:
         """On chip WORK holds K, V^T and CTX (3 x [S, H]) during attention, then the FFN intermediate [S, I];
         tiled, a block's K and V^T (pass 1), then its CTX and its FFN intermediate (pass 2)."""
@@ -238,12 +249,13 @@ def trace_members(cfg) -> dict:
     """Debug outputs of a traced engine (``LayerEngine(cfg, trace=True)``, simulation only): the handshakes
     of the tensors the engine produces on chip, for a harness that records them without looking inside.
     ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
-    ``trace_probs_*``: a softmax probability (uint8); ``trace_ln_*``: per LayerNorm lane, an output element
+    ``trace_probs_*``: a softmax output beat (``pe`` uint8 probabilities of consecutive keys, lane 0 in the
+    LSBs); ``trace_ln_*``: per LayerNorm lane, an output element
     (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments."""
     mp = MVAUParams.from_config(cfg)
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
-            "trace_probs_valid": Out(1), "trace_probs_data": Out(8),
+            "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * mp.pe),
             "trace_ln_valid": Out(LN_LANES), "trace_ln_data": Out(LN_LANES * nx.RES_BITS),
             "trace_compute": Out(1), "trace_stall": Out(1)}
 
@@ -295,9 +307,8 @@ class LayerEngine(wiring.Component):
         d.flush = Signal(name="flush")
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         for name, handle, block in (
-                ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", Softmax.from_config(cfg)),
+                ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
-                ("score_ser", "score_ser", Serializer(g.pe, mp.acc_bits)),
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S))):
             m.submodules[name] = ResetInserter({"sync": d.flush})(block)
             setattr(d, handle, block)
@@ -396,19 +407,18 @@ class LayerEngine(wiring.Component):
         wiring.connect(m, operand.o, mvau.x)
 
     def _mvau_results(self, m, d):
-        """Each MVAU result beat to its consumer: scores to the serializer (softmax), FFN up through the GELU
-        table, everything else through the result writer into its buffer's layout."""
+        """Each MVAU result beat to its consumer: scores to the softmax (a beat of ``pe`` keys as it comes), FFN up
+        through the GELU table, everything else through the result writer into its buffer's layout."""
         g = self.g
         pe, simd = g.pe, g.simd
-        mvau, gelu, score_ser, op, bufs = d.mvau, d.gelu, d.score_ser, d.op, d.bufs
+        mvau, gelu, softmax, op, bufs = d.mvau, d.gelu, d.softmax, d.op, d.bufs
         res_valid = Signal()
         res_data = Signal(8 * pe)
         mvau_bytes = Cat(*(mvau.o.payload[p][:8] for p in range(pe)))
         res_wide = Cat(*(mvau.o.payload[p][:nx.RES_BITS] for p in range(pe)))   # int16 (Q: int8 sign-extended)
         with m.Switch(op):
             with m.Case(Op.SCORES):
-                m.d.comb += [score_ser.i.valid.eq(mvau.o.valid), score_ser.i.payload.eq(mvau.o.payload),
-                             mvau.o.ready.eq(score_ser.i.ready)]
+                m.d.comb += [softmax.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(softmax.i.ready)]
             with m.Case(Op.FFN_UP):
                 m.d.comb += [gelu.i.valid.eq(mvau.o.valid), gelu.i.payload.eq(mvau_bytes),
                              mvau.o.ready.eq(gelu.i.ready), gelu.o.ready.eq(1),
@@ -428,44 +438,31 @@ class LayerEngine(wiring.Component):
                 b = bufs[name]
                 m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
 
-    def _attended(self, m, d, key, step):
-        """Whether the score beat's ``key`` is attended: a real token (below TOKENS) and, with ``model.causal``, not
-        after the beat's query row (the block's first row plus the rows of this SCORES job so far; ``step``: a beat
-        taken). The row count restarts whenever the op is not SCORES (a PV separates every two heads)."""
-        g = self.g
-        if not self.cfg.model.causal:
-            return key < d.tokens
-        query = Signal(range(g.seq), name="query_row")
-        with m.If(d.op != Op.SCORES):
-            m.d.sync += query.eq(d.blk * g.rows if g.tiled else 0)
-        with m.Elif(step & (key == g.seq - 1)):
-            m.d.sync += query.eq(query + 1)
-        return (key < d.tokens) & (key <= query)
-
     def _softmax_layernorm_params(self, m, d):
         """Scores -> softmax -> P; the LayerNorm lanes on (X, Y) pairs, written back in place; the mover's buffer
         ports; the parameter copies (ParamStore -> LayerNorm gains/biases, GELU table, narrowing shifts)."""
         cfg, g = self.cfg, self.g
-        S, R, simd, words = g.seq, g.rows, g.simd, g.words
-        softmax, score_ser, ln_lanes, mover, ws, op, bufs = (d.softmax, d.score_ser, d.ln_lanes, d.mover, d.ws, d.op,
-                                                             d.bufs)
-        key = Signal(range(S))
-        m.d.comb += [softmax.i.valid.eq(score_ser.o.valid), score_ser.o.ready.eq(softmax.i.ready),
-                     softmax.i.payload.score.eq(score_ser.o.payload),
-                     softmax.i.payload.mask.eq(self._attended(m, d, key, softmax.i.valid & softmax.i.ready)),
+        S, R, pe, simd, words = g.seq, g.rows, g.pe, g.simd, g.words
+        softmax, ln_lanes, mover, ws, op, bufs = d.softmax, d.ln_lanes, d.mover, d.ws, d.op, d.bufs
+        # scores: the MVAU's result beat (lane l = key key0 + l, raw accumulators truncated to the softmax's width)
+        d.key0 = key0 = Signal(range(S), name="key0")    # the beat's first key; 0 at a SCORES job's start
+        m.d.comb += [*(softmax.i.payload.score[l].eq(d.mvau.o.payload[l][:softmax.score_bits]) for l in range(pe)),
+                     softmax.i.payload.mask.eq(self._key_mask(m, d, key0, softmax.i.valid & softmax.i.ready)),
                      softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
         with m.If(softmax.i.valid & softmax.i.ready):
-            m.d.sync += key.eq(Mux(key == S - 1, 0, key + 1))
+            m.d.sync += key0.eq(Mux(key0 == S - pe, 0, key0 + pe))
+        # probabilities: a beat is pe bytes of a P word (pe divides simd), written with its byte enables
         d.p_word = Signal(range(words(R * S) + 1), name="p_word")
-        d.p_lane = Signal(range(simd), name="p_lane")
+        d.p_byte = Signal(range(simd), name="p_byte")
         d.p_count = Signal(range(R * S + 1), name="p_count")
         m.d.comb += softmax.o.ready.eq(1)
         with m.If(softmax.o.valid):
             b = bufs["p"]
-            m.d.comb += [b.w.addr.eq(d.p_word), b.w.data.eq(softmax.o.payload.as_value().replicate(simd)), b.w.en.eq(1 << d.p_lane)]
-            m.d.sync += [d.p_count.eq(d.p_count + 1), d.p_lane.eq(d.p_lane + 1)]
-            with m.If(d.p_lane == simd - 1):
-                m.d.sync += [d.p_lane.eq(0), d.p_word.eq(d.p_word + 1)]
+            m.d.comb += [b.w.addr.eq(d.p_word), b.w.data.eq(softmax.o.payload.as_value().replicate(simd // pe)),
+                         b.w.en.eq(Const((1 << pe) - 1, simd) << d.p_byte)]
+            m.d.sync += [d.p_count.eq(d.p_count + pe), d.p_byte.eq(d.p_byte + pe)]
+            with m.If(d.p_byte == simd - pe):
+                m.d.sync += [d.p_byte.eq(0), d.p_word.eq(d.p_word + 1)]
 
         # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
         # -> X (a row is read whole before its output overwrites it)
@@ -507,6 +504,22 @@ class LayerEngine(wiring.Component):
         wiring.connect(m, copier.shift, d.operand.shift)
         wiring.connect(m, copier.gelu, d.gelu.table_w)
         wiring.connect(m, copier.ln, ln_lanes.param)
+
+    def _key_mask(self, m, d, key0, step):
+        """The attention mask of a score beat: bit l is 1 when key ``key0 + l`` may be attended. BERT padding: the
+        first TOKENS keys (a prefix); keys beyond them and the padding up to ``seq`` are masked. With
+        ``model.causal`` also no key after the beat's query row: the block's first row plus the rows of this SCORES
+        job so far (``step``: a beat taken; a row ends with the beat of key ``seq - pe``). The row count restarts
+        whenever the op is not SCORES (a PV separates every two heads)."""
+        g = self.g
+        if not self.cfg.model.causal:
+            return Cat(*(key0 + l < d.tokens for l in range(g.pe)))
+        query = Signal(range(g.seq), name="query_row")
+        with m.If(d.op != Op.SCORES):
+            m.d.sync += query.eq(d.blk * g.rows if g.tiled else 0)
+        with m.Elif(step & (key0 == g.seq - g.pe)):
+            m.d.sync += query.eq(query + 1)
+        return Cat(*((key0 + l < d.tokens) & (key0 + l <= query) for l in range(g.pe)))
 
     def _status(self, m, d):
         """STATUS, ERROR_*, the counters' inputs and the weight streamer's and mover's run controls. STATUS.busy: a

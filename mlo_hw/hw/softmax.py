@@ -88,9 +88,11 @@ class Softmax(wiring.Component):
         them stable while rows are in flight.
     Throughput: one beat (``lanes`` elements) per cycle in and out in steady state while every unit keeps
     up: ingest, exp and output take ``beats = row / lanes`` cycles a row, each divider
-    ``DIVIDE_CYCLES = 19`` cycles a row. ``dividers`` defaults to ``ceil(19 / beats)`` and ``slots`` to
-    the rows a row's lifetime covers (:meth:`default_slots`), so the default build runs at full rate;
-    with fewer dividers the rate is ``min(1, dividers * beats / 19)`` beats a cycle. Measured (always
+    ``DIVIDE_CYCLES = 19`` cycles a row. ``dividers`` defaults to ``ceil(19 / (beats * interval))`` and
+    ``slots`` to the rows a row's lifetime covers (:meth:`default_slots`), so the default build keeps up
+    with one beat every ``interval`` cycles (``interval = 1``: full rate; a producer slower than that, like
+    the engine's MVAU at ``head_dim / simd`` cycles a beat, needs fewer slots and dividers); with fewer
+    dividers the rate is ``min(1, dividers * beats / 19)`` beats a cycle. Measured (always
     valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
     rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
     16 elements a cycle).
@@ -102,17 +104,19 @@ class Softmax(wiring.Component):
     """
 
     def __init__(self, row: int, score_bits: int, lanes: int = 1, *, dividers: int | None = None,
-                 slots: int | None = None):
+                 slots: int | None = None, interval: int = 1):
         if row < 1:
             raise ValueError(f"Softmax: row must be >= 1, got {row}")
         if score_bits < 2:
             raise ValueError(f"Softmax: score_bits must be >= 2, got {score_bits}")
         if lanes < 1 or row % lanes:
             raise ValueError(f"Softmax: lanes must be >= 1 and divide row {row}, got {lanes}")
+        if interval < 1:
+            raise ValueError(f"Softmax: interval must be >= 1, got {interval}")
         self.row, self.score_bits, self.lanes = row, score_bits, lanes
         self.beats = row // lanes
-        self.dividers = dividers if dividers is not None else -(-DIVIDE_CYCLES // self.beats)
-        self.slots = slots if slots is not None else self.default_slots(row, lanes)
+        self.dividers = dividers if dividers is not None else -(-DIVIDE_CYCLES // (self.beats * interval))
+        self.slots = slots if slots is not None else self.default_slots(row, lanes, interval)
         if self.dividers < 1:
             raise ValueError(f"Softmax: dividers must be >= 1, got {self.dividers}")
         if self.slots < 2 or self.slots & (self.slots - 1):
@@ -125,10 +129,11 @@ class Softmax(wiring.Component):
         })
 
     @classmethod
-    def from_config(cls, cfg, lanes: int = 1) -> "Softmax":
+    def from_config(cls, cfg, lanes: int = 1, interval: int = 1) -> "Softmax":
         """Rows of ``seq_padded`` keys; scores are Q.K^T accumulators over ``head_dim`` terms.
-        ``lanes = cfg.folding.pe`` takes the matrix-vector unit's result beats as they come."""
-        return cls(row=cfg.seq_padded, score_bits=cfg.acc_bits(cfg.head_dim), lanes=lanes)
+        ``lanes = cfg.folding.pe`` takes the matrix-vector unit's result beats as they come, one every
+        ``interval = head_dim / simd`` cycles at most (the engine's)."""
+        return cls(row=cfg.seq_padded, score_bits=cfg.acc_bits(cfg.head_dim), lanes=lanes, interval=interval)
 
     @staticmethod
     def latency(row: int, lanes: int = 1) -> int:
@@ -139,19 +144,32 @@ class Softmax(wiring.Component):
         return ingest + exp + DIVIDE_CYCLES + 1 + OUT_PIPE
 
     @classmethod
-    def default_slots(cls, row: int, lanes: int = 1) -> int:
-        """Enough row slots for full rate: a row holds its slot from its first input to its last output
-        (``latency + beats`` cycles) while a new row arrives every ``beats`` cycles; a power of two >= 4."""
+    def default_slots(cls, row: int, lanes: int = 1, interval: int = 1) -> int:
+        """Enough row slots for input beats every ``interval`` cycles: a row holds its slot from its first
+        input to its last output (``latency + beats`` cycles, plus ``(interval - 1) * beats`` while its
+        beats trickle in) while a new row arrives every ``interval * beats`` cycles; a power of two >= 4."""
         beats = row // lanes
-        rows_in_flight = -(-(cls.latency(row, lanes) + beats) // beats)
+        lifetime = cls.latency(row, lanes) + beats + (interval - 1) * beats
+        rows_in_flight = -(-lifetime // (interval * beats))
         return max(4, 1 << (rows_in_flight - 1).bit_length())
+
+    @classmethod
+    def memory_shapes(cls, row: int, score_bits: int, lanes: int = 1, interval: int = 1,
+                      slots: int | None = None) -> dict[str, tuple[int, int]]:
+        """(width bits, depth) of the score and exponent memories (``slots`` None: :meth:`default_slots`); a
+        memory address is Cat(beat index, slot), so the depth is ``slots`` times ``row / lanes`` rounded up to a
+        power of two. (The ``lanes`` 256 x 16 exp2 ROMs are not included.)"""
+        beats = row // lanes
+        slots = cls.default_slots(row, lanes, interval) if slots is None else slots
+        depth = slots << max(1, (beats - 1).bit_length())
+        return {"scores": (lanes * (score_bits + 1), depth), "exps": (lanes * EXP_BITS, depth)}
 
     def elaborate(self, platform):
         m = Module()
         n, w, lanes = self.beats, self.score_bits, self.lanes
         idx_bits = max(1, (n - 1).bit_length())          # a memory address is Cat(beat index, slot)
         slot_bits = (self.slots - 1).bit_length()
-        depth = self.slots << idx_bits
+        depth = self.slots << idx_bits                    # as memory_shapes says
         s = SimpleNamespace(
             idx_bits=idx_bits, slot_bits=slot_bits,
             sum_shape=unsigned((self.row << nx.EXP_ONE_BITS).bit_length()),

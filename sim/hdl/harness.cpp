@@ -93,9 +93,11 @@ static void sample() {
         tr_mvau.push_back(op);
         for (int p = 0; p < PE; p++) tr_mvau.push_back(sext(bits(top->trace_mvau_data, p * ACC_BITS, ACC_BITS), ACC_BITS));
     }
-    if (top->trace_probs_valid) {
-        tr_probs.push_back(layer);
-        tr_probs.push_back(static_cast<int32_t>(top->trace_probs_data));
+    if (top->trace_probs_valid) {           // a beat of PE probabilities (bytes): one record each, in key order
+        for (int l = 0; l < PE; l++) {
+            tr_probs.push_back(layer);
+            tr_probs.push_back(static_cast<int32_t>(bits(top->trace_probs_data, 8 * l, 8)));
+        }
     }
     for (int i = 0; i < LN_LANES; i++) {
         if ((top->trace_ln_valid >> i) & 1) {

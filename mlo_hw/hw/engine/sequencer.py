@@ -169,7 +169,8 @@ class Sequencer:
                 self.operand_command(0, g.words(S), g.words(S))
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += d.operand.start.eq(1)
-                m.d.sync += [d.issued.eq(0), d.p_count.eq(0), d.p_word.eq(0), d.p_lane.eq(0)]
+                m.d.sync += [d.issued.eq(0), d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0),
+                             d.key0.eq(0)]
                 if not g.tiled:
                     a = d.attw.cfg
                     m.d.comb += [d.attw.start.eq(1), a.cols.eq(g.words(cols)), a.rows.eq(job_rows // g.pe),
