@@ -318,6 +318,14 @@ class EngineSim:
         self._harness = {backend: self.h}
         self.image = pack_image(cfg, model.layers)
 
+    def golden(self, x, tokens: int, layers: int | None = None):
+        """The golden model of a run: (output, per-layer traces) of ``layers`` layers on ``x`` with keys ``tokens``..
+        masked (and the causal mask of a ``model.causal`` config)."""
+        layers = self.cfg.model.layers if layers is None else layers
+        traces: list = []
+        mask = attention_mask(np.arange(self.cfg.model.seq_len) < tokens, self.cfg.model.causal)
+        return int_stack(x, self.model.layers[:layers], mask, self.cfg.model.heads, traces), traces
+
     def run_checked(self, x, tokens: int, layers: int | None = None, **kw):
         """One run (:meth:`run_many`'s keywords) that must end with DONE and equal the golden model tensor by
         tensor and in DRAM (:func:`~sim.engine_check.check_run`); returns (result, golden output, golden traces)."""
@@ -327,9 +335,7 @@ class EngineSim:
         assert r.irq, f"{what}: no interrupt after {r.cycles} cycles (STATUS {r.status:#x})"
         assert r.status & self.h.bit("STATUS", "done") and not r.status & self.h.bit("STATUS", "error"), \
             f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-        traces = []
-        mask = attention_mask(np.arange(self.cfg.model.seq_len) < tokens, self.cfg.model.causal)
-        want = int_stack(x, self.model.layers[:layers], mask, self.cfg.model.heads, traces)
+        want, traces = self.golden(x, tokens, layers)
         check_run(self.cfg, r.output, want, traces, r.trace, self.cfg.model.seq_len, layers)
         return r, want, traces
 

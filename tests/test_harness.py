@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from mlo_hw.config import load_config
-from mlo_hw.model.golden import int_stack
 from mlo_hw.model.quantize import build_model
 from mlo_hw.model.weight_image import layout
 from sim.engine_check import check_run, check_run_rejects_corruption
@@ -18,12 +17,6 @@ from sim.harness import EngineSim, Run, random_input, small_tiled_config
 def small():
     cfg = load_config("small")
     return cfg, EngineSim(cfg, build_model(cfg)[1])
-
-
-def _golden(cfg, model, x, tokens, layers):
-    traces = []
-    mask = np.arange(cfg.model.seq_len) < tokens
-    return int_stack(x, model.layers[:layers], mask, cfg.model.heads, traces), traces
 
 
 def test_small_config_bit_exact_under_random_stalls_and_ddr3_timing(small):
@@ -52,7 +45,7 @@ def test_a_corrupted_weight_is_named_by_layer_and_tensor(small):
     image[lay.stride + lay["ffn_up"].tile_offset(0) + 3] ^= 0x40
     x = random_input(cfg, sim.model, 5)
     r = sim.run(x, cfg.model.seq_len, image=bytes(image), stall=0.3)
-    want, traces = _golden(cfg, sim.model, x, cfg.model.seq_len, cfg.model.layers)
+    want, traces = sim.golden(x, cfg.model.seq_len)
     with pytest.raises(AssertionError, match=r"^layer 1 tensor ffn_up differs first at index \d+"):
         check_run(cfg, r.output, want, traces, r.trace, cfg.model.seq_len, cfg.model.layers)
 
@@ -109,7 +102,7 @@ def test_an_error_response_on_a_random_beat_of_any_channel_stops_the_run_then_so
         else:
             assert bad.error_addr == addr, f"{what}: ERROR_ADDR {bad.error_addr:#x}"
         assert good.irq and good.status & done and not good.status & error, f"after {what}: STATUS {good.status:#x}"
-        want, traces = _golden(cfg, sim.model, run.x, run.tokens, cfg.model.layers)
+        want, traces = sim.golden(run.x, run.tokens)
         check_run(cfg, good.output, want, traces, good.trace, cfg.model.seq_len, cfg.model.layers)
 
 
@@ -135,7 +128,7 @@ def small_tiled():
 def _check_output(cfg, sim, r, x, tokens, layers):
     assert r.irq and r.status & sim.h.bit("STATUS", "done") and not r.status & sim.h.bit("STATUS", "error"), \
         f"STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-    want, _ = _golden(cfg, sim.model, x, tokens, layers)
+    want, _ = sim.golden(x, tokens, layers)
     bad = np.argwhere(r.output[:tokens] != want[:tokens])
     assert len(bad) == 0, f"output in DRAM differs first at {tuple(int(b) for b in bad[0])} ({len(bad)} elements)"
 
