@@ -81,7 +81,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     beat = cfg.memory.axi_data_bits
     tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
     param_bytes = ParamGeometry.from_config(cfg).slot_bytes       # one layer's small sections
-    softmax = Softmax.memory_shapes(s, cfg.acc_bits(g.head_dim), g.pe, g.score_interval)   # the engine's (g.softmax)
+    softmax = Softmax.memory_shapes(s, cfg.acc_bits(g.head_dim), g.softmax_lanes, g.softmax_interval)   # g.softmax
     return {
         "x": (nx.RES_BITS * g.simd, g.words(s * h)),
         "y": (nx.RES_BITS * g.simd, g.words(s * h)),

@@ -171,7 +171,7 @@ def _layernorm(cfg):
 
 def _softmax(cfg):
     from .hw.layer_engine import EngineGeometry
-    return EngineGeometry.from_config(cfg).softmax(cfg)      # the engine's: pe keys a beat
+    return EngineGeometry.from_config(cfg).softmax(cfg)      # the engine's: softmax_lanes keys a beat
 
 
 def _gelu(cfg):

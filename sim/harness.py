@@ -31,7 +31,7 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib.wiring import Out
 
-from mlo_hw.hw.layer_engine import LN_LANES, LayerEngine
+from mlo_hw.hw.layer_engine import LN_LANES, EngineGeometry, LayerEngine
 from mlo_hw.hw.mvau import MVAUParams
 from mlo_hw.model.golden import int_stack
 from mlo_hw.model.numerics import RES_BITS, attention_mask
@@ -146,8 +146,8 @@ def random_input(cfg, model, seed: int) -> np.ndarray:
     return model.quantize_input(x_float)
 
 
-def small_tiled_config(seq: int = 64, budget: float = 8.5):
-    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 8.5 BRAM36 budget leaves
+def small_tiled_config(seq: int = 64, budget: float = 9.5):
+    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36 budget leaves
     blocks of 32 rows (two per pass)."""
     from mlo_hw.config import load_config
     from mlo_hw.hw.layer_engine import with_seq_len
@@ -221,7 +221,8 @@ def build(cfg, backend: str = "axi_dram") -> Path:
     else:
         raise ValueError(f"backend: expected 'axi_dram' or 'litedram', got {backend!r}")
     sources["harness.cpp"] = (HDL / "harness.cpp").read_text()
-    defines = f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DLN_LANES={LN_LANES} -DRES_BITS={RES_BITS}"
+    defines = (f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DSOFTMAX_LANES={EngineGeometry.from_config(cfg).softmax_lanes} "
+               f"-DLN_LANES={LN_LANES} -DRES_BITS={RES_BITS}")
     flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
              "-CFLAGS", f"-O2 {defines}"]
     key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]

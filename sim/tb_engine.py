@@ -20,7 +20,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from mlo_hw.config import load_config
 from mlo_hw.model.golden import int_stack
-from mlo_hw.hw.layer_engine import LN_LANES, Op, with_seq_len
+from mlo_hw.hw.layer_engine import LN_LANES, EngineGeometry, Op, with_seq_len
 from mlo_hw.model.numerics import RES_BITS
 from mlo_hw.model.quantize import DRAM_DTYPE, build_model, dram_bytes, from_dram, random_inputs
 from mlo_hw.model.weight_image import layout, pack_image
@@ -36,6 +36,7 @@ BIT = {(r["name"], f["name"]): 1 << f["lsb"] for r in P["registers"] for f in r[
 WEIGHT_BASE, INPUT_BASE, OUTPUT_BASE = 0x40000, 0x1000, 0x20000    # room for int16 [128, 384]
 H, HEADS, PE = CFG.model.hidden, CFG.model.heads, CFG.folding.pe
 ACC_BITS = int(P["acc_bits"])
+SOFTMAX_LANES = EngineGeometry.from_config(CFG).softmax_lanes
 
 
 MODEL = build_model(CFG)[1]
@@ -94,9 +95,9 @@ class Monitor:
             if mv_v.value and mv_r.value:
                 word = int(mv_p.value)
                 self.mvau.append((layer, op, [signed(word >> (ACC_BITS * p), ACC_BITS) for p in range(PE)]))
-            if sm_v.value and sm_r.value:            # a beat of PE probabilities (the softmax has PE lanes)
+            if sm_v.value and sm_r.value:            # a beat of SOFTMAX_LANES probabilities
                 beat = int(sm_p.value)
-                self.probs.extend((layer, (beat >> (8 * lane)) & 0xFF) for lane in range(PE))
+                self.probs.extend((layer, (beat >> (8 * lane)) & 0xFF) for lane in range(SOFTMAX_LANES))
             for lane, (ln_v, ln_r, ln_p) in enumerate(lns):
                 if ln_v.value and ln_r.value:
                     self.ln.append((layer, op, lane, signed(int(ln_p.value), RES_BITS)))

@@ -58,7 +58,7 @@ def test_on_chip_bound_is_the_tile_bound_plus_the_input_and_output():
     assert p.cycles == cfg.model.layers * layer_bound(cfg) + io // cfg.axi_data_bytes
 
 
-@pytest.mark.parametrize("seq,budget", [(64, 8.5), (128, 12)])
+@pytest.mark.parametrize("seq,budget", [(64, 9.5), (128, 12)])
 def test_a_budget_forces_the_tiled_path_and_its_traffic_is_the_executed_schedule(seq, budget):
     cfg = _cfg("small", budget=budget, seq_len=seq)
     p = plan(cfg)
@@ -80,7 +80,7 @@ def test_the_engine_is_built_for_the_plan_and_its_buffers_fit_the_budget():
     width x depth, counted like the planner's) fit the budget the plan was made for."""
     from mlo_hw.hw.layer_engine import LayerEngine
     from mlo_hw.perf import bram36
-    cfg = _cfg("small", budget=8.5, seq_len=64)
+    cfg = _cfg("small", budget=9.5, seq_len=64)
     p, eng = plan(cfg), LayerEngine(cfg)
     assert p.mode == "tiled" and (eng.g.rows, eng.g.blocks) == (p.block, p.blocks)
     g = eng.g

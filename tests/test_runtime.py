@@ -394,7 +394,7 @@ def test_the_embedding_example_on_the_sim_backend_is_bit_exact(tmp_path):
 
 
 def test_a_dram_tiled_plan_gets_scratch_and_both_backends_agree(tmp_path):
-    """A config whose plan keeps activations in DRAM (the small config at 64 tokens with a 8.5 BRAM36 budget): the
+    """A config whose plan keeps activations in DRAM (the small config at 64 tokens with a 9.5 BRAM36 budget): the
     runtime gives the engine SCRATCH_BYTES of scratch, both backends give the same bits, and a scratch base
     that overlaps the weights is refused by both with ERROR_CODE.bad_scratch."""
     from sim.harness import small_tiled_config

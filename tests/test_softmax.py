@@ -93,20 +93,22 @@ def test_softmax_default_build_keeps_up():
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-@pytest.mark.parametrize("name,lanes,interval,slots,dividers", [
-    ("minilm_l6", 16, 1, 8, 3),       # a score beat every cycle (head_dim 32 = simd): full rate
-    ("bert_tiny", 8, 8, 4, 1),        # a beat every 8 cycles (head_dim 64, simd 8): a row every 128 cycles
-    ("minilm_l6_arty", 8, 4, 4, 1),
+@pytest.mark.parametrize("name,lanes,score_interval,slots,dividers", [
+    ("minilm_l6", 16, 1, 8, 3),       # a score beat every cycle (head_dim 32 = simd): 16 keys a cycle, full rate
+    ("bert_tiny", 1, 8, 4, 1),        # 8 keys every 8 cycles (head_dim 64, simd 8): one lane keeps up
+    ("minilm_l6_arty", 2, 4, 4, 1),   # 8 keys every 4 cycles: two lanes
 ])
-def test_the_engine_softmax_is_sized_for_the_mvau_score_rate(name, lanes, interval, slots, dividers):
-    """The engine's softmax takes the MVAU's beats (pe lanes), with slots and dividers for a beat every
-    head_dim / simd cycles; its row memories are the shapes the planner counts (perf.onchip_memories)."""
+def test_the_engine_softmax_is_sized_for_the_mvau_score_rate(name, lanes, score_interval, slots, dividers):
+    """The engine's softmax takes the keys the MVAU makes a cycle (pe every head_dim / simd cycles) and no more:
+    the fewest lanes dividing pe that keep up; its row memories are the shapes the planner counts."""
     from mlo_hw.hw.layer_engine import EngineGeometry
     cfg = load_config(name)
     g = EngineGeometry.from_config(cfg)
     sm = g.softmax(cfg)
-    assert (sm.lanes, g.score_interval, sm.slots, sm.dividers) == (lanes, interval, slots, dividers)
-    shapes = Softmax.memory_shapes(sm.row, sm.score_bits, sm.lanes, interval)
+    assert (sm.lanes, g.score_interval, sm.slots, sm.dividers) == (lanes, score_interval, slots, dividers)
+    assert g.pe % sm.lanes == 0 and sm.lanes * g.score_interval >= g.pe          # keeps up with the MVAU
+    assert sm.lanes == 1 or (sm.lanes // 2) * g.score_interval < g.pe              # and half as many would not
+    shapes = Softmax.memory_shapes(sm.row, sm.score_bits, sm.lanes, g.softmax_interval)
     assert shapes["scores"] == (lanes * (sm.score_bits + 1), slots * sm.beats)
     assert shapes["exps"] == (lanes * 16, slots * sm.beats)
 

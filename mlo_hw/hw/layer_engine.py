@@ -71,7 +71,7 @@ from .buffers import ParamGeometry
 from ..config import ConfigError
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
-from .engine.vector_io import VectorReader
+from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
 from .engine.attention_weights import AttentionWeights
@@ -83,7 +83,7 @@ from .loop_ctrl import WeightStreamer
 from .mvau import MVAU, MVAUParams
 from ..plan import plan
 from .regs import AXIL_ADDR_BITS, ControlRegs
-from .softmax import Softmax
+from .softmax import Softmax, score_layout
 from ..model.tiled import scratch_layout
 from ..model.weight_image import HEADER_FIELDS, layout
 
@@ -172,13 +172,26 @@ class EngineGeometry:
     @property
     def score_interval(self) -> int:
         """Cycles between the MVAU's Q.K^T result beats (``pe`` keys of a score row) at its full rate: one per
-        ``head_dim / simd`` column folds. The softmax takes a beat a cycle; this sizes its slots and dividers."""
+        ``head_dim / simd`` column folds."""
         return self.words(self.head_dim)
 
+    @property
+    def softmax_lanes(self) -> int:
+        """Keys the softmax takes a cycle: the fewest that keep up with the MVAU's ``pe / score_interval`` scores a
+        cycle, a divisor of ``pe`` (1 on bert_tiny: 8 keys every 8 cycles; 16 on MiniLM at PE 16 x SIMD 32, whose
+        32-wide heads make a beat a cycle). Each lane costs an exp2 table, two multipliers and its share of the
+        score and exponent words, so lanes beyond the rate are LUTs for nothing."""
+        return next(n for n in range(1, self.pe + 1) if self.pe % n == 0 and n * self.score_interval >= self.pe)
+
+    @property
+    def softmax_interval(self) -> int:
+        """Cycles between the softmax's input beats on average: a result beat every :attr:`score_interval` cycles
+        is ``pe / softmax_lanes`` softmax beats. It sizes the softmax's row slots and dividers."""
+        return max(1, self.score_interval * self.softmax_lanes // self.pe)
+
     def softmax(self, cfg) -> Softmax:
-        """The engine's softmax: ``pe`` keys a beat (the MVAU's result beats as they come), sized for a beat every
-        :attr:`score_interval` cycles."""
-        return Softmax.from_config(cfg, lanes=self.pe, interval=self.score_interval)
+        """The engine's softmax: :attr:`softmax_lanes` keys a beat, a result beat's groups of keys in turn."""
+        return Softmax.from_config(cfg, lanes=self.softmax_lanes, interval=self.softmax_interval)
 
     @property
     def work_words(self) -> int:
@@ -249,13 +262,13 @@ def trace_members(cfg) -> dict:
     """Debug outputs of a traced engine (``LayerEngine(cfg, trace=True)``, simulation only): the handshakes
     of the tensors the engine produces on chip, for a harness that records them without looking inside.
     ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
-    ``trace_probs_*``: a softmax output beat (``pe`` uint8 probabilities of consecutive keys, lane 0 in the
-    LSBs); ``trace_ln_*``: per LayerNorm lane, an output element
+    ``trace_probs_*``: a softmax output beat (``softmax_lanes`` uint8 probabilities of consecutive keys, lane 0
+    in the LSBs); ``trace_ln_*``: per LayerNorm lane, an output element
     (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments."""
     mp = MVAUParams.from_config(cfg)
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
-            "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * mp.pe),
+            "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
             "trace_ln_valid": Out(LN_LANES), "trace_ln_data": Out(LN_LANES * nx.RES_BITS),
             "trace_compute": Out(1), "trace_stall": Out(1)}
 
@@ -308,6 +321,7 @@ class LayerEngine(wiring.Component):
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
+                ("score_groups", "score_groups", self._score_groups()),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S))):
             m.submodules[name] = ResetInserter({"sync": d.flush})(block)
@@ -411,14 +425,14 @@ class LayerEngine(wiring.Component):
         through the GELU table, everything else through the result writer into its buffer's layout."""
         g = self.g
         pe, simd = g.pe, g.simd
-        mvau, gelu, softmax, op, bufs = d.mvau, d.gelu, d.softmax, d.op, d.bufs
+        mvau, gelu, op, bufs = d.mvau, d.gelu, d.op, d.bufs
         res_valid = Signal()
         res_data = Signal(8 * pe)
         mvau_bytes = Cat(*(mvau.o.payload[p][:8] for p in range(pe)))
         res_wide = Cat(*(mvau.o.payload[p][:nx.RES_BITS] for p in range(pe)))   # int16 (Q: int8 sign-extended)
         with m.Switch(op):
             with m.Case(Op.SCORES):
-                m.d.comb += [softmax.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(softmax.i.ready)]
+                m.d.comb += [d.score_groups.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(d.score_groups.i.ready)]
             with m.Case(Op.FFN_UP):
                 m.d.comb += [gelu.i.valid.eq(mvau.o.valid), gelu.i.payload.eq(mvau_bytes),
                              mvau.o.ready.eq(gelu.i.ready), gelu.o.ready.eq(1),
@@ -445,23 +459,29 @@ class LayerEngine(wiring.Component):
         S, R, pe, simd, words = g.seq, g.rows, g.pe, g.simd, g.words
         softmax, ln_lanes, mover, ws, op, bufs = d.softmax, d.ln_lanes, d.mover, d.ws, d.op, d.bufs
         # scores: the MVAU's result beat (lane l = key key0 + l, raw accumulators truncated to the softmax's width)
+        # with its mask, in groups of the softmax's lanes
+        groups, L = d.score_groups, g.softmax_lanes
         d.key0 = key0 = Signal(range(S), name="key0")    # the beat's first key; 0 at a SCORES job's start
-        m.d.comb += [*(softmax.i.payload.score[l].eq(d.mvau.o.payload[l][:softmax.score_bits]) for l in range(pe)),
-                     softmax.i.payload.mask.eq(self._key_mask(m, d, key0, softmax.i.valid & softmax.i.ready)),
-                     softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
-        with m.If(softmax.i.valid & softmax.i.ready):
+        step = groups.i.valid & groups.i.ready
+        mask = self._key_mask(m, d, key0, step)
+        for l in range(pe):
+            group = groups.i.payload[l // L]
+            m.d.comb += [group.score[l % L].eq(d.mvau.o.payload[l][:softmax.score_bits]), group.mask[l % L].eq(mask[l])]
+        wiring.connect(m, groups.o, softmax.i)
+        m.d.comb += [softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
+        with m.If(step):
             m.d.sync += key0.eq(Mux(key0 == S - pe, 0, key0 + pe))
-        # probabilities: a beat is pe bytes of a P word (pe divides simd), written with its byte enables
+        # probabilities: a beat is L bytes of a P word (L divides pe, which divides simd), written with its byte enables
         d.p_word = Signal(range(words(R * S) + 1), name="p_word")
         d.p_byte = Signal(range(simd), name="p_byte")
         d.p_count = Signal(range(R * S + 1), name="p_count")
         m.d.comb += softmax.o.ready.eq(1)
         with m.If(softmax.o.valid):
             b = bufs["p"]
-            m.d.comb += [b.w.addr.eq(d.p_word), b.w.data.eq(softmax.o.payload.as_value().replicate(simd // pe)),
-                         b.w.en.eq(Const((1 << pe) - 1, simd) << d.p_byte)]
-            m.d.sync += [d.p_count.eq(d.p_count + pe), d.p_byte.eq(d.p_byte + pe)]
-            with m.If(d.p_byte == simd - pe):
+            m.d.comb += [b.w.addr.eq(d.p_word), b.w.data.eq(softmax.o.payload.as_value().replicate(simd // L)),
+                         b.w.en.eq(Const((1 << L) - 1, simd) << d.p_byte)]
+            m.d.sync += [d.p_count.eq(d.p_count + L), d.p_byte.eq(d.p_byte + L)]
+            with m.If(d.p_byte == simd - L):
                 m.d.sync += [d.p_byte.eq(0), d.p_word.eq(d.p_word + 1)]
 
         # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
@@ -504,6 +524,13 @@ class LayerEngine(wiring.Component):
         wiring.connect(m, copier.shift, d.operand.shift)
         wiring.connect(m, copier.gelu, d.gelu.table_w)
         wiring.connect(m, copier.ln, ln_lanes.param)
+
+    def _score_groups(self) -> Serializer:
+        """An MVAU score beat (``pe`` keys) to the softmax in groups of :attr:`EngineGeometry.softmax_lanes` keys, one
+        group a cycle; the MVAU makes a beat every ``score_interval`` cycles, so the groups keep up."""
+        g = self.g
+        lanes = g.softmax_lanes
+        return Serializer(g.pe // lanes, score_layout(self.cfg.acc_bits(g.head_dim), lanes))
 
     def _key_mask(self, m, d, key0, step):
         """The attention mask of a score beat: bit l is 1 when key ``key0 + l`` may be attended. BERT padding: the

@@ -19,7 +19,7 @@
 // Every line it prints for the caller starts with a keyword; a protocol error of the DRAM model stops the
 // run with "protocol_error cycle=N" and exit status 3; a bad script line exits with status 2.
 //
-// Widths come from the build (-D): PE, ACC_BITS, LN_LANES, RES_BITS.
+// Widths come from the build (-D): PE, ACC_BITS, SOFTMAX_LANES, LN_LANES, RES_BITS.
 #include "Vsim_top.h"
 #include "Vsim_top__Dpi.h"
 #include "svdpi.h"
@@ -93,8 +93,8 @@ static void sample() {
         tr_mvau.push_back(op);
         for (int p = 0; p < PE; p++) tr_mvau.push_back(sext(bits(top->trace_mvau_data, p * ACC_BITS, ACC_BITS), ACC_BITS));
     }
-    if (top->trace_probs_valid) {           // a beat of PE probabilities (bytes): one record each, in key order
-        for (int l = 0; l < PE; l++) {
+    if (top->trace_probs_valid) {           // a beat of SOFTMAX_LANES probabilities (bytes): a record each, in key order
+        for (int l = 0; l < SOFTMAX_LANES; l++) {
             tr_probs.push_back(layer);
             tr_probs.push_back(static_cast<int32_t>(bits(top->trace_probs_data, 8 * l, 8)));
         }

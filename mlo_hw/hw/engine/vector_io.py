@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["VectorReader", "Serializer"]
@@ -53,19 +53,27 @@ class VectorReader(wiring.Component):
 
 
 class Serializer(wiring.Component):
-    """``lanes`` lanes of ``bits`` in, one lane per beat out (lane 0 first). One element per cycle."""
+    """A word of ``lanes`` elements in, one element a beat out (lane 0 first): one element a cycle.
 
-    def __init__(self, lanes: int, bits: int):
-        self.lanes, self.bits = lanes, bits
-        super().__init__({"i": In(stream.Signature(lanes * bits)), "o": Out(stream.Signature(bits))})
+    ``i`` payload: ``ArrayLayout(shape, lanes)`` (lane 0 in the LSBs); ``o`` payload: ``shape`` (an int is
+    ``unsigned(shape)``; a layout lets ``o`` connect to a typed stream). A word is taken when the last element
+    of the previous one leaves, so back-to-back words stream without a gap; the first element leaves the
+    cycle after its word is taken.
+    """
+
+    def __init__(self, lanes: int, shape):
+        self.lanes = lanes
+        self.shape = unsigned(shape) if isinstance(shape, int) else shape
+        super().__init__({"i": In(stream.Signature(data.ArrayLayout(self.shape, lanes))),
+                          "o": Out(stream.Signature(self.shape))})
 
     def elaborate(self, platform):
         m = Module()
-        word = Signal(self.lanes * self.bits)
+        word = Signal(data.ArrayLayout(self.shape, self.lanes))
         idx = Signal(range(self.lanes))
         full = Signal()
         last = idx == self.lanes - 1
-        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word.word_select(idx, self.bits)),
+        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word[idx]),
                      self.i.ready.eq(~full | (self.o.ready & last))]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += idx.eq(idx + 1)
