@@ -52,7 +52,7 @@ MARGIN = {"DSP": 0.95, "LUT": 0.85, "BRAM36": 1.0}
 TIE = 0.02
 
 # DSP48E1 of the LayerNorm lanes (r*r, (d << k) * inv, t * gain). The softmax adds two a lane ((max - s) *
-# mult, e * rcp), ``pe`` lanes in the engine. Measured with the one-lane softmax: bert_tiny 58 - 48 (MVAU) = 10,
+# mult, e * rcp), ``EngineGeometry.softmax_lanes`` of them; the requantizer two a lane, ``requant_lanes``. Measured with the one-lane softmax: bert_tiny 58 - 48 (MVAU) = 10,
 # i.e. 8 + 2, exact at PE 8 x SIMD 16 (90) and PE 4 x SIMD 16 (50); minilm_l6_arty (hidden 384) 60 - 48 = 12.
 LAYERNORM_DSP = 8
 
@@ -62,7 +62,9 @@ LAYERNORM_DSP = 8
 # (python -m mlo_hw.synth, slice LUTs): bert_tiny PE 8 x SIMD 8 on chip 15,760; bert_tiny_s512 8 x 8 tiled
 # 16,676; bert_tiny 8 x 16 tiled 21,777; bert_tiny 4 x 16 on chip 15,859 (docs/synthesis.md, "folding: auto").
 # minilm_l6_arty (8 x 8 tiled, hidden 384) measured 17,169 against 16,676 estimated: -3 %, inside the margin.
-LUT_MODEL = {"base": 8155.0, "lane": 58.6, "pe": 313.0, "simd": 168.9, "tiled": 916.0}
+# Each softmax lane beyond the first (EngineGeometry.softmax_lanes): (17,670 + 1,888) - (14,153 + 1,460) over 7,
+# bert_tiny synthesized with its softmax at 8 lanes and at 1 (python -m mlo_hw.synth --config bert_tiny).
+LUT_MODEL = {"base": 8155.0, "lane": 58.6, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0}
 
 # Block RAM36 yosys maps beyond the plan's buffers (LayerNorm and FIFO memories), measured - plan, the largest
 # per mode kept: on chip bert_tiny 8 x 8 49 - 47, 4 x 16 49 - 48; tiled bert_tiny 8 x 16 47 - 46,
@@ -114,17 +116,21 @@ def _dsp_blocks(a_bits: int, b_bits: int) -> int:
 
 
 def dsp_estimate(cfg) -> int:
+    from .hw.layer_engine import EngineGeometry
     from .hw.mvau import MVAUParams
     p = MVAUParams.from_config(cfg)
     mac = -(-p.pe // 2) * p.simd if p.packed else p.pe * p.simd
-    requant = p.pe * _dsp_blocks(p.sum_bits, p.mult_bits + 1)      # unsigned multiplier: one more signed bit
-    return mac + requant + LAYERNORM_DSP + 2 * p.pe       # softmax: pe lanes, two multipliers each
+    requant = p.requant_lanes * _dsp_blocks(p.sum_bits, p.mult_bits + 1)   # unsigned multiplier: one more signed bit
+    softmax = 2 * EngineGeometry.from_config(cfg).softmax_lanes             # two multipliers a lane
+    return mac + requant + LAYERNORM_DSP + softmax
 
 
 def lut_estimate(cfg, mode: str) -> int:
+    from .hw.layer_engine import EngineGeometry
     f, k = cfg.folding, LUT_MODEL
+    softmax_lanes = EngineGeometry.from_config(cfg).softmax_lanes
     return round(k["base"] + k["lane"] * f.pe * f.simd + k["pe"] * f.pe + k["simd"] * f.simd
-                 + (k["tiled"] if mode == "tiled" else 0.0))
+                 + k["softmax_lane"] * (softmax_lanes - 1) + (k["tiled"] if mode == "tiled" else 0.0))
 
 
 def _with_folding(cfg, folding: Folding):

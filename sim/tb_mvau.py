@@ -123,7 +123,7 @@ def random_job(mp, rng: random.Random, nrng: np.random.Generator, raw=None, act_
     raw = rng.random() < 0.4 if raw is None else raw
     wide = rng.random() < 0.4 if wide is None else wide
     act_unsigned = rng.random() < 0.4 if act_unsigned is None else act_unsigned
-    cols = cols or mp.simd * rng.randint(1, min(mp.max_col_folds, 12))
+    cols = cols or mp.simd * rng.randint(mp.requant_groups, max(mp.requant_groups, min(mp.max_col_folds, 12)))
     rows = rows or mp.pe * rng.randint(1, min(mp.max_row_folds, 4))
     vectors = vectors or rng.randint(1, min(mp.max_vectors, 4))
     w = nrng.integers(-(1 << (mp.weight_bits - 1)), 1 << (mp.weight_bits - 1), (rows, cols))
@@ -185,14 +185,15 @@ def realistic_jobs(mp):
     jobs = []
     m = lay.ffn_down
     rows = min(m.w.shape[0], mp.max_rows) // mp.pe * mp.pe
-    if m.w.shape[1] <= mp.max_cols and m.w.shape[1] % mp.simd == 0 and rows:
+    folds = lambda cols: cols % mp.simd == 0 and cols // mp.simd >= mp.requant_groups   # noqa: E731 (mp.command)
+    if m.w.shape[1] <= mp.max_cols and folds(m.w.shape[1]) and rows:
         jobs.append((Job(mp, m.w[:rows], t["gelu"][:vecs], m.bias[:rows], m.mult[:rows], m.shift, False, True, True),
                      t["ffn_down"][:vecs, :rows]))
     qh, kh, vh = split(t["q"]), split(t["k"]), split(t["v"])
-    if s_len % mp.pe == 0 and dh % mp.simd == 0 and s_len <= mp.max_rows:
+    if s_len % mp.pe == 0 and folds(dh) and s_len <= mp.max_rows:
         jobs.append((Job(mp, kh[0], qh[0][:vecs], np.zeros(s_len), np.ones(s_len), 0, True, False),
                      t["scores"][0][:vecs]))
-    if dh % mp.pe == 0 and s_len % mp.simd == 0 and dh <= mp.max_rows and s_len <= mp.max_cols:
+    if dh % mp.pe == 0 and folds(s_len) and dh <= mp.max_rows and s_len <= mp.max_cols:
         ctx = split(t["ctx"])[0]
         jobs.append((Job(mp, vh[0].T, t["probs"][0][:vecs], np.zeros(dh), np.full(dh, lay.ctx_mult),
                          lay.ctx_shift, False, True), ctx[:vecs]))

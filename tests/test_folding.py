@@ -106,13 +106,9 @@ def test_concrete_config_round_trips(auto):
 
 
 @pytest.mark.parametrize("pe, simd, tile_rows, dsp, slice_luts, bram36", [
-    # python -m mlo_hw.synth with the softmax at pe lanes: DSP 72, BRAM36 48 measured. Slice LUTs: still the
-    # one-lane-softmax figure (14,300 + 1,460) that LUT_MODEL was fitted to; the pe-lane softmax measured
-    # 17,670 + 1,888 = 19,558 (+3,798), above the model and its 85 % margin. LUT_MODEL is left unchanged until it
-    # is decided whether the softmax keeps pe lanes on bert_tiny (its MVAU makes one key a cycle); refitting it
-    # now would make `folding: auto` drop bert_tiny to 32 lanes. The one-lane 4 x 16 and 8 x 16 syntheses
-    # (docs/synthesis.md "folding: auto") no longer describe this engine and were not re-run.
-    (8, 8, 8, 72, 14300 + 1460, 48),
+    # python -m mlo_hw.synth --config bert_tiny: MVAU 32 + requant 2 (one shared lane) + LayerNorm 8 + softmax 2
+    # (one lane) DSPs; LUT 14,153 + LUTRAM 1,460 and BRAM36 49 measured with the one-lane softmax.
+    (8, 8, 8, 44, 14153 + 1460, 49),
 ])
 def test_estimates_match_synthesis(pe, simd, tile_rows, dsp, slice_luts, bram36):
     import dataclasses

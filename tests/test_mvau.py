@@ -47,14 +47,28 @@ def test_mvau_synthesizes_without_latches_and_packs_two_lanes_per_dsp():
     mp = MVAUParams.from_config(load_config("small"), pe=2, simd=2)
     res = synth_verilog(to_verilog(MVAU(mp), "mvau_synth"), "mvau_synth")
     assert res.latches == 0
-    # 4 MAC lanes on 2 DSPs, plus the requant multipliers (33 x 16 bits: 2 DSPs per channel)
-    assert res.used["DSP"] == mp.pe * mp.simd // 2 + 2 * mp.pe, res.used
+    # 4 MAC lanes on 2 DSPs, plus the requant multipliers (33 x 16 bits: 2 DSPs a lane), one lane shared by
+    # both channels (a result beat comes every >= 2 cycles: the small config's shortest product has 4 columns)
+    assert mp.requant_lanes == 1
+    assert res.used["DSP"] == mp.pe * mp.simd // 2 + 2 * mp.requant_lanes, res.used
 
 
 def test_latency_is_fixed_by_the_folding():
-    mp = MVAUParams.from_config(load_config("bert_tiny"))
+    mp = MVAUParams.from_config(load_config("bert_tiny"), requant_lanes=8)
     assert MVAU(mp).latency == MVAU.FIXED_STAGES + 3 + MVAU.FIFO_LATENCY
     assert MVAU(dataclasses.replace(mp, simd=1)).latency == MVAU.FIXED_STAGES + MVAU.FIFO_LATENCY
+    shared = MVAUParams.from_config(load_config("bert_tiny"))      # one requant lane: 8 cycles a beat
+    assert (shared.requant_lanes, shared.requant_groups) == (1, 8)
+    assert MVAU(shared).latency == MVAU.FIXED_STAGES + 3 + 8 + MVAU.FIFO_LATENCY
+
+
+def test_the_shared_requantizer_refuses_a_job_whose_beats_come_faster_than_it_takes_them():
+    mp = MVAUParams.from_config(load_config("bert_tiny"))
+    mp.command(cols=64, rows=8, vectors=1)
+    with pytest.raises(ValueError, match="MVAU command cols: the shared requantizer takes 8 cycles a beat"):
+        mp.command(cols=56, rows=8, vectors=1)
+    with pytest.raises(ValueError, match="MVAUParams.requant_lanes: expected a divisor of pe=8"):
+        MVAUParams.from_config(load_config("bert_tiny"), requant_lanes=3)
 
 
 def test_bert_tiny_params_cover_every_product_of_the_layer():

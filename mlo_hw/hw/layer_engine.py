@@ -35,7 +35,8 @@ and ``op``, which every datapath multiplexer selects on, is decoded from it::
               (narrowed per channel from int16 to int8 by the header's ``narrow`` shifts);
               Q row-major, K in PE banks by token (K rows are the MVAU's weight words for Q.K^T),
               V transposed in PE banks by channel (V^T rows are the weight words for P.V)
-    per head  SCORES: Q_h . K_h^T raw -> softmax (mask; pe keys a beat, the MVAU's rate) -> P [S, S] uint8
+    per head  SCORES: Q_h . K_h^T raw -> softmax (mask; a beat's pe keys in groups of softmax_lanes, the
+              MVAU's rate) -> P [S, S] uint8
               PV: P . V_h requantized (ctx_mult, ctx_shift, zero bias) -> CTX
     O         CTX -> Y (int16);  LN1: LayerNorm(X + Y) -> Y (int16, in place)
     FFN_UP    Y (narrowed) -> GELU table -> F [S, I] (uint8);  FFN_DOWN: F -> X (int16);

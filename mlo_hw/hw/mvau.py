@@ -40,8 +40,9 @@ Interface (clock domain ``sync``):
 
 Throughput: one PE x SIMD step per cycle whenever ``x`` has data (only needed in folds ``nf == 0``)
 and the output buffer has room: no bubbles between folds, vectors or jobs. A job of ``V`` vectors
-takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``13 + ceil(log2(simd))``: 16
-for 8 x 8) from its command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
+takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``13 + ceil(log2(simd))``, plus
+``pe / requant_lanes`` with a shared requantizer: 24 for bert_tiny's 8 x 8 with one requant lane) from its
+command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
 the pipeline after issue runs freely and its results land in an output FIFO that issue never
 overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth).
 
@@ -58,6 +59,12 @@ engine presents the second operand through the ``weights`` read port (for ``Q.K^
 rows = keys; for ``P.V`` the rows of V^T, int8, cols = keys) and the first through ``x`` (Q rows,
 int8; probability rows, ``act_unsigned=1``). Activation lanes are therefore extended to 9 signed
 bits inside, and ``acc_bits`` must cover ``max_cols`` products of int8 x uint8 (checked).
+Shared requantization: a result beat leaves the accumulators once per ``col_folds`` cycles, so the
+requantizer (two DSP48E1 a channel) needs only ``requant_lanes = pe / min col_folds`` lanes (rounded up to a
+divisor of ``pe``), each taking its channels of a beat in turn (:class:`Requantizer`); the engine's shortest
+product is Q.K^T over ``head_dim`` columns. bert_tiny (PE 8, head_dim 64 = 8 folds): 1 lane, 2 DSPs instead
+of 16; MiniLM at SIMD 32 (head_dim 32 = 1 fold): all 16 lanes.
+
 ``Q.K^T`` runs in raw mode (the softmax needs raw scores); ``P.V`` runs in requant mode with one
 multiplier and zero bias for all channels (the engine's ``params`` port returns constants). This
 reuses the array instead of building a second one that would idle during the weight matrices.
@@ -96,6 +103,7 @@ class MVAUParams:
     act_bits: int = 8
     mult_bits: int = nx.MULT_BITS
     pack_dsp: bool = True       # two channels per multiplier (see the module docstring)
+    requant_lanes: int | None = None    # requantizer lanes (None: pe); fewer take a beat in pe / lanes cycles
 
     def __post_init__(self):
         for name in ("pe", "simd", "max_cols", "max_rows", "max_vectors", "acc_bits", "weight_bits",
@@ -107,23 +115,43 @@ class MVAUParams:
             raise ValueError(f"MVAUParams.max_cols: {self.max_cols} is not a multiple of simd={self.simd}")
         if self.max_rows % self.pe:
             raise ValueError(f"MVAUParams.max_rows: {self.max_rows} is not a multiple of pe={self.pe}")
+        lanes = self.requant_lanes
+        if lanes is not None and (isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1
+                                  or self.pe % lanes):
+            raise ValueError(f"MVAUParams.requant_lanes: expected a divisor of pe={self.pe}, got {lanes!r}")
         if self.acc_bits < self.min_acc_bits:
             raise ValueError(f"MVAUParams.acc_bits: {self.acc_bits} cannot hold {self.max_cols} products of "
                              f"int{self.weight_bits} x uint{self.act_bits}; expected >= {self.min_acc_bits}")
 
     @classmethod
     def from_config(cls, cfg, **overrides) -> "MVAUParams":
-        """The one MVAU of the rolled layer: every weight matrix tile and both attention products."""
-        m = cfg.model
+        """The one MVAU of the rolled layer: every weight matrix tile and both attention products. Its jobs have
+        at least ``head_dim`` columns (Q.K^T), so a result beat comes at most every ``head_dim / simd`` cycles
+        and the requantizer needs only the lanes that keep up with that (:meth:`shared_lanes`)."""
+        m, f = cfg.model, cfg.folding
         max_cols = max(m.hidden, m.intermediate, cfg.seq_padded)          # P.V has K = seq_padded
-        max_rows = max(cfg.folding.tile_rows, cfg.seq_padded, cfg.head_dim)  # Q.K^T: rows = keys
-        kw = dict(pe=cfg.folding.pe, simd=cfg.folding.simd, max_cols=max_cols, max_rows=max_rows,
+        min_cols = min(m.hidden, m.intermediate, cfg.seq_padded, cfg.head_dim)
+        max_rows = max(f.tile_rows, cfg.seq_padded, cfg.head_dim)  # Q.K^T: rows = keys
+        kw = dict(pe=f.pe, simd=f.simd, max_cols=max_cols, max_rows=max_rows,
                   max_vectors=cfg.seq_padded, acc_bits=cfg.acc_bits(max_cols),
                   weight_bits=cfg.numerics.weight_bits, act_bits=cfg.numerics.act_bits)
         kw.update(overrides)
+        if "requant_lanes" not in overrides:
+            kw["requant_lanes"] = cls.shared_lanes(kw["pe"], max(1, min_cols // kw["simd"]))
         return cls(**kw)
 
+    @staticmethod
+    def shared_lanes(pe: int, min_col_folds: int) -> int:
+        """The fewest lanes (a divisor of ``pe``) that requantize a beat of ``pe`` results in at most
+        ``min_col_folds`` cycles, the shortest gap between two result beats."""
+        return next(n for n in range(1, pe + 1) if pe % n == 0 and n * min_col_folds >= pe)
+
     # ---- derived figures ----------------------------------------------------------------------
+    @property
+    def requant_groups(self) -> int:
+        """Cycles the requantizer takes a beat: ``pe / requant_lanes`` (1: a beat every cycle)."""
+        return self.pe // (self.requant_lanes or self.pe)
+
     @property
     def prod_bits(self) -> int:
         """Signed width of one weight x (int8 or uint8) activation product."""
@@ -190,6 +218,9 @@ class MVAUParams:
                 raise ValueError(f"MVAU command {name}: expected a multiple of {unit} in {unit}..{top}, got {v}")
         if not 0 <= shift < (1 << SHIFT_BITS):
             raise ValueError(f"MVAU command shift: expected 0..{(1 << SHIFT_BITS) - 1}, got {shift}")
+        if cols // self.simd < self.requant_groups:
+            raise ValueError(f"MVAU command cols: the shared requantizer takes {self.requant_groups} cycles a beat; "
+                             f"expected at least {self.requant_groups * self.simd}, got {cols}")
         fields = {"col_folds": cols // self.simd, "row_folds": rows // self.pe, "vectors": vectors,
                   "shift": shift, "raw": int(raw), "act_unsigned": int(act_unsigned), "wide": int(wide)}
         word, lay = 0, self.cmd_layout()
@@ -366,23 +397,37 @@ class MACArray(wiring.Component):
 
 
 class Requantizer(wiring.Component):
-    """Bias, multiplier, rounding shift and saturation of ``pe`` accumulators.
+    """Bias, multiplier, rounding shift and saturation of ``pe`` accumulators, on ``requant_lanes`` lanes.
 
     Interface (all inputs presented in the same cycle):
-        ``acc`` (in): ``pe`` signed ``acc_bits`` accumulators; ``prm`` (in, :meth:`MVAUParams.param_layout`):
-        their bias and multiplier; ``shift``, ``raw``, ``wide`` (in): the job's mode.
+        ``valid`` (in): a set is presented; ``acc`` (in): ``pe`` signed ``acc_bits`` accumulators; ``prm`` (in,
+        :meth:`MVAUParams.param_layout`): their bias and multiplier; ``shift``, ``raw``, ``wide`` (in): the job's
+        mode.
         ``result`` (out): ``pe`` signed ``acc_bits`` lanes,
         ``numerics.requant(acc + bias, mult, shift, bits)`` with ``bits = RES_BITS`` when ``wide`` else
         ``act_bits``, sign-extended; raw mode: ``acc`` (bias 0, mult 1, shift 0, no saturation).
-    Timing: a free-running pipeline without enable, one set per cycle: ``result`` holds the inputs
-    presented :attr:`latency` = 6 cycles earlier (acc + bias, product M, product P, shift, round, saturate).
+    Timing: ``result`` holds the set presented :attr:`latency` cycles earlier. With ``pe`` lanes (``groups =
+    1``) a free-running pipeline, one set a cycle, latency 6 (acc + bias, product M, product P, shift, round,
+    saturate); ``valid`` is not used. With fewer lanes a set is held and its ``groups = pe / requant_lanes``
+    groups of channels pass the lanes one a cycle; a set may follow the previous one ``groups`` cycles later
+    at the earliest (the MVAU's result beats are ``col_folds >= groups`` cycles apart: :meth:`MVAUParams.command`
+    checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product).
     """
 
-    latency = 6
+    CORE_LATENCY = 6
+
+    @staticmethod
+    def latency_of(p: MVAUParams) -> int:
+        g = p.requant_groups
+        return Requantizer.CORE_LATENCY + (g if g > 1 else 0)
 
     def __init__(self, p: MVAUParams):
         self.p = p
+        self.groups = p.requant_groups
+        self.lanes = p.pe // self.groups
+        self.latency = self.latency_of(p)
         super().__init__({
+            "valid": In(1),
             "acc": In(data.ArrayLayout(signed(p.acc_bits), p.pe)),
             "prm": In(p.param_layout()),
             "shift": In(SHIFT_BITS),
@@ -393,35 +438,67 @@ class Requantizer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        p = self.p
-        # the mode bits, delayed along with the data: ctl[j] belongs to the data of stage j
-        ctl_layout = data.StructLayout({"raw": 1, "wide": 1, "shift": unsigned(SHIFT_BITS)})
-        ctl = [Signal(ctl_layout, name=f"ctl{j}") for j in range(self.latency)]
-        m.d.comb += [ctl[0].raw.eq(self.raw), ctl[0].wide.eq(self.wide),
-                     ctl[0].shift.eq(Mux(self.raw, 0, self.shift))]
-        m.d.sync += [ctl[j].eq(ctl[j - 1]) for j in range(1, self.latency)]
+        p, G, k = self.p, self.groups, self.lanes
+        ctl_layout = data.StructLayout({"valid": 1, "raw": 1, "wide": 1, "shift": unsigned(SHIFT_BITS),
+                                        "group": range(max(G, 2))})
+        ctl0 = Signal(ctl_layout)
+        if G == 1:                                   # every channel at once, straight from the inputs
+            acc, bias, mult = list(self.acc), list(self.prm.bias), list(self.prm.mult)
+            m.d.comb += [ctl0.raw.eq(self.raw), ctl0.wide.eq(self.wide), ctl0.shift.eq(self.shift)]
+        else:                                        # hold the set; group ``grp`` of k channels a cycle
+            held = Signal(data.StructLayout({"acc": self.acc.shape(), "prm": self.prm.shape(), "ctl": ctl_layout}))
+            grp = Signal(range(G))
+            feeding = Signal()
+            with m.If(feeding):
+                m.d.sync += grp.eq(grp + 1)
+                with m.If(grp == G - 1):
+                    m.d.sync += feeding.eq(0)
+            with m.If(self.valid):
+                m.d.sync += [held.acc.eq(self.acc), held.prm.eq(self.prm), held.ctl.raw.eq(self.raw),
+                             held.ctl.wide.eq(self.wide), held.ctl.shift.eq(self.shift), grp.eq(0), feeding.eq(1)]
+            acc = [held.acc[grp * k + i] for i in range(k)]
+            bias = [held.prm.bias[grp * k + i] for i in range(k)]
+            mult = [held.prm.mult[grp * k + i] for i in range(k)]
+            m.d.comb += [ctl0.eq(held.ctl), ctl0.valid.eq(feeding), ctl0.group.eq(grp)]
+        out, ctl = self._lanes(m, acc, bias, mult, ctl0)
+        if G == 1:
+            m.d.comb += [self.result[c].eq(out[c]) for c in range(p.pe)]
+        else:                                        # gather groups 0 .. G-2; the last one joins as it leaves
+            gathered = [Signal(signed(p.acc_bits), name=f"gathered{c}") for c in range(p.pe - k)]
+            for j in range(G - 1):
+                with m.If(ctl.valid & (ctl.group == j)):
+                    m.d.sync += [gathered[j * k + i].eq(out[i]) for i in range(k)]
+            m.d.comb += [self.result[c].eq(gathered[c]) for c in range(p.pe - k)]
+            m.d.comb += [self.result[p.pe - k + i].eq(out[i]) for i in range(k)]
+        return m
 
-        prm = self.prm
-        total = [Signal(signed(p.sum_bits), name=f"sum{c}") for c in range(p.pe)]
-        mult = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(p.pe)]
-        for c in range(p.pe):
-            m.d.sync += [total[c].eq(self.acc[c] + Mux(ctl[0].raw, 0, prm.bias[c])),
-                         mult[c].eq(Mux(ctl[0].raw, 1, prm.mult[c]))]
-        scaled = [_dsp_product(m, total[c], mult[c], f"rq{c}") for c in range(p.pe)]
-        # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0.
-        halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(p.pe)]
-        for c in range(p.pe):
-            m.d.sync += halved[c].eq((scaled[c] << 1) >> ctl[3].shift)
-        rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(p.pe)]
-        for c in range(p.pe):
+    def _lanes(self, m, acc, bias, mult, ctl0):
+        """The CORE_LATENCY-stage pipeline over len(acc) channels: (registered results, their ctl)."""
+        p, n = self.p, len(acc)
+        ctl = [ctl0] + [Signal.like(ctl0, name=f"ctl{j}") for j in range(1, self.CORE_LATENCY + 1)]
+        m.d.sync += [ctl[j].eq(ctl[j - 1]) for j in range(1, self.CORE_LATENCY + 1)]
+        raw0 = ctl0.raw
+        total = [Signal(signed(p.sum_bits), name=f"sum{c}") for c in range(n)]
+        scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(n)]
+        for c in range(n):
+            m.d.sync += [total[c].eq(acc[c] + Mux(raw0, 0, bias[c])), scale[c].eq(Mux(raw0, 1, mult[c]))]
+        scaled = [_dsp_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
+        # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
+        halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
+        shift = Mux(ctl[3].raw, 0, ctl[3].shift)
+        for c in range(n):
+            m.d.sync += halved[c].eq((scaled[c] << 1) >> shift)
+        rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(n)]
+        for c in range(n):
             m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
         wide, raw = ctl[5].wide, ctl[5].raw
         lo_out = Mux(wide, -(1 << (nx.RES_BITS - 1)), -(1 << (p.act_bits - 1)))
         hi_out = Mux(wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
-        for c in range(p.pe):
+        out = [Signal(signed(p.acc_bits), name=f"rq_out{c}") for c in range(n)]
+        for c in range(n):
             sat = Mux(rounded[c] < lo_out, lo_out, Mux(rounded[c] > hi_out, hi_out, rounded[c]))
-            m.d.sync += self.result[c].eq(Mux(raw, rounded[c], sat))
-        return m
+            m.d.sync += out[c].eq(Mux(raw, rounded[c], sat))
+        return out, ctl[self.CORE_LATENCY]
 
 
 class MVAU(wiring.Component):
@@ -439,7 +516,8 @@ class MVAU(wiring.Component):
 
     def __init__(self, params: MVAUParams):
         self.p = params
-        self.pipeline_stages = self.FIXED_STAGES + params.tree_levels
+        self.pipeline_stages = (self.FIXED_STAGES + params.tree_levels
+                                + Requantizer.latency_of(params) - Requantizer.CORE_LATENCY)
         # cmd handshake (cycle 0) -> issues in cycles 1..N -> last FIFO write at N + pipeline_stages
         # -> last output handshake at N + pipeline_stages + FIFO_LATENCY.
         self.latency = self.pipeline_stages + self.FIFO_LATENCY
@@ -513,8 +591,8 @@ class MVAU(wiring.Component):
 
         # ---- requantization (raw mode: bias 0, mult 1, shift 0, no saturation) ------------------
         m.submodules.requant = rq = Requantizer(p)
-        m.d.comb += [rq.prm.eq(self.params.data), rq.shift.eq(done.shift), rq.raw.eq(done.raw),
-                     rq.wide.eq(done.wide)]
+        m.d.comb += [rq.valid.eq(done.valid), rq.prm.eq(self.params.data), rq.shift.eq(done.shift),
+                     rq.raw.eq(done.raw), rq.wide.eq(done.wide)]
         m.d.comb += [rq.acc[c].eq(acc[c]) for c in range(p.pe)]
         tag = done
         for _ in range(rq.latency):
