@@ -106,9 +106,10 @@ def test_concrete_config_round_trips(auto):
 
 
 @pytest.mark.parametrize("pe, simd, tile_rows, dsp, slice_luts, bram36", [
-    # python -m mlo_hw.synth --config bert_tiny: MVAU 32 + requant 2 (one shared lane) + LayerNorm 8 + softmax 2
-    # (one lane) DSPs; LUT 14,153 + LUTRAM 1,460 and BRAM36 49 measured with the one-lane softmax.
-    (8, 8, 8, 44, 14153 + 1460, 49),
+    # python -m mlo_hw.synth --config bert_tiny (and with pe/simd/tile_rows changed), 2026-11-25: DSP = MVAU +
+    # requant (2 a lane) + LayerNorm 8 + softmax (2 a lane); slice LUTs = LUT + LUTRAM
+    (8, 8, 8, 44, 12350 + 1460, 49),          # 32 + 2 + 8 + 2: one requant lane, one softmax lane; on chip
+    (8, 16, 16, 80, 18567 + 1880, 47.5),      # 64 + 4 + 8 + 4: two of each; tiled, B = 32
 ])
 def test_estimates_match_synthesis(pe, simd, tile_rows, dsp, slice_luts, bram36):
     import dataclasses
