@@ -46,7 +46,9 @@ def mvau():
         mac = unpacked - packed            # unpacked has twice the MAC multipliers of packed
         return [f"8x8 MAC array: {mac} DSP48E1 for {lanes} MAC lanes = {mac / lanes:.2f} DSP per lane "
                 f"(unpacked {unpacked} - packed {packed}); the other {packed - mac} DSPs are the "
-                f"requantization multipliers (acc+bias 33 bit x mult 16 bit, 2 per channel)."]
+                f"requantization multipliers (acc+bias 33 bit x mult 16 bit, 2 per shared requant lane: "
+                f"{results['pe8 simd8 (bert_tiny)'].used['DSP'] - mac} for "
+                f"{MVAUParams.from_config(tiny).requant_lanes} lane)."]
     return variants, notes
 
 
