@@ -80,7 +80,7 @@ class Softmax(wiring.Component):
     Interface:
         ``i``: stream of :func:`score_layout` beats: ``lanes`` consecutive keys of a row (lane 0 the
         lowest), each with its mask bit; ``row / lanes`` beats make a row (no framing: rows are counted).
-        This is the matrix-vector unit's raw Q.K^T result beat (``lanes = pe``) plus a mask vector the
+        In the engine these are groups of the matrix-vector unit's raw Q.K^T result beat, plus a mask vector the
         caller makes (for BERT padding: bit l = ``key0 + l < tokens``; any mask pattern is computed right).
         ``o``: stream of :func:`prob_layout` beats, the same keys' probabilities (units of 2**-8; masked
         keys and fully masked rows give 0).
@@ -130,9 +130,9 @@ class Softmax(wiring.Component):
 
     @classmethod
     def from_config(cls, cfg, lanes: int = 1, interval: int = 1) -> "Softmax":
-        """Rows of ``seq_padded`` keys; scores are Q.K^T accumulators over ``head_dim`` terms.
-        ``lanes = cfg.folding.pe`` takes the matrix-vector unit's result beats as they come, one every
-        ``interval = head_dim / simd`` cycles at most (the engine's)."""
+        """Rows of ``seq_padded`` keys; scores are Q.K^T accumulators over ``head_dim`` terms. The engine's
+        (:meth:`~mlo_hw.hw.layer_engine.EngineGeometry.softmax`) has the fewest lanes that keep up with the
+        matrix-vector unit's ``pe`` scores every ``head_dim / simd`` cycles."""
         return cls(row=cfg.seq_padded, score_bits=cfg.acc_bits(cfg.head_dim), lanes=lanes, interval=interval)
 
     @staticmethod
