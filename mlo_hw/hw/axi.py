@@ -137,13 +137,22 @@ def burst_beats(m, p: AxiParams, addr, remaining):
 
 
 def _burst_bound(m, p: AxiParams, addr):
-    """The most beats a burst from ``addr`` may have: ``p.max_burst_beats``, or fewer up to the 4 KiB page."""
+    """The most beats a burst from ``addr`` may have: ``p.max_burst_beats``, or fewer up to the 4 KiB page.
+
+    Both are powers of two, so no comparator: with the beat index in the page split at ``max_burst_beats``,
+    the page ends within a burst only when the high part is all ones and the low part nonzero, and then
+    ``max_burst_beats - low`` beats are left."""
     sz = p.size_log2
     page_beats = PAGE_BYTES >> sz
-    to_page = Signal(range(page_beats + 1))
-    m.d.comb += to_page.eq(page_beats - addr[sz:PAGE_BYTES.bit_length() - 1])
+    idx = addr[sz:PAGE_BYTES.bit_length() - 1]               # the beat's index in its page
     bound = Signal(range(max(page_beats, p.max_burst_beats) + 1))
-    m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
+    if p.max_burst_beats >= page_beats or p.max_burst_beats & (p.max_burst_beats - 1):
+        to_page = page_beats - idx
+        m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
+        return bound
+    split = p.max_burst_beats.bit_length() - 1
+    low, high = idx[:split], idx[split:]
+    m.d.comb += bound.eq(Mux(high.all() & low.any(), p.max_burst_beats - low, p.max_burst_beats))
     return bound
 
 
