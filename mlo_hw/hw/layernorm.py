@@ -277,6 +277,7 @@ class NormaliseOutput(wiring.Component):
         g2, g3, g4 = (Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in (2, 3, 4))
         b2, b3 = (Signal(signed(32), name=f"bias{j}") for j in (2, 3))
         b4 = Signal(signed(y0_bits + 1))
+        mean1, k1 = Signal(signed(w.d_bits)), Signal(w.k_shape)
         inv2 = Signal(unsigned(w.inv_bits))
         e2, e3 = (Signal(range(w.root_bits + 1), name=f"e{j}") for j in (2, 3))
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
@@ -285,12 +286,14 @@ class NormaliseOutput(wiring.Component):
         m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
                      half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
         with m.If(advance):
-            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot)]
+            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot),
+                         mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
             m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, 7)]
             # stage 1 -> 2: d << k (|d << k| <= s, so it fits root_bits + 1)
-            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - self.mean[o[1].slot]
-            # (the slot's inv and e ride along, selected here: no slot mux in front of the multiplier)
-            m.d.sync += [dk.eq(d << self.k[o[1].slot]), g2.eq(gain_r.data), b2.eq(bias_r.data),
+            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - mean1
+            # (the slot's inv and e ride along, selected here: no slot mux in front of the multiplier;
+            # its mean and k were selected a stage earlier: none in front of the subtraction and shift)
+            m.d.sync += [dk.eq(d << k1), g2.eq(gain_r.data), b2.eq(bias_r.data),
                          inv2.eq(self.inv[o[1].slot]), e2.eq(self.e[o[1].slot])]
             # stage 2 -> 3: times the reciprocal
             m.d.sync += [scaled.eq(dk * inv2), g3.eq(g2), b3.eq(b2), e3.eq(e2)]
