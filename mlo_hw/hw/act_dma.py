@@ -25,8 +25,9 @@ are left untouched in DRAM). ``base`` must be beat aligned (else ``error`` with 
 code). The engine consumes/produces rows of ``hidden`` bytes: with hidden a multiple of the beat
 (all shipped configs) a row is ``hidden / lanes`` whole beats.
 
-Timing: commands leave one cycle after ``start`` (reader/writer) or after acceptance (WriteDma);
-then one AW per cycle while fewer than ``outstanding`` bursts are in flight. W is a registered
+Timing: commands leave one cycle after ``start`` (reader/writer); a WriteDma command's first AW two cycles
+after its acceptance (each burst's length is planned a cycle ahead, :func:`mlo_hw.hw.axi.planned_burst`),
+then one AW every other cycle while fewer than ``outstanding`` bursts are in flight. W is a registered
 stage: one beat per cycle; B is always accepted.
 """
 
@@ -36,7 +37,7 @@ from amaranth import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members, axi_write_master_members, forward_ports
+from .axi import BURST_INCR, AxiParams, planned_burst, axi_read_master_members, axi_write_master_members, forward_ports
 from .weight_dma import ERR_BAD_COMMAND, ReadDma
 
 __all__ = ["write_command_layout", "write_beat_layout", "lanes_layout", "WriteDma", "ActReader", "ActWriter",
@@ -123,13 +124,13 @@ class WriteDma(wiring.Component):
         m.d.comb += self.busy.eq(~idle)
 
         # ---- AW side: split the command into page-bounded bursts --------------------------------
-        length = burst_beats(m, p, cur_addr, remaining)
-
-        issue = (active & ~drop & ~self.cancel & (~awvalid | self.m_axi_awready)
-                 & w_bursts.w_rdy & b_bursts.w_rdy)
+        issue, accept = Signal(), Signal()
+        length, last, planned = planned_burst(m, p, cur_addr, remaining, issue | accept)
+        m.d.comb += issue.eq(active & planned & ~drop & ~self.cancel & (~awvalid | self.m_axi_awready)
+                             & w_bursts.w_rdy & b_bursts.w_rdy)
         m.d.comb += [
             w_bursts.w_data.eq(length - 1), w_bursts.w_en.eq(issue),
-            b_push.addr.eq(cur_addr), b_push.cmd_last.eq(remaining == length), b_bursts.w_en.eq(issue),
+            b_push.addr.eq(cur_addr), b_push.cmd_last.eq(last), b_bursts.w_en.eq(issue),
         ]
         with m.If(issue):
             m.d.sync += [
@@ -139,14 +140,15 @@ class WriteDma(wiring.Component):
                 cur_addr.eq(cur_addr + (length << sz)),
                 remaining.eq(remaining - length),
             ]
-            with m.If(remaining == length):
+            with m.If(last):
                 m.d.sync += active.eq(0)
         with m.Elif(self.m_axi_awready):
             m.d.sync += awvalid.eq(0)
 
         # ---- command intake ---------------------------------------------------------------------
         m.d.comb += self.cmd.ready.eq(~active & ~drop & ~self.error & ~self.cancel)
-        with m.If(self.cmd.valid & self.cmd.ready):
+        m.d.comb += accept.eq(self.cmd.valid & self.cmd.ready)
+        with m.If(accept):
             c = self.cmd.payload
             bad = (c.beats == 0) | (c.addr[:sz] != 0) if sz else (c.beats == 0)
             with m.If(bad):

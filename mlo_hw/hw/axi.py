@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = ["RESP_OKAY", "RESP_EXOKAY", "RESP_SLVERR", "RESP_DECERR", "BURST_INCR", "PAGE_BYTES",
            "AxiParams", "axi_read_master_members", "axi_write_master_members", "axil_slave_members",
-           "forward_ports", "burst_beats"]
+           "forward_ports", "burst_beats", "planned_burst"]
 
 RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0, 1, 2, 3
 BURST_INCR = 1
@@ -130,12 +130,42 @@ def forward_ports(m, outer, inner, members: dict):
 def burst_beats(m, p: AxiParams, addr, remaining):
     """The beats of the next INCR burst from ``addr`` (combinational): the ``remaining`` beats, at
     most ``p.max_burst_beats``, and never across a 4 KiB page (AXI forbids it)."""
-    sz = p.size_log2
-    page_beats = PAGE_BYTES >> sz
-    to_page = Signal(range(page_beats + 1))
-    m.d.comb += to_page.eq(page_beats - addr[sz:PAGE_BYTES.bit_length() - 1])
-    bound = Signal(range(max(page_beats, p.max_burst_beats) + 1))
-    m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
+    bound = _burst_bound(m, p, addr)
     length = Signal.like(bound)
     m.d.comb += length.eq(Mux(remaining < bound, remaining, bound))
     return length
+
+
+def _burst_bound(m, p: AxiParams, addr):
+    """The most beats a burst from ``addr`` may have: ``p.max_burst_beats``, or fewer up to the 4 KiB page.
+
+    Both are powers of two, so no comparator: with the beat index in the page split at ``max_burst_beats``,
+    the page ends within a burst only when the high part is all ones and the low part nonzero, and then
+    ``max_burst_beats - low`` beats are left."""
+    sz = p.size_log2
+    page_beats = PAGE_BYTES >> sz
+    idx = addr[sz:PAGE_BYTES.bit_length() - 1]               # the beat's index in its page
+    bound = Signal(range(max(page_beats, p.max_burst_beats) + 1))
+    if p.max_burst_beats >= page_beats or p.max_burst_beats & (p.max_burst_beats - 1):
+        to_page = page_beats - idx
+        m.d.comb += bound.eq(Mux(to_page < p.max_burst_beats, to_page, p.max_burst_beats))
+        return bound
+    split = p.max_burst_beats.bit_length() - 1
+    low, high = idx[:split], idx[split:]
+    m.d.comb += bound.eq(Mux(high.all() & low.any(), p.max_burst_beats - low, p.max_burst_beats))
+    return bound
+
+
+def planned_burst(m, p: AxiParams, addr, remaining, changed):
+    """:func:`burst_beats` of ``addr``/``remaining`` registered, a cycle ahead of its use: ``(length, last,
+    planned)``, ``last`` = the burst ends the command (``remaining <= bound``, beside the length's
+    comparison, not after it). ``changed`` (combinational) is high in a cycle in which the caller writes
+    ``addr`` or ``remaining``; ``planned`` is low in the cycle after, when ``length``/``last`` still describe
+    the old values, and high from the next. A caller issues a burst only while ``planned``: at most one every
+    other cycle, and a command's first burst two cycles after the command is taken. The page and length
+    arithmetic (three comparisons in a row) ends in a register instead of in the burst's address update."""
+    bound = _burst_bound(m, p, addr)
+    length, last, planned = Signal.like(bound), Signal(), Signal()
+    m.d.sync += [length.eq(Mux(remaining < bound, remaining, bound)), last.eq(remaining <= bound),
+                 planned.eq(~changed)]
+    return length, last, planned

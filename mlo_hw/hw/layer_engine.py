@@ -313,19 +313,21 @@ class LayerEngine(wiring.Component):
 
     def _blocks(self, m, d):
         """The control registers, the weight streamer, the compute blocks (reset by ``flush`` at START and soft
-        reset), the activation mover and the AXI port they share; the run's START checks."""
+        reset, in the cycle after it), the activation mover and the AXI port they share; the run's START checks."""
         cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
         H, I, S, simd, words = g.hidden, g.inter, g.seq, g.simd, g.words
         m.submodules.regs = d.regs = regs = ControlRegs(cfg)
         m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks)
         d.flush = Signal(name="flush")
+        flushed = Signal(name="flushed")           # flush a cycle later: the blocks' reset fans out from a register
+        m.d.sync += flushed.eq(d.flush)
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
                 ("score_groups", "score_groups", self._score_groups()),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S))):
-            m.submodules[name] = ResetInserter({"sync": d.flush})(block)
+            m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block
         ap_in = AxiParams.from_config(cfg)                # the masters inside (ID 1 bit)

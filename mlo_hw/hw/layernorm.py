@@ -158,8 +158,9 @@ class InverseStd(wiring.Component):
         ``inv = floor(2**(e+15) / s)`` (0 when ``s == 0``); final from the cycle after the slot's
         ``done`` until the unit serves that slot again.
         ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
-    Timing: one row at a time, 45..47 cycles from ``pending`` (a serial square root with
-    ``root_bits`` steps, then a serial division with ``inv_bits`` quotient bits).
+    Timing: one row at a time, 46..48 cycles from ``pending`` (a serial square root with
+    ``root_bits`` steps, a cycle to register ``e``, then a serial division with ``inv_bits`` quotient
+    bits).
     """
 
     def __init__(self, w: _Widths):
@@ -181,8 +182,7 @@ class InverseStd(wiring.Component):
         m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
         m.submodules.sqrt = sqrt = SerialSqrt(w.rad_bits)
         m.submodules.recip = recip = SerialDivider(w.root_bits + nx.LN_NORM_BITS + 1, w.root_bits, w.inv_bits)
-        root_len = Signal(range(w.root_bits + 1))
-        m.d.comb += root_len.eq(bit_length(sqrt.root))
+        root_len = Signal(range(w.root_bits + 1))          # bitlen(s), registered: not in front of the divider
         m.d.comb += [sqrt.radicand.eq(var << (k << 1)),
                      recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
         with m.FSM(name="scale_fsm"):
@@ -196,9 +196,12 @@ class InverseStd(wiring.Component):
                 m.next = "SQRT"
             with m.State("SQRT"):
                 with m.If(sqrt.done):
-                    m.d.comb += recip.start.eq(1)
-                    m.d.sync += self.e[sc_slot].eq(root_len)
-                    m.next = "RECIP"
+                    m.d.sync += root_len.eq(bit_length(sqrt.root))
+                    m.next = "LENGTH"
+            with m.State("LENGTH"):
+                m.d.comb += recip.start.eq(1)
+                m.d.sync += self.e[sc_slot].eq(root_len)
+                m.next = "RECIP"
             with m.State("RECIP"):
                 with m.If(recip.done):
                     zero = sqrt.root == 0             # zero variance: t = 0, out = sat(rshift_round(bias))
@@ -274,21 +277,28 @@ class NormaliseOutput(wiring.Component):
         g2, g3, g4 = (Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in (2, 3, 4))
         b2, b3 = (Signal(signed(32), name=f"bias{j}") for j in (2, 3))
         b4 = Signal(signed(y0_bits + 1))
+        mean1, k1 = Signal(signed(w.d_bits)), Signal(w.k_shape)
+        inv2 = Signal(unsigned(w.inv_bits))
+        e2, e3 = (Signal(range(w.root_bits + 1), name=f"e{j}") for j in (2, 3))
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
         shift = Signal(range(y0_bits + 1))
         half = Signal(unsigned(y0_bits))      # 2**(shift-1): rshift_round's rounding term, added to the bias
         m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
                      half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
         with m.If(advance):
-            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot)]
+            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot),
+                         mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
             m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, 7)]
             # stage 1 -> 2: d << k (|d << k| <= s, so it fits root_bits + 1)
-            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - self.mean[o[1].slot]
-            m.d.sync += [dk.eq(d << self.k[o[1].slot]), g2.eq(gain_r.data), b2.eq(bias_r.data)]
+            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - mean1
+            # (the slot's inv and e ride along, selected here: no slot mux in front of the multiplier;
+            # its mean and k were selected a stage earlier: none in front of the subtraction and shift)
+            m.d.sync += [dk.eq(d << k1), g2.eq(gain_r.data), b2.eq(bias_r.data),
+                         inv2.eq(self.inv[o[1].slot]), e2.eq(self.e[o[1].slot])]
             # stage 2 -> 3: times the reciprocal
-            m.d.sync += [scaled.eq(dk * self.inv[o[2].slot]), g3.eq(g2), b3.eq(b2)]
+            m.d.sync += [scaled.eq(dk * inv2), g3.eq(g2), b3.eq(b2), e3.eq(e2)]
             # stage 3 -> 4: t = floor(. / 2**e), |t| <= 2**15
-            m.d.sync += [t.eq(scaled >> self.e[o[3].slot]), g4.eq(g3), b4.eq(b3 + half)]
+            m.d.sync += [t.eq(scaled >> e3), g4.eq(g3), b4.eq(b3 + half)]
             # stage 4 -> 5: gain, bias and the rounding half
             m.d.sync += y.eq(t * g4 + b4)
             # stage 5 -> 6 (the output register): shift, saturate (in range: the bits above the
@@ -317,7 +327,7 @@ class LayerNorm(wiring.Component):
         output pass reads them per element, so load them before the phase's first row (a write
         while rows are in flight changes the outputs not yet produced).
     Throughput: one element per cycle in and out in steady state when ``hidden >= 52`` (the mean
-    unit takes 49 cycles per row, the scale unit 45..47, each overlapped with other rows; for H = 49..51
+    unit takes 49 cycles per row, the scale unit 46..48, each overlapped with other rows; for H = 49..51
     the four row slots are the bound); shorter rows run at one row per 49 cycles (measured: 8 rows of
     32 in 375 cycles, 0.68 elements per cycle; 8 rows of 52 in 416 cycles, gapless). Latency: from a
     row's last input to its first output ~103 cycles (measured: first output 135 cycles after the

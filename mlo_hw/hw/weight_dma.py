@@ -19,8 +19,9 @@ Interface:
     cancel, clear: In pulses; busy, error, error_addr, error_code: Out
     m_axi_ar* / m_axi_r*: the AXI4 read channels (see :mod:`mlo_hw.hw.axi`)
 
-Latency: a command's first AR leaves one cycle after the command is accepted; then one burst per
-cycle while fewer than ``outstanding`` are in flight. Throughput: one beat per cycle.
+Latency: a command's first AR leaves two cycles after the command is accepted (each burst's length is
+planned a cycle ahead, :func:`mlo_hw.hw.axi.planned_burst`); then one burst every other cycle while fewer
+than ``outstanding`` are in flight. Throughput: one beat per cycle (bursts of two beats or more).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, AxiParams, burst_beats, axi_read_master_members
+from .axi import BURST_INCR, AxiParams, axi_read_master_members, planned_burst
 
 __all__ = ["ERR_BAD_COMMAND", "command_layout", "beat_layout", "ReadDma"]
 
@@ -94,11 +95,12 @@ class ReadDma(wiring.Component):
         m.d.comb += self.busy.eq(~idle)
 
         # ---- AR side: split the command into page-bounded bursts --------------------------------
-        length = burst_beats(m, p, cur_addr, remaining)
-
-        issue = active & ~drop & ~self.cancel & (~arvalid | self.m_axi_arready) & bursts.w_rdy
+        issue, accept = Signal(), Signal()
+        length, last, planned = planned_burst(m, p, cur_addr, remaining, issue | accept)
+        m.d.comb += issue.eq(active & planned & ~drop & ~self.cancel & (~arvalid | self.m_axi_arready)
+                             & bursts.w_rdy)
         m.d.comb += [
-            pushed.addr.eq(cur_addr), pushed.tag.eq(cur_tag), pushed.cmd_last.eq(remaining == length),
+            pushed.addr.eq(cur_addr), pushed.tag.eq(cur_tag), pushed.cmd_last.eq(last),
             bursts.w_en.eq(issue),
         ]
         with m.If(issue):
@@ -109,14 +111,15 @@ class ReadDma(wiring.Component):
                 cur_addr.eq(cur_addr + (length << sz)),
                 remaining.eq(remaining - length),
             ]
-            with m.If(remaining == length):
+            with m.If(last):
                 m.d.sync += active.eq(0)
         with m.Elif(self.m_axi_arready):
             m.d.sync += arvalid.eq(0)
 
         # ---- command intake ---------------------------------------------------------------------
         m.d.comb += self.cmd.ready.eq(~active & ~drop & ~self.error & ~self.cancel)
-        with m.If(self.cmd.valid & self.cmd.ready):
+        m.d.comb += accept.eq(self.cmd.valid & self.cmd.ready)
+        with m.If(accept):
             c = self.cmd.payload
             bad = (c.beats == 0) | (c.addr[:sz] != 0) if sz else (c.beats == 0)
             with m.If(bad):

@@ -26,7 +26,13 @@ class Narrow(wiring.Component):
     ``i`` payload: ``data`` (``lanes`` x 16 bits, lane 0 in the LSBs), ``shift`` (``lanes`` x 4 bits) and
     ``bypass``. Lane s of ``o`` is ``numerics.narrow(data[s], shift[s])`` =
     ``sat_8(rshift_round(data[s], shift[s]))``, or the low byte of ``data[s]`` when ``bypass``.
-    One register stage, one word a cycle; ``i.ready`` is high when the register is empty or drains.
+
+    Timing: two register stages, one word a cycle; a word taken in cycle t is on ``o`` from cycle t + 2.
+    Stage 1 registers the input word (block RAM data arrive straight from the buffers); stage 2 shifts,
+    rounds and saturates into ``o``: the saturation is a range test on the shifted value's high bits and
+    the rounding a 9-bit increment beside it, no comparator. Each stage takes a word when it is empty or
+    its successor takes one, so bubbles close up under backpressure: ``i.ready = ~full | ~o.valid |
+    o.ready`` (one LUT).
     """
 
     def __init__(self, lanes: int):
@@ -40,19 +46,31 @@ class Narrow(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += self.o.valid.eq(1)
+        held = Signal.like(self.i.payload)                     # stage 1: the input word
+        full = Signal()
+        take2 = ~self.o.valid | self.o.ready
+        take1 = ~full | take2
+        m.d.comb += self.i.ready.eq(take1)
+        with m.If(take1):
+            m.d.sync += [full.eq(self.i.valid), held.eq(self.i.payload)]
+        with m.If(take2):
+            m.d.sync += self.o.valid.eq(full)
             for s in range(self.lanes):
-                x = self.i.payload.data.word_select(s, nx.RES_BITS).as_signed()
-                k = self.i.payload.shift.word_select(s, SHIFT_LANE_BITS)
-                # rshift_round(x, k) = floor((floor(2x / 2**k) + 1) / 2) for every k >= 0
-                rounded = (((x << 1) >> k) + 1) >> 1
-                sat = Mux(rounded < -128, -128, Mux(rounded > 127, 127, rounded))
-                m.d.sync += self.o.payload[s].eq(Mux(self.i.payload.bypass, x[:8], sat[:8]))
+                x = held.data.word_select(s, nx.RES_BITS).as_signed()
+                k = held.shift.word_select(s, SHIFT_LANE_BITS)
+                m.d.sync += self.o.payload[s].eq(Mux(held.bypass, x[:8], self._narrow(m, x, k)))
         return m
+
+    @staticmethod
+    def _narrow(m, x, k):
+        """``sat_8(rshift_round(x, k))`` (combinational). With t = floor(2x / 2**k), rshift_round(x, k) =
+        floor((t + 1) / 2), which is in -128..127 exactly when t is in -257..254: t in -256..255 (bits 8..16
+        all equal) but not 255; t = -257 saturates to -128, which is what the sign gives."""
+        t = Signal(signed(nx.RES_BITS + 1))
+        m.d.comb += t.eq((x << 1) >> k)
+        hi = t[8:]
+        fits = hi.all() | (~hi.any() & ~t[:8].all())
+        return Mux(fits, (t[:9] + 1)[1:9], Mux(t[-1], -128, 127))
 
 
 def operand_command_layout(addr_bits: int, max_words: int, max_vectors: int, shift_words: int) -> data.StructLayout:
@@ -72,8 +90,8 @@ class ActivationOperand(wiring.Component):
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
-    Timing: one word a cycle while ``o.ready``; a word leaves two cycles after its read (the reader's
-    register, then the narrowing register).
+    Timing: one word a cycle while ``o.ready``; a word leaves three cycles after its read (the buffer's read
+    register, then :class:`Narrow`'s two stages).
     """
 
     def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int):

@@ -76,8 +76,8 @@ class Sequencer:
         m.next = f"{o.name}_TILE_WAIT"
 
     def abandon(self):
-        # the blocks are reset now and at the next start; the AXI masters drain what is in flight (the mover is
-        # cancelled, also a transfer started in this very cycle)
+        # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
+        # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
         self.m.next = "IDLE"
 
