@@ -31,7 +31,7 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib.wiring import Out
 
-from mlo_hw.hw.layer_engine import LN_LANES, LayerEngine
+from mlo_hw.hw.layer_engine import LayerEngine
 from mlo_hw.hw.mvau import MVAUParams
 from mlo_hw.model.golden import int_stack
 from mlo_hw.model.numerics import RES_BITS, attention_mask
@@ -221,7 +221,7 @@ def build(cfg, backend: str = "axi_dram") -> Path:
     else:
         raise ValueError(f"backend: expected 'axi_dram' or 'litedram', got {backend!r}")
     sources["harness.cpp"] = (HDL / "harness.cpp").read_text()
-    defines = f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DLN_LANES={LN_LANES} -DRES_BITS={RES_BITS}"
+    defines = f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DLN_LANES={cfg.folding.ln_lanes} -DRES_BITS={RES_BITS}"
     flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
              "-CFLAGS", f"-O2 {defines}"]
     key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]
