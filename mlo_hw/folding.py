@@ -242,12 +242,13 @@ def format_search(cfg, rows: int = 6) -> list[str]:
     part = PARTS[cfg.part_family]
     fit = [c for c in ranked if c.fits]
     lines = [f"`folding: auto` (mlo_hw.folding) chose PE {cfg.folding.pe} x SIMD {cfg.folding.simd}, tile_rows "
-             f"{cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} of {len(ranked)} legal foldings ({len(fit)} within the estimated budget: "
-             f"DSP {part['DSP']} x {MARGIN['DSP']:g}, LUT {part['LUT']} x {MARGIN['LUT']:g}, BRAM36 the plan's "
+             f"{cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} of {len(ranked)} legal foldings ({len(fit)} "
+             f"within the estimated budget: DSP {part['DSP']} x {MARGIN['DSP']:g}, LUT {part['LUT']} x {MARGIN['LUT']:g}, BRAM36 the plan's "
              f"budget x {MARGIN['BRAM36']:g}; within {TIE:.0%} of the fastest, on-chip plans and headroom first). "
-             "Estimates, not synthesis figures (cycles: the plan's bound plus the LayerNorm phases); the faster foldings "
-             "that do not fit follow the fitting ones.", "",
-             "| rank | PE | SIMD | tile_rows | LN lanes | MAC lanes | plan | cycles | inferences/s | DSP | LUT | BRAM36 | fits |",
+             "Estimates, not synthesis figures (cycles: the plan's bound plus the LayerNorm phases); the faster "
+             "foldings that do not fit follow the fitting ones.", "",
+             "| rank | PE | SIMD | tile_rows | LN lanes | MAC lanes | plan | cycles | inferences/s | DSP | LUT | BRAM36 "
+             "| fits |",
              "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     faster, shapes = [], set()
     for c in ranked:            # the faster foldings that do not fit, one row per PE x SIMD

@@ -146,12 +146,12 @@ def random_input(cfg, model, seed: int) -> np.ndarray:
     return model.quantize_input(x_float)
 
 
-def small_tiled_config(seq: int = 64, budget: float = 8.5):
-    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 8.5 BRAM36 budget leaves
-    blocks of 32 rows (two per pass)."""
+def small_tiled_config(seq: int = 64, budget: float = 8.5, base=None):
+    """The small config (or ``base``) forced through the DRAM-tiled schedule (for tests): at 64 tokens a 8.5 BRAM36
+    budget leaves blocks of 32 rows (two per pass)."""
     from mlo_hw.config import load_config
     from mlo_hw.hw.layer_engine import with_seq_len
-    return with_seq_len(load_config("small"), seq, bram36_budget=budget)
+    return with_seq_len(load_config("small") if base is None else base, seq, bram36_budget=budget)
 
 
 def _width(member) -> int:

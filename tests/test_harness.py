@@ -190,9 +190,12 @@ def test_layernorm_lanes_bit_exact_and_timed_at_other_lane_counts(name, lanes):
     from mlo_hw.hw.layer_engine import Op, with_seq_len
     from mlo_hw.perf import layernorm_cycles
     from mlo_hw.plan import plan
-    base = {"small": lambda: load_config("small"), "small_tiled": small_tiled_config,
-            "bert_tiny_s32": lambda: with_seq_len(load_config("bert_tiny"), 32)}[name]()
-    cfg = _with_ln_lanes(base, lanes)
+    cfg = _with_ln_lanes(load_config("bert_tiny" if name.startswith("bert_tiny") else "small"), lanes)
+    if name == "small_tiled":           # two more lanes' memories (2 BRAM36): blocks of 32 rows at 10.5
+        cfg = small_tiled_config(budget=10.5, base=cfg)
+    elif name == "bert_tiny_s32":
+        cfg = with_seq_len(cfg, 32)
+    assert plan(cfg).mode == ("tiled" if name == "small_tiled" else "on-chip")
     sim = EngineSim(cfg, build_model(cfg)[1])
     r = sim.run_checked(random_input(cfg, sim.model, 21), cfg.model.seq_len, stall=0.3, seed=3)[0]
     ideal = sim.run_checked(random_input(cfg, sim.model, 22), cfg.model.seq_len)[0]

@@ -40,11 +40,11 @@ class LayerNormLanes(wiring.Component):
     first output about hidden + 110 cycles after its first input; rows overlap inside a lane when hidden >= 52,
     :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts ``i * hidden / simd`` cycles after ``start`` (its
     FIFO fills after lane i - 1's), so ``rows`` rows take about ``(lanes - 1) hidden / simd + (ceil(rows / lanes)
-    - 1) max(hidden, 49) + 2 hidden + 112`` cycles in the engine (:func:`mlo_hw.perf.layernorm_cycles`). The single read port bounds the
-    lanes: ``lanes`` elements a cycle are taken, ``simd`` delivered, so ``lanes <= simd`` (checked; more
-    would wait on the port), and the lanes' words leave on ``w`` at ``lanes / simd`` a cycle, within its one
-    a cycle. Backpressure on ``w`` stalls the lanes without losing a word. The engine resets the whole
-    component on a soft reset.
+    - 1) max(hidden, 49) + 2 hidden + 112`` cycles in the engine (:func:`mlo_hw.perf.layernorm_cycles`). The
+    single read port bounds the lanes: ``lanes`` elements a cycle are taken, ``simd`` delivered, so
+    ``lanes <= simd`` (checked; more would wait on the port), and the lanes' words leave on ``w`` at
+    ``lanes / simd`` a cycle, within its one a cycle. Backpressure on ``w`` stalls the lanes without losing a
+    word. The engine resets the whole component on a soft reset.
     """
 
     def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int):
