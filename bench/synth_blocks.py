@@ -90,9 +90,30 @@ def gelu():
     return variants, None
 
 
+def layernorm_lanes():
+    """The engine's LayerNorm lanes (``folding.ln_lanes``) at 1, 2 and 4 lanes: bert_tiny (H = 128, SIMD 8) and
+    minilm_l6 (H = 384, SIMD 32); the note gives the cost of one lane (the 4-lane build minus the 2-lane one, halved)."""
+    from mlo_hw.hw.engine.layernorm_lanes import LayerNormLanes
+    cfgs = [load_config("bert_tiny"), load_config("minilm_l6")]
+    variants = [(f"{n} lane{'s' if n > 1 else ''} ({cfg.name}, H={cfg.model.hidden}, SIMD {cfg.folding.simd})",
+                 LayerNormLanes(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, n)) for cfg in cfgs for n in (1, 2, 4)]
+
+    def notes(results):
+        lines = []
+        for cfg in cfgs:
+            two, four = (next(r for label, r in results.items() if label.startswith(f"{n} lanes ({cfg.name},"))
+                         for n in (2, 4))
+            per = {k: (four.used[k] - two.used[k]) / 2 for k in RESOURCE_KEYS}
+            lines.append(f"layernorm_lanes {cfg.name}: one lane costs " + ", ".join(f"{k} {v:g}" for k, v in per.items())
+                         + " ((4 lanes - 2 lanes) / 2).")
+        return lines
+    return variants, notes
+
+
 BLOCKS = {
     "mvau": mvau,
     "layernorm": layernorm,
+    "layernorm_lanes": layernorm_lanes,
     "softmax": softmax,
     "gelu": gelu,
 }

@@ -103,11 +103,18 @@ class Folding:
     """One matrix-vector array serves every matrix of the rolled layer (they run one after another).
 
     ``pe`` output channels and ``simd`` input elements are computed per cycle. ``tile_rows`` output
-    channels form one weight tile: the unit of DMA transfer and of double buffering.
+    channels form one weight tile: the unit of DMA transfer and of double buffering. ``ln_lanes`` LayerNorm
+    blocks work on alternate rows of the two LayerNorm phases (:class:`~mlo_hw.hw.engine.layernorm_lanes.
+    LayerNormLanes`: one element a cycle each, so a phase of S rows takes about ``ceil(S / ln_lanes) * hidden``
+    cycles, :func:`mlo_hw.perf.layernorm_cycles`); 1..``simd``: one buffer read port of ``simd`` pairs a cycle
+    feeds them all, so more lanes would only wait. The default 2 is what the engine had before the field existed
+    (the resource calibration of ``folding: auto`` is at 2; each lane costs LUTs, DSPs and block RAM,
+    ``docs/synthesis.md``); ``folding: auto`` chooses it with the rest.
     """
     pe: int = 8
     simd: int = 8
     tile_rows: int = 8
+    ln_lanes: int = 2
 
 
 @dataclass(frozen=True)
@@ -273,6 +280,9 @@ def _validate(cfg: Config):
         _require(k % f.simd == 0, f"folding.simd: {f.simd} does not divide {what}={k}")
         _require(k % f.pe == 0, f"folding.pe: {f.pe} does not divide {what}={k}")
     _require(f.tile_rows % f.pe == 0, f"folding.tile_rows: {f.tile_rows} is not a multiple of folding.pe={f.pe}")
+    _require(1 <= f.ln_lanes <= f.simd,
+             f"folding.ln_lanes: expected 1..{f.simd} (folding.simd: one read port feeds the LayerNorm lanes "
+             f"{f.simd} pairs a cycle and a lane takes one, so more lanes only wait), got {f.ln_lanes}")
     for what, k in (("model.hidden", m.hidden), ("model.intermediate", m.intermediate)):
         _require(k % f.tile_rows == 0, f"folding.tile_rows: {f.tile_rows} does not divide {what}={k}")
     _require(mem.axi_data_bits in (32, 64, 128, 256, 512),
@@ -338,14 +348,14 @@ def config_from_dict(raw: Any, name: str = "config") -> Config:
         raise ConfigError("model: missing; required")
     auto = _folding_is_auto(raw.get("folding"))
     sections = {key: _build(key, cls, raw.get(key)) for key, cls in _SECTIONS.items() if key != "folding"}
-    sections["folding"] = Folding(1, 1, 1) if auto else _build("folding", Folding, raw.get("folding"))
+    sections["folding"] = Folding(1, 1, 1, 1) if auto else _build("folding", Folding, raw.get("folding"))
     hierarchy = raw.get("loop_body_hierarchy", [["encoder", "encoder.layer.0"]])
     if not isinstance(hierarchy, list) or not all(isinstance(g, list) for g in hierarchy):
         raise ConfigError("loop_body_hierarchy: expected a list of lists of scope names, "
                           "e.g. [['encoder', 'encoder.layer.0']]")
     cfg_name = check_name(raw["name"]) if "name" in raw else check_name(name, "name (from the file name)")
     cfg = Config(name=cfg_name, loop_body_hierarchy=tuple(tuple(g) for g in hierarchy), **sections)
-    _validate(cfg)          # auto: everything but the folding (1 x 1 x 1 divides every size)
+    _validate(cfg)          # auto: everything but the folding (1 x 1 x 1 x 1 divides every size)
     if auto:
         from .folding import choose
         cfg = choose(cfg)
@@ -359,7 +369,7 @@ def _folding_is_auto(raw: Any) -> bool:
     if raw == "auto":
         return True
     if raw is not None and not isinstance(raw, dict):
-        raise ConfigError(f"folding: expected a mapping with pe, simd, tile_rows or 'auto', got {raw!r}")
+        raise ConfigError(f"folding: expected a mapping with pe, simd, tile_rows, ln_lanes or 'auto', got {raw!r}")
     return False
 
 

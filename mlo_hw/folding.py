@@ -1,4 +1,4 @@
-"""``folding: auto``: an analytic design-space exploration that picks pe, simd and tile_rows for a config.
+"""``folding: auto``: an analytic design-space exploration that picks pe, simd, tile_rows and ln_lanes for a config.
 
 ``python -m mlo_hw.folding --config CONFIG`` prints the ranking (the elaborate report carries it too).
 
@@ -10,16 +10,20 @@ elaborate report (:func:`format_search`).
 
 For every legal (pe, simd, tile_rows) (the rules of ``config._validate`` and of the engine's geometry,
 checked by running them) it takes the plan the rest of the tool chain would take (:func:`mlo_hw.plan.plan`:
-on chip or DRAM-tiled, every DRAM byte counted), whose cycle bound gives inferences per second at
-``target.clock_mhz``, and estimates the engine's resources:
+on chip or DRAM-tiled, every DRAM byte counted), and for every LayerNorm lane count of :func:`ln_lane_choices`
+the plan's expected cycles (the bound plus the LayerNorm phases, which overlap no matrix:
+:attr:`mlo_hw.plan.Plan.expected_cycles`) give inferences per second at ``target.clock_mhz``; it estimates the
+engine's resources:
 
 - DSP48E1: the MAC array at two int8 lanes per DSP (one per lane when PE is 1: nothing to pack), the PE
   requantization multipliers (``acc + bias``, 33 bits, times the 16-bit multiplier: two DSP48E1 each, as
-  yosys maps them), :data:`LAYERNORM_DSP` for the LayerNorm lanes and ``2 x pe`` for the softmax (``pe`` lanes).
+  yosys maps them), :data:`LN_LANE_DSP` a LayerNorm lane and ``2 x pe`` for the softmax (``pe`` lanes).
 - LUT (slice LUTs: logic + LUTRAM, what the part's LUT count covers): a linear model in MAC lanes, PE, SIMD
-  and the plan's mode, calibrated against yosys ``synth_xilinx`` figures (:data:`LUT_MODEL`).
-- BRAM36: the plan's buffers (counted by width and depth) plus the block RAMs yosys adds outside them
-  (LayerNorm and FIFO memories), calibrated per mode (:data:`BRAM_EXTRA`).
+  and the plan's mode, calibrated against yosys ``synth_xilinx`` figures of engines with two LayerNorm lanes
+  (:data:`LUT_MODEL`), plus :func:`ln_lane_luts` for each LayerNorm lane beyond two (less for fewer).
+- BRAM36: the plan's buffers (counted by width and depth, with the memories of every LayerNorm lane beyond two)
+  plus the block RAMs yosys adds outside them (the two default lanes' LayerNorm memories but one, FIFO memories),
+  calibrated per mode (:data:`BRAM_EXTRA`).
 
 A candidate fits when each estimate is within :data:`MARGIN` of the part's resources (block RAM: of the
 plan's budget, ``target.bram36_budget`` or the part's). The fastest fitting candidate wins, where candidates
@@ -38,8 +42,9 @@ from dataclasses import dataclass
 
 from .config import PARTS, ConfigError, Folding
 
-__all__ = ["AUTO", "MARGIN", "TIE", "LAYERNORM_DSP", "LUT_MODEL", "BRAM_EXTRA", "Candidate", "candidate_foldings",
-           "search_of", "dsp_estimate", "lut_estimate", "evaluate", "explore", "choose", "format_search", "main"]
+__all__ = ["AUTO", "MARGIN", "TIE", "LN_LANE_DSP", "LN_LANE_LUT", "LUT_MODEL", "BRAM_EXTRA", "Candidate",
+           "candidate_foldings", "ln_lane_choices", "search_of", "dsp_estimate", "ln_lane_dsp", "ln_lane_luts",
+           "lut_estimate", "evaluate", "explore", "choose", "format_search", "main"]
 
 AUTO = "auto"
 
@@ -51,12 +56,21 @@ MARGIN = {"DSP": 0.95, "LUT": 0.85, "BRAM36": 1.0}
 # Estimated inferences/s within this fraction of the fastest fitting candidate's count as a tie.
 TIE = 0.02
 
-# DSP48E1 of the LayerNorm lanes (r*r, (d << k) * inv, t * gain). The softmax adds two a lane ((max - s) *
-# mult, e * rcp), ``EngineGeometry.softmax_lanes`` of them; the requantizer two a lane, ``requant_lanes``. Measured with the one-lane softmax: bert_tiny 58 - 48 (MVAU) = 10,
-# i.e. 8 + 2, exact at PE 8 x SIMD 16 (90) and PE 4 x SIMD 16 (50); minilm_l6_arty (hidden 384) 60 - 48 = 12.
-LAYERNORM_DSP = 8
+# DSP48E1 of one LayerNorm lane (r*r, (d << k) * inv, t * gain; the last two widen with hidden), by the largest
+# hidden it was measured at. LayerNormLanes alone at 2 and 4 lanes (bench/synth_blocks.py --block layernorm_lanes):
+# 4 a lane at hidden 128, 5 at 384. In the engine, with the softmax's two a lane (``EngineGeometry.softmax_lanes``)
+# and the requantizer's two a lane (``MVAUParams.requant_lanes``): bert_tiny 32 + 2 + 2 x 4 + 2 = 44 and
+# minilm_l6_arty (hidden 384) 32 + 4 + 2 x 5 + 4 = 50, both as synthesized.
+LN_LANE_DSP = {128: 4, 384: 5}
 
-# Slice LUTs (LUT + LUTRAM) = base + per MAC lane + per PE + per SIMD + (tiled plans) the DRAM block movers.
+# Slice LUTs (LUT + LUTRAM) of one LayerNorm lane = base + per SIMD (its FIFO, serializer and output word are
+# SIMD elements wide; the LayerNorm itself hardly depends on hidden, docs/blocks.md). LayerNormLanes alone,
+# (4 lanes - 2 lanes) / 2 (bench/synth_blocks.py --block layernorm_lanes): bert_tiny (SIMD 8, hidden 128)
+# 1,760 + 220 LUTRAM = 1,980; minilm_l6 (SIMD 32, hidden 384) 2,476 + 684 = 3,160; docs/synthesis.md.
+LN_LANE_LUT = {"base": 1586.7, "simd": 49.17}
+
+# Slice LUTs (LUT + LUTRAM) = base + per MAC lane + per PE + per SIMD + (tiled plans) the DRAM block movers, for an
+# engine of two LayerNorm lanes (every synthesis below; :func:`ln_lane_luts` for each lane more or less).
 # Per PE: yosys synth_xilinx of the MVAU alone (docs/blocks.md: 1x1 432, 4x4 1,698, 8x8 3,994 LUT) -> 313 a PE
 # (accumulator, bias, requantization shift, round, saturate). The rest solved from four engine syntheses
 # (python -m mlo_hw.synth, slice LUTs): bert_tiny PE 8 x SIMD 8 on chip 15,760; bert_tiny_s512 8 x 8 tiled
@@ -71,9 +85,10 @@ LAYERNORM_DSP = 8
 LUT_MODEL = {"base": 8155.0, "lane": 58.6, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0,
              "requant_lane": 278.7}
 
-# Block RAM36 yosys maps beyond the plan's buffers (LayerNorm and FIFO memories), measured - plan, the largest
-# per mode kept: on chip bert_tiny 8 x 8 49 - 47, 4 x 16 49 - 48; tiled bert_tiny 8 x 16 47 - 46,
-# bert_tiny_s512 38.5 - 40.5, minilm_l6_arty 35 - 35.5.
+# Block RAM36 yosys maps beyond the plan's buffers (the memories of the two default LayerNorm lanes but one row
+# memory, FIFO memories), measured - plan, the largest per mode kept: on chip bert_tiny 8 x 8 49 - 47, 4 x 16
+# 49 - 48; tiled bert_tiny 8 x 16 47 - 46, bert_tiny_s512 38.5 - 40.5, minilm_l6_arty 35 - 35.5. The plan counts
+# every memory of a LayerNorm lane beyond two (mlo_hw.perf.onchip_memories).
 BRAM_EXTRA = {"on-chip": 2.0, "tiled": 1.0}
 
 _SEARCHES: dict = {}        # config chosen by choose() -> its ranked candidates
@@ -85,7 +100,7 @@ class Candidate:
     folding: Folding
     mode: str               # the plan's: "on-chip" or "tiled"
     block: int              # token rows per block
-    cycles: int             # the plan's bound per inference (every layer)
+    cycles: int             # the plan's expected cycles per inference (every layer): bound + LayerNorm phases
     inferences_per_s: float
     dsp: int
     lut: int                # slice LUTs (logic + LUTRAM)
@@ -101,9 +116,17 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def ln_lane_choices(cfg) -> list[int]:
+    """LayerNorm lane counts worth trying for ``cfg``'s folding: 1, 2, 4, ... up to ``simd`` (the read port feeds
+    no more, ``config._validate``) and to the padded sequence (a lane per row at most)."""
+    top = min(cfg.folding.simd, cfg.seq_padded)
+    return [1 << i for i in range(top.bit_length()) if 1 << i <= top]
+
+
 def candidate_foldings(cfg) -> list[Folding]:
     """(pe, simd, tile_rows) with pe and simd dividing hidden, intermediate and the head size and tile_rows a
-    multiple of both dividing hidden and intermediate; the finer rules are left to :func:`evaluate`."""
+    multiple of both dividing hidden and intermediate (``ln_lanes`` 1: :func:`explore` tries
+    :func:`ln_lane_choices` on each); the finer rules are left to :func:`evaluate`."""
     m = cfg.model
     width = math.gcd(m.hidden, m.intermediate, cfg.head_dim)
     rows = math.gcd(m.hidden, m.intermediate)
@@ -111,7 +134,7 @@ def candidate_foldings(cfg) -> list[Folding]:
     for pe in _divisors(width):
         for simd in _divisors(width):
             unit = math.lcm(pe, simd)
-            out += [Folding(pe, simd, t) for t in range(unit, rows + 1, unit) if rows % t == 0]
+            out += [Folding(pe, simd, t, 1) for t in range(unit, rows + 1, unit) if rows % t == 0]
     return out
 
 
@@ -127,7 +150,18 @@ def dsp_estimate(cfg) -> int:
     mac = -(-p.pe // 2) * p.simd if p.packed else p.pe * p.simd
     requant = p.requant_lanes * _dsp_blocks(p.sum_bits, p.mult_bits + 1)   # unsigned multiplier: one more signed bit
     softmax = 2 * EngineGeometry.from_config(cfg).softmax_lanes             # two multipliers a lane
-    return mac + requant + LAYERNORM_DSP + softmax
+    layernorm = ln_lane_dsp(cfg) * cfg.folding.ln_lanes
+    return mac + requant + layernorm + softmax
+
+
+def ln_lane_dsp(cfg) -> int:
+    """DSP48E1 of one LayerNorm lane at ``cfg``'s hidden size (:data:`LN_LANE_DSP`; beyond 384, as at 384)."""
+    return next((n for h, n in sorted(LN_LANE_DSP.items()) if cfg.model.hidden <= h), max(LN_LANE_DSP.values()))
+
+
+def ln_lane_luts(cfg) -> float:
+    """Slice LUTs of one LayerNorm lane at ``cfg``'s SIMD (:data:`LN_LANE_LUT`)."""
+    return LN_LANE_LUT["base"] + LN_LANE_LUT["simd"] * cfg.folding.simd
 
 
 def lut_estimate(cfg, mode: str) -> int:
@@ -138,7 +172,7 @@ def lut_estimate(cfg, mode: str) -> int:
     requant_lanes = MVAUParams.from_config(cfg).requant_lanes
     return round(k["base"] + k["lane"] * f.pe * f.simd + k["pe"] * f.pe + k["simd"] * f.simd
                  + k["softmax_lane"] * (softmax_lanes - 1) + k["requant_lane"] * (requant_lanes - f.pe)
-                 + (k["tiled"] if mode == "tiled" else 0.0))
+                 + (k["tiled"] if mode == "tiled" else 0.0) + (f.ln_lanes - 2) * ln_lane_luts(cfg))
 
 
 def _with_folding(cfg, folding: Folding):
@@ -161,8 +195,13 @@ def evaluate(cfg) -> Candidate | None:
     bram = p.bram36 + BRAM_EXTRA[p.mode]
     fits = (dsp <= MARGIN["DSP"] * part["DSP"] and lut <= MARGIN["LUT"] * part["LUT"]
             and bram <= MARGIN["BRAM36"] * p.budget)
-    return Candidate(cfg.folding, p.mode, p.block, p.cycles, cfg.target.clock_mhz * 1e6 / p.cycles,
+    return Candidate(cfg.folding, p.mode, p.block, p.expected_cycles, cfg.target.clock_mhz * 1e6 / p.expected_cycles,
                      dsp, lut, bram, fits)
+
+
+def _with_ln_lanes(cfg) -> list:
+    """``cfg`` at each LayerNorm lane count of :func:`ln_lane_choices`."""
+    return [_with_folding(cfg, dataclasses.replace(cfg.folding, ln_lanes=n)) for n in ln_lane_choices(cfg)]
 
 
 def _headroom_used(c: Candidate, part: dict, bram_budget: float) -> float:
@@ -174,7 +213,8 @@ def explore(cfg) -> list[Candidate]:
     """Every legal folding of ``cfg``'s model on its part, best first (module docstring: fitting ones before the
     rest, near ties within :data:`TIE` by plan mode, headroom and LUTs, the rest by inferences/s)."""
     from .plan import _budget
-    found = [c for c in (evaluate(_with_folding(cfg, f)) for f in candidate_foldings(cfg)) if c is not None]
+    found = [c for c in (evaluate(v) for f in candidate_foldings(cfg) for v in _with_ln_lanes(_with_folding(cfg, f)))
+             if c is not None]
     best = max((c.inferences_per_s for c in found if c.fits), default=0.0)
     part, bram_budget = PARTS[cfg.part_family], _budget(cfg)
 
@@ -216,12 +256,14 @@ def format_search(cfg, rows: int = 6) -> list[str]:
     part = PARTS[cfg.part_family]
     fit = [c for c in ranked if c.fits]
     lines = [f"`folding: auto` (mlo_hw.folding) chose PE {cfg.folding.pe} x SIMD {cfg.folding.simd}, tile_rows "
-             f"{cfg.folding.tile_rows} of {len(ranked)} legal foldings ({len(fit)} within the estimated budget: "
-             f"DSP {part['DSP']} x {MARGIN['DSP']:g}, LUT {part['LUT']} x {MARGIN['LUT']:g}, BRAM36 the plan's "
+             f"{cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} of {len(ranked)} legal foldings ({len(fit)} "
+             f"within the estimated budget: DSP {part['DSP']} x {MARGIN['DSP']:g}, LUT {part['LUT']} x {MARGIN['LUT']:g}, BRAM36 the plan's "
              f"budget x {MARGIN['BRAM36']:g}; within {TIE:.0%} of the fastest, on-chip plans and headroom first). "
-             "Estimates, not synthesis figures; the faster foldings that do not fit follow the fitting ones.", "",
-             "| rank | PE | SIMD | tile_rows | lanes | plan | cycles | inferences/s | DSP | LUT | BRAM36 | fits |",
-             "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+             "Estimates, not synthesis figures (cycles: the plan's bound plus the LayerNorm phases); the faster "
+             "foldings that do not fit follow the fitting ones.", "",
+             "| rank | PE | SIMD | tile_rows | LN lanes | MAC lanes | plan | cycles | inferences/s | DSP | LUT | BRAM36 "
+             "| fits |",
+             "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     faster, shapes = [], set()
     for c in ranked:            # the faster foldings that do not fit, one row per PE x SIMD
         if not c.fits and c.inferences_per_s > fit[0].inferences_per_s and (c.folding.pe, c.folding.simd) not in shapes:
@@ -231,7 +273,8 @@ def format_search(cfg, rows: int = 6) -> list[str]:
     for i, c in enumerate(shown):
         rank = ranked.index(c) + 1
         plan = c.mode if c.mode == "on-chip" else f"tiled B={c.block}"
-        lines.append(f"| {rank} | {c.folding.pe} | {c.folding.simd} | {c.folding.tile_rows} | {c.lanes} | {plan} "
+        lines.append(f"| {rank} | {c.folding.pe} | {c.folding.simd} | {c.folding.tile_rows} | {c.folding.ln_lanes} "
+                     f"| {c.lanes} | {plan} "
                      f"| {c.cycles} | {c.inferences_per_s:.1f} | {c.dsp} | {c.lut} | {c.bram36:g} | "
                      f"{'yes' if c.fits else 'no'} |")
     return lines
@@ -249,7 +292,8 @@ def _main(argv=None) -> int:
     lines = format_search(cfg, args.rows)
     print(f"# folding: {cfg.name} on {cfg.target.part}")
     print("\n".join(lines) if lines else f"the folding is given by hand: PE {cfg.folding.pe} x SIMD "
-          f"{cfg.folding.simd}, tile_rows {cfg.folding.tile_rows} (write folding: auto to explore)")
+          f"{cfg.folding.simd}, tile_rows {cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} "
+          "(write folding: auto to explore)")
     return 0
 
 

@@ -4,17 +4,22 @@ Roofline bound of one layer: the sum over weight tiles of ``max(compute, DMA)`` 
 attention products (compute only, no weights). A tile of ``tile_rows`` output channels and ``cols``
 inputs computes ``seq_padded * tile_rows * cols / (pe * simd)`` cycles and needs
 ``tile_bytes / axi_data_bytes`` beats of DMA.
+
+The two LayerNorm phases of a layer overlap no matrix, so the engine spends :func:`layernorm_cycles` on top of the
+bound on them (``folding.ln_lanes`` lanes); the bound leaves them out (it is the matrices' roofline), and
+:attr:`mlo_hw.plan.Plan.expected_cycles` adds them for ``folding: auto``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .model import numerics as nx
 from .model.weight_image import layout
 
-__all__ = ["TileCost", "matrix_costs", "layer_bound", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36",
-           "BRAM36_BYTES"]
+__all__ = ["buffer_group", "TileCost", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
+           "layernorm_cycles", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,29 @@ def layer_bound(cfg, seq: int | None = None) -> int:
     return sum(c.bound for c in matrix_costs(cfg, seq))
 
 
+# Cycles of a LayerNorm phase beyond its lanes' element cycles: the last row's statistics (about 100 cycles) before
+# its output pass, the start and the last words' write. Fitted to the LN2 cycles bench/cycles.py measured (minilm_l6
+# at 2 and 8 lanes, seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes"); LN1 may wait longer for its
+# gains and biases (about 170 cycles on minilm_l6).
+LN_ROW_LATENCY = 112
+
+# A LayerNorm lane takes a row at most every this many cycles (its mean unit's time a row, MeanVariance in
+# mlo_hw.hw.layernorm): rows shorter than it (hidden < 52) do not keep a lane busy every cycle.
+LN_ROW_CYCLES_MIN = 49
+
+
+def layernorm_cycles(cfg, rows: int | None = None) -> int:
+    """Cycles of one LayerNorm phase over ``rows`` token rows (default ``seq_padded``) with ``folding.ln_lanes``
+    lanes (:class:`~mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes`): lane i starts ``i * hidden / simd`` cycles
+    late (the FIFOs fill one after another from one read port); a lane takes a row every ``max(hidden, 49)``
+    cycles after its first; the last row's input, statistics and output pass follow:
+    ``(n - 1) hidden / simd + (ceil(rows / n) - 1) max(hidden, 49) + 2 hidden + LN_ROW_LATENCY``."""
+    rows = cfg.seq_padded if rows is None else rows
+    h, n = cfg.model.hidden, min(cfg.folding.ln_lanes, rows)
+    per_lane = -(-rows // n)
+    return (n - 1) * (h // cfg.folding.simd) + (per_lane - 1) * max(h, LN_ROW_CYCLES_MIN) + 2 * h + LN_ROW_LATENCY
+
+
 # Block RAM18 aspect ratios (7-series, true dual port): (width bits, depth). A BRAM36 is two.
 BRAM18_SHAPES = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 512))
 BRAM36_BYTES = 4608
@@ -66,10 +94,16 @@ def bram36(width_bits: int, depth: int) -> float:
 # RAMB18 at cost 129), so they take no block RAM.
 LUTRAM_DEPTH = 64
 
+# A LayerNorm lane's gain memory (18 bits x hidden) is distributed RAM up to this depth: LayerNormLanes alone maps
+# it to LUTRAM at hidden 128 and to a RAMB18 at 384 (bench/synth_blocks.py --block layernorm_lanes); its row
+# memory (17 bits x 4 hidden) and bias memory (32 bits x hidden) are block RAM at both.
+LN_GAIN_LUTRAM_DEPTH = 128
+
 
 def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry (the softmax's
-    row memories only when they are deeper than :data:`LUTRAM_DEPTH`: shallower ones are distributed RAM)."""
+    row memories only when they are deeper than :data:`LUTRAM_DEPTH`: shallower ones are distributed RAM). Memories
+    of one kind are numbered (``work0``, ``layernorm_rows1``: :func:`buffer_group` names their kind)."""
     from .hw.buffers import ParamGeometry
     from .hw.layer_engine import EngineGeometry
     from .hw.mvau import MVAUParams
@@ -90,9 +124,30 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
         "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
         "params": (beat, 2 * param_bytes * 8 // beat),
         **{f"softmax_{k}": (w, d) for k, (w, d) in softmax.items() if d > LUTRAM_DEPTH},
-        "layernorm_rows": (nx.RES_BITS + 1, 4 * h),
+        **_layernorm_memories(h, cfg.folding.ln_lanes),
         "mvau_vectors": (8 * g.simd, MVAUParams.from_config(cfg).max_col_folds),
     }
+
+
+def _layernorm_memories(h: int, lanes: int) -> dict[str, tuple[int, int]]:
+    """The LayerNorm lanes' block RAMs. For the default two lanes, one row memory as the plan has always counted
+    them (the other memories of the two are in ``folding.BRAM_EXTRA``, calibrated on syntheses at two lanes, so that
+    plans of two lanes stay as they were); each lane beyond two adds all of its own: its row slots, its bias and
+    (deeper than :data:`LN_GAIN_LUTRAM_DEPTH`) its gain memory (:class:`~mlo_hw.hw.layernorm.LayerNorm`: the rows
+    are ``SLOTS`` slots of a power of two). One lane is counted as two (the plan errs on the safe side)."""
+    from .hw.layernorm import SLOTS
+    out = {"layernorm_rows": (nx.RES_BITS + 1, SLOTS * h)}
+    for i in range(2, lanes):
+        out[f"layernorm_rows{i}"] = (nx.RES_BITS + 1, SLOTS << max(1, (h - 1).bit_length()))
+        out[f"layernorm_bias{i}"] = (32, h)
+        if h > LN_GAIN_LUTRAM_DEPTH:
+            out[f"layernorm_gain{i}"] = (nx.LN_GAIN_BITS, h)
+    return out
+
+
+def buffer_group(name: str) -> str:
+    """The kind of a memory of :func:`onchip_memories` (``work3`` -> ``work``): what the plan tables sum over."""
+    return re.sub(r"\d+$", "", name)
 
 
 def onchip_plan(cfg) -> dict[str, int]:
@@ -106,7 +161,7 @@ def onchip_plan(cfg) -> dict[str, int]:
     mems = onchip_memories(cfg)
     out = {}
     for name, (w, d) in mems.items():
-        key = "work" if name.startswith("work") else name
+        key = buffer_group(name)
         out[key] = out.get(key, 0) + w * d // 8
     return out
 
@@ -115,6 +170,6 @@ def onchip_bram36(cfg) -> dict[str, float]:
     """BRAM36 of each buffer of :func:`onchip_plan`, counted by width and depth (:func:`bram36`)."""
     out = {}
     for name, (w, d) in onchip_memories(cfg).items():
-        key = "work" if name.startswith("work") else name
+        key = buffer_group(name)
         out[key] = out.get(key, 0) + bram36(w, d)
     return out

@@ -20,6 +20,11 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
   phase's DRAM bytes / beat). Phases: pass 1 (Q, K, V tiles; X_t in, Q_t K_t V_t out), attention (per head a
   K_h and a V_h^T raw tile; Q_t in), the rest (O, FFN up, FFN down tiles; X_t in again, X'_t out). The small
   parameter sections are counted once per layer, in the first phase's bytes.
+
+The two LayerNorm phases of a layer (per block, when tiled) overlap no matrix: the plan carries their cycles
+(:func:`mlo_hw.perf.layernorm_cycles`, ``folding.ln_lanes`` lanes) beside the bound, and ``expected_cycles`` (bound
+plus LayerNorm) is what ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the
+matrices' roofline.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dataclasses import dataclass
 
 from .model import numerics as nx
 from .config import PARTS, ConfigError
-from .perf import bram36, layer_bound, matrix_costs, onchip_memories
+from .perf import bram36, buffer_group, layer_bound, layernorm_cycles, matrix_costs, onchip_memories
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
@@ -67,6 +72,13 @@ class Plan:
     cycles: int                 # the bound per run of every layer
     beat_bytes: int
     clock_mhz: float
+    layernorm_cycles: int       # per layer: the two LayerNorm phases of every block (not in the bound)
+    layers: int
+
+    @property
+    def expected_cycles(self) -> int:
+        """The bound plus the LayerNorm phases of every layer: what the engine's run should take."""
+        return self.cycles + self.layers * self.layernorm_cycles
 
     @property
     def bram36(self) -> float:
@@ -104,16 +116,17 @@ def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
            "p": (word, block * s // simd),
            **{f"work{b}": (word, work_bytes // simd // pe) for b in range(pe)},
            "weight_tiles": (8 * pe * simd, 2 * max(tile_words, raw_words))}
-    for name in ("params", "softmax_scores", "softmax_exps", "layernorm_rows", "mvau_vectors"):
-        if name in mems:            # the softmax's row memories are not when they are distributed RAM
-            out[name] = mems[name]
+    for name, shape in mems.items():
+        if buffer_group(name) in ("params", "softmax_scores", "softmax_exps", "layernorm_rows", "layernorm_bias",
+                                  "layernorm_gain", "mvau_vectors"):
+            out[name] = shape       # (the softmax's row memories are not in mems when they are distributed RAM)
     return out
 
 
 def _buffers(mems) -> tuple:
     merged: dict[str, list] = {}
     for name, (w, d) in mems.items():
-        key = "work" if name.startswith("work") else name
+        key = buffer_group(name)
         b = merged.setdefault(key, [w, 0, 0.0])
         b[1] += d
         b[2] += bram36(w, d)
@@ -160,7 +173,8 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     layer_cycles = _tiled_layer_cycles(cfg, block)
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, cfg.model.layers * layer_cycles,
-                cfg.axi_data_bytes, cfg.target.clock_mhz)
+                cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * 2 * layernorm_cycles(cfg, block),
+                cfg.model.layers)
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -168,7 +182,8 @@ def _onchip_plan(cfg, budget: float) -> Plan:
     io = 2 * (-(-2 * cfg.model.seq_len * h // beat) * beat)
     per_layer = layer_bound(cfg)
     return Plan("on-chip", s, 1, budget, _buffers(onchip_memories(cfg)), 0, layout(cfg).layer_bytes, 0, 0, io,
-                per_layer, cfg.model.layers * per_layer + io // beat, beat, cfg.target.clock_mhz)
+                per_layer, cfg.model.layers * per_layer + io // beat, beat, cfg.target.clock_mhz,
+                2 * layernorm_cycles(cfg), cfg.model.layers)
 
 
 def plan(cfg) -> Plan:
@@ -207,7 +222,9 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
         lines.append(f"| input read + output written (once per run) | {p.io_bytes} |")
     lines += ["", f"Bound: {p.layer_cycles} cycles per layer, {p.cycles} per run (every DRAM byte counted); it "
                   f"needs {p.bytes_per_cycle:.2f} bytes per cycle ({need:.0f} MB/s at {p.clock_mhz:g} MHz) of the "
-                  f"port's {p.beat_bytes} ({port:.0f} MB/s)."]
+                  f"port's {p.beat_bytes} ({port:.0f} MB/s).",
+              "", f"LayerNorm (not overlapped with the matrices, so not in the bound): {p.layernorm_cycles} cycles per "
+                  f"layer; bound plus LayerNorm {p.expected_cycles} per run."]
     return lines
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlo_hw.hw.layer_engine import LN_LANES, Op
+from mlo_hw.hw.layer_engine import Op
 
 __all__ = ["order", "Trace", "expected", "observed", "first_difference", "check_run", "check_run_rejects_corruption"]
 
@@ -98,6 +98,7 @@ def observed(cfg, tr: Trace, layers: int) -> list[dict]:
     """Per layer, name -> the values the engine produced (flat, in stream order; the DRAM-tiled engine's blocks
     one after another, each head's attention tensors gathered over the blocks)."""
     S, H, heads, B = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, _block(cfg)
+    lanes = cfg.folding.ln_lanes
     parts = [dict() for _ in range(layers)]
 
     def add(layer, name, vals):
@@ -125,12 +126,12 @@ def observed(cfg, tr: Trace, layers: int) -> list[dict]:
         if layer >= layers:
             continue
         lane, vals = tr.ln[a:b, 2], tr.ln[a:b, 3]
-        # a block's row r comes from LayerNorm lane r % LN_LANES, in row order within a lane
-        per_lane = [vals[lane == i] for i in range(LN_LANES)]
-        if all(len(v) == len(range(i, B, LN_LANES)) * H for i, v in enumerate(per_lane)):
+        # a block's row r comes from LayerNorm lane r % folding.ln_lanes, in row order within a lane
+        per_lane = [vals[lane == i] for i in range(lanes)]
+        if all(len(v) == len(range(i, B, lanes)) * H for i, v in enumerate(per_lane)):
             rows = np.zeros((B, H), dtype=np.int64)
             for i, v in enumerate(per_lane):
-                rows[i::LN_LANES] = v.reshape(-1, H)
+                rows[i::lanes] = v.reshape(-1, H)
             vals = rows.reshape(-1)
         add(layer, "ln1" if op == Op.LN1 else "out", vals)
     return [{name: np.concatenate(v) for name, v in p.items()} for p in parts]

@@ -31,7 +31,7 @@ import numpy as np
 from amaranth.hdl import Shape
 from amaranth.lib.wiring import Out
 
-from mlo_hw.hw.layer_engine import LN_LANES, EngineGeometry, LayerEngine
+from mlo_hw.hw.layer_engine import EngineGeometry, LayerEngine
 from mlo_hw.hw.mvau import MVAUParams
 from mlo_hw.model.golden import int_stack
 from mlo_hw.model.numerics import RES_BITS, attention_mask
@@ -146,12 +146,12 @@ def random_input(cfg, model, seed: int) -> np.ndarray:
     return model.quantize_input(x_float)
 
 
-def small_tiled_config(seq: int = 64, budget: float = 9.5):
-    """The small config forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36 budget leaves
-    blocks of 32 rows (two per pass)."""
+def small_tiled_config(seq: int = 64, budget: float = 9.5, base=None):
+    """The small config (or ``base``) forced through the DRAM-tiled schedule (for tests): at 64 tokens a 9.5 BRAM36
+    budget leaves blocks of 32 rows (two per pass)."""
     from mlo_hw.config import load_config
     from mlo_hw.hw.layer_engine import with_seq_len
-    return with_seq_len(load_config("small"), seq, bram36_budget=budget)
+    return with_seq_len(load_config("small") if base is None else base, seq, bram36_budget=budget)
 
 
 def _width(member) -> int:
@@ -222,7 +222,7 @@ def build(cfg, backend: str = "axi_dram") -> Path:
         raise ValueError(f"backend: expected 'axi_dram' or 'litedram', got {backend!r}")
     sources["harness.cpp"] = (HDL / "harness.cpp").read_text()
     defines = (f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DSOFTMAX_LANES={EngineGeometry.from_config(cfg).softmax_lanes} "
-               f"-DLN_LANES={LN_LANES} -DRES_BITS={RES_BITS}")
+               f"-DLN_LANES={cfg.folding.ln_lanes} -DRES_BITS={RES_BITS}")
     flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
              "-CFLAGS", f"-O2 {defines}"]
     key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]

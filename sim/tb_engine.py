@@ -20,7 +20,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from mlo_hw.config import load_config
 from mlo_hw.model.golden import int_stack
-from mlo_hw.hw.layer_engine import LN_LANES, EngineGeometry, Op, with_seq_len
+from mlo_hw.hw.layer_engine import EngineGeometry, Op, with_seq_len
 from mlo_hw.model.numerics import RES_BITS
 from mlo_hw.model.quantize import DRAM_DTYPE, build_model, dram_bytes, from_dram, random_inputs
 from mlo_hw.model.weight_image import layout, pack_image
@@ -86,7 +86,7 @@ class Monitor:
         dut = self.dut
         mv_v, mv_r, mv_p = dut.mvau.o__valid, dut.mvau.o__ready, dut.mvau.o__payload
         sm_v, sm_r, sm_p = dut.softmax.o__valid, dut.softmax.o__ready, dut.softmax.o__payload
-        lane_blocks = [getattr(dut.layernorm, f"ln{i}") for i in range(LN_LANES)]
+        lane_blocks = [getattr(dut.layernorm, f"ln{i}") for i in range(CFG.folding.ln_lanes)]
         lns = [(ln.o__valid, ln.o__ready, ln.o__payload) for ln in lane_blocks]
         while self.running:
             await RisingEdge(dut.clk)

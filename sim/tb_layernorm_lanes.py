@@ -1,7 +1,7 @@
 """cocotb test of mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes: rows of (a, b) int16 pairs in a memory model
 (read one cycle late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
-maximum, the taps, and a negative check."""
+maximum, the taps (row r in lane r % lanes), and a negative check."""
 import math
 import random
 
@@ -14,7 +14,7 @@ from mlo_hw.model import numerics as nx
 from runner import tb_params
 
 P = tb_params()
-H, SIMD, MAX_ROWS = P["hidden"], P["simd"], P["max_rows"]
+H, SIMD, MAX_ROWS, LANES = P["hidden"], P["simd"], P["max_rows"], P["lanes"]
 RW, RB = H // SIMD, nx.RES_BITS
 LO, HI = -(1 << (RB - 1)), (1 << (RB - 1)) - 1
 GMAX = (1 << (nx.LN_GAIN_BITS - 1)) - 1
@@ -52,7 +52,7 @@ class Bench:
                 self.out[addr] = [((word >> (RB * i)) & 0xFFFF) - (1 << 16) * ((word >> (RB * i + 15)) & 1)
                                   for i in range(SIMD)]
             tv = int(dut.taps.value)
-            for lane in range(2):
+            for lane in range(LANES):
                 if tv >> lane & 1:
                     self.taps.append(lane)
             await RisingEdge(dut.clk)
@@ -103,7 +103,7 @@ async def random_rows_under_backpressure(dut):
         got = np.array([sum((b.out[r * RW + c] for c in range(RW)), []) for r in range(rows)])
         bad = np.argwhere(got != want)
         assert len(bad) == 0, f"trial {trial}: {len(bad)} elements differ, first at {bad[0]}"
-        assert [b.taps.count(i) for i in range(2)] == [len(range(i, rows, 2)) * H for i in range(2)], "taps"
+        assert [b.taps.count(i) for i in range(LANES)] == [len(range(i, rows, LANES)) * H for i in range(LANES)], "taps"
     # negative check: a one-off expectation is caught
     want[0, 0] += 1
     assert (got != want).any()

@@ -48,6 +48,11 @@ def test_derived_figures():
     (("folding", "simd"), 24, "folding.simd: 24 does not divide model.hidden=128"),
     (("folding", "pe"), 3, "folding.pe: 3 does not divide"),
     (("folding", "tile_rows"), 12, "folding.tile_rows: 12 is not a multiple of folding.pe=8"),
+    (("folding", "ln_lanes"), 0, "folding.ln_lanes: expected 1..8 (folding.simd: one read port"),
+    (("folding", "ln_lanes"), 9, "folding.ln_lanes: expected 1..8 (folding.simd: one read port"),
+    (("folding", "ln_lanes"), -2, "folding.ln_lanes: expected 1..8"),
+    (("folding", "ln_lanes"), 2.5, "folding.ln_lanes: expected an integer, got 2.5"),
+    (("folding", "ln_lanes"), True, "folding.ln_lanes: expected an integer, got True"),
     (("memory", "axi_data_bits"), 48, "memory.axi_data_bits: expected 32, 64, 128, 256 or 512"),
     (("memory", "max_burst_beats"), 100, "memory.max_burst_beats: expected a power of two"),
     (("target", "part"), "xc7k325t", "target.part: unknown part"),
@@ -59,6 +64,19 @@ def test_validation_names_the_field(path, value, needle):
     with pytest.raises(ConfigError) as e:
         config_from_dict(with_change(path, value))
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_ln_lanes_defaults_to_two_and_reaches_the_engine():
+    """folding.ln_lanes: 2 when absent; a given count sizes the engine's LayerNorm lanes and its trace port."""
+    from mlo_hw.hw.engine.layernorm_lanes import LayerNormLanes
+    from amaranth import Shape
+    from mlo_hw.hw.layer_engine import trace_members
+    assert config_from_dict(with_change(("folding", "tile_rows"), 8)).folding.ln_lanes == 2
+    cfg = config_from_dict(with_change(("folding", "ln_lanes"), 4))
+    assert cfg.folding.ln_lanes == 4 and LayerNormLanes.from_config(cfg).lanes == 4
+    assert Shape.cast(trace_members(cfg)["trace_ln_valid"].shape).width == 4
+    with pytest.raises(ValueError, match="lanes must be 1..simd=8"):
+        LayerNormLanes(128, 8, 16, 9)
 
 
 def test_bad_config_exits_nonzero_with_one_line(tmp_path):

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from mlo_hw.config import PARTS, ConfigError, config_from_dict, load_config
-from mlo_hw.folding import MARGIN, candidate_foldings, evaluate, format_search, search_of
+from mlo_hw.folding import MARGIN, candidate_foldings, evaluate, format_search, ln_lane_choices, search_of
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -29,8 +29,10 @@ def auto():
 
 
 def test_chosen_point_is_legal_and_ranked_first(auto):
+    import dataclasses
     assert search_of(auto) and search_of(auto)[0].folding == auto.folding
-    assert auto.folding in candidate_foldings(auto)
+    assert dataclasses.replace(auto.folding, ln_lanes=1) in candidate_foldings(auto)
+    assert auto.folding.ln_lanes in ln_lane_choices(auto)
     again = evaluate(auto)          # the folding passes config._validate, the engine geometry and the plan
     assert again is not None and again.fits
 
@@ -46,6 +48,26 @@ def test_chosen_point_at_least_as_fast_as_hand_folding(auto):
     hand = evaluate(load_config(CONFIGS / "bert_tiny.yaml"))
     assert hand is not None and hand.fits
     assert search_of(auto)[0].inferences_per_s >= hand.inferences_per_s
+
+
+def test_layernorm_lanes_cost_resources_and_save_cycles():
+    """Each LayerNorm lane beyond two: 4 DSP48E1, 1,980 slice LUTs and 1 BRAM36 at bert_tiny's size (LayerNormLanes
+    alone, docs/synthesis.md), fewer expected cycles; on the XC7A35T the LUT margin keeps bert_tiny at two."""
+    import dataclasses
+    cfg = load_config(CONFIGS / "bert_tiny.yaml")
+    two, four = (evaluate(dataclasses.replace(cfg, folding=dataclasses.replace(cfg.folding, ln_lanes=n))) for n in (2, 4))
+    assert four.dsp - two.dsp == 8 and abs(four.lut - two.lut - 2 * 1980) <= 2 and four.bram36 - two.bram36 == 2
+    assert four.cycles < two.cycles and two.fits and not four.fits
+    assert ln_lane_choices(cfg) == [1, 2, 4, 8]
+
+
+def test_auto_chooses_more_layernorm_lanes_where_they_pay():
+    """MiniLM on the XC7A200T: the LayerNorm phases are ~10 % of the bound at two lanes and the part has room."""
+    raw = _raw("minilm_l6", folding="auto")
+    cfg = config_from_dict(raw)
+    best = search_of(cfg)[0]
+    assert best.fits and cfg.folding.ln_lanes >= 4
+    assert all(c.inferences_per_s <= best.inferences_per_s / (1 - 0.02) for c in search_of(cfg) if c.fits)
 
 
 def test_hand_config_has_no_search():
@@ -79,7 +101,7 @@ def test_no_plan_in_bram_budget_is_one_line():
 
 @pytest.mark.parametrize("bad", ["fast", "AUTO", 3, True, [8, 8, 8]])
 def test_bad_folding_refused(bad):
-    with pytest.raises(ConfigError, match=r"^folding: expected a mapping with pe, simd, tile_rows or 'auto'"):
+    with pytest.raises(ConfigError, match=r"^folding: expected a mapping with pe, simd, tile_rows, ln_lanes or 'auto'"):
         config_from_dict(_raw(folding=bad))
 
 

@@ -173,6 +173,41 @@ def test_dram_tiled_scratch_errors_stop_the_run_and_a_bad_scratch_base_is_refuse
         _check_output(cfg, sim, r, x, 64, cfg.model.layers)
 
 
+def _with_ln_lanes(cfg, lanes: int):
+    import dataclasses
+    return dataclasses.replace(cfg, name=f"{cfg.name}_ln{lanes}",
+                               folding=dataclasses.replace(cfg.folding, ln_lanes=lanes))
+
+
+@pytest.mark.parametrize("name,lanes", [
+    ("small", 4),                                               # as many lanes as the read port feeds (simd)
+    pytest.param("small", 1, marks=pytest.mark.slow), pytest.param("small", 3, marks=pytest.mark.slow),
+    pytest.param("small_tiled", 4, marks=pytest.mark.slow), pytest.param("bert_tiny_s32", 8, marks=pytest.mark.slow)])
+def test_layernorm_lanes_bit_exact_and_timed_at_other_lane_counts(name, lanes):
+    """folding.ln_lanes other than the default 2: the engine bit exact (LayerNorm outputs traced per lane) under
+    random stalls, and each LayerNorm phase as long as mlo_hw.perf.layernorm_cycles says within 5 % (LN1 may also
+    wait for its gains and biases)."""
+    from mlo_hw.hw.layer_engine import Op, with_seq_len
+    from mlo_hw.perf import layernorm_cycles
+    from mlo_hw.plan import plan
+    cfg = _with_ln_lanes(load_config("bert_tiny" if name.startswith("bert_tiny") else "small"), lanes)
+    if name == "small_tiled":           # two more lanes' memories (2 BRAM36): blocks of 32 rows at 11.5
+        cfg = small_tiled_config(budget=11.5, base=cfg)
+    elif name == "bert_tiny_s32":
+        cfg = with_seq_len(cfg, 32)
+    assert plan(cfg).mode == ("tiled" if name == "small_tiled" else "on-chip")
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    r = sim.run_checked(random_input(cfg, sim.model, 21), cfg.model.seq_len, stall=0.3, seed=3)[0]
+    ideal = sim.run_checked(random_input(cfg, sim.model, 22), cfg.model.seq_len)[0]
+    assert r.cycles > ideal.cycles
+    blocks = plan(cfg).blocks
+    want = layernorm_cycles(cfg, cfg.seq_padded // blocks) * blocks
+    for ph in ideal.profile:
+        if ph["op"] in (Op.LN1.value, Op.LN2.value) and ph["layer"] < cfg.model.layers:
+            wait = 2 * cfg.model.hidden if ph["op"] == Op.LN1.value else 0
+            assert -0.05 * want <= ph["cycles"] - want <= 0.05 * want + wait, (ph, want)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seq", [32, 128])
 def test_bert_tiny_bit_exact_under_random_stalls(seq):

@@ -1,5 +1,5 @@
 """The LayerNorm lanes alone (mlo_hw/hw/engine/layernorm_lanes.py): cocotb + Verilator bit-exact against
-numerics.layernorm under random backpressure, lint, and a slow synthesis."""
+numerics.layernorm under random backpressure at 1 to 4 lanes (folding.ln_lanes), lint, and a slow synthesis."""
 import pytest
 
 from mlo_hw.config import load_config
@@ -8,15 +8,18 @@ from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 
-@pytest.mark.parametrize("name,max_rows", [("small", 8), pytest.param("bert_tiny", 6, marks=pytest.mark.slow)])
-def test_rows_are_layernormed_bit_exact(name, max_rows):
+@pytest.mark.parametrize("name,max_rows,lanes", [
+    ("small", 8, 2), ("small", 8, 3),           # 3 lanes: rows 5 and 7 leave the lanes uneven
+    pytest.param("small", 8, 1, marks=pytest.mark.slow), pytest.param("small", 8, 4, marks=pytest.mark.slow),
+    pytest.param("bert_tiny", 6, 2, marks=pytest.mark.slow), pytest.param("bert_tiny", 6, 4, marks=pytest.mark.slow)])
+def test_rows_are_layernormed_bit_exact(name, max_rows, lanes):
     cfg = load_config(name)
-    dut = LayerNormLanes(cfg.model.hidden, cfg.folding.simd, max_rows)
-    top = f"ln_lanes_{name}"
+    dut = LayerNormLanes(cfg.model.hidden, cfg.folding.simd, max_rows, lanes)
+    top = f"ln_lanes_{name}_{lanes}"
     v = to_verilog(dut, top)
     assert lint(v, top) == []
     simulate(v, top, "tb_layernorm_lanes", {"hidden": cfg.model.hidden, "simd": cfg.folding.simd,
-                                            "max_rows": max_rows})
+                                            "max_rows": max_rows, "lanes": lanes})
 
 
 @pytest.mark.slow

@@ -73,7 +73,7 @@ from ..config import ConfigError
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
 from .engine.vector_io import Serializer, VectorReader
-from .engine.layernorm_lanes import LN_LANES, LayerNormLanes
+from .engine.layernorm_lanes import LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
 from .engine.attention_weights import AttentionWeights
 from .engine.param_copier import ParamCopier
@@ -264,13 +264,13 @@ def trace_members(cfg) -> dict:
     of the tensors the engine produces on chip, for a harness that records them without looking inside.
     ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
     ``trace_probs_*``: a softmax output beat (``softmax_lanes`` uint8 probabilities of consecutive keys, lane 0
-    in the LSBs); ``trace_ln_*``: per LayerNorm lane, an output element
+    in the LSBs); ``trace_ln_*``: per LayerNorm lane (``folding.ln_lanes`` of them), an output element
     (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments."""
-    mp = MVAUParams.from_config(cfg)
+    mp, lanes = MVAUParams.from_config(cfg), cfg.folding.ln_lanes
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
-            "trace_ln_valid": Out(LN_LANES), "trace_ln_data": Out(LN_LANES * nx.RES_BITS),
+            "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * nx.RES_BITS),
             "trace_compute": Out(1), "trace_stall": Out(1)}
 
 

@@ -100,7 +100,7 @@ static void sample() {
         }
     }
     for (int i = 0; i < LN_LANES; i++) {
-        if ((top->trace_ln_valid >> i) & 1) {
+        if (bits(top->trace_ln_valid, i, 1)) {
             tr_ln.push_back(layer);
             tr_ln.push_back(op);
             tr_ln.push_back(i);

@@ -3,7 +3,8 @@
 The engine's two LayerNorms (LN1: a = X, b = Y -> Y; LN2: a = Y, b = X -> X) read two buffers word by word
 side by side and write one of them back in place (a row is read whole before its output overwrites it). One
 :class:`~mlo_hw.hw.layernorm.LayerNorm` takes one element a cycle and needs a while for each row's statistics,
-so ``lanes`` of them work on alternate rows (row r in lane r % lanes), each fed from a one-row FIFO.
+so ``lanes`` of them (the config's ``folding.ln_lanes``) work on alternate rows (row r in lane r % lanes), each
+fed from a one-row FIFO.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from ..layernorm import SHIFT_BITS, LayerNorm, ParamWriteSignature
 from .activation_io import word_write_layout
 from .vector_io import Serializer, VectorReader
 
-__all__ = ["LN_LANES", "LayerNormLanes"]
-
-LN_LANES = 2            # LayerNorm blocks working on alternate rows (each takes one element a cycle)
+__all__ = ["LayerNormLanes"]
 
 
 class LayerNormLanes(wiring.Component):
@@ -36,13 +35,22 @@ class LayerNormLanes(wiring.Component):
         first when several words are complete; ``written``: words written since ``start``.
         ``taps``: each lane's output handshake and element (for a tracing testbench).
 
-    Timing: the reader delivers one word a cycle while the current row's lane FIFO has room; each lane emits
-    one element a cycle once its row's statistics are done (about 3 hidden + 150 cycles a row), so the two
-    lanes keep about ``2 hidden / (3 hidden + 150)`` elements a cycle. Backpressure on ``w`` stalls the lanes
-    without losing a word. The engine resets the whole component on a soft reset.
+    Timing: the reader delivers one word (``simd`` pairs) a cycle while the current row's lane FIFO has room;
+    each lane takes one element a cycle and emits one a cycle once its row's statistics are done (a row's
+    first output about hidden + 110 cycles after its first input; rows overlap inside a lane when hidden >= 52,
+    :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts ``i * hidden / simd`` cycles after ``start`` (its
+    FIFO fills after lane i - 1's), so ``rows`` rows take about ``(lanes - 1) hidden / simd + (ceil(rows / lanes)
+    - 1) max(hidden, 49) + 2 hidden + 112`` cycles in the engine (:func:`mlo_hw.perf.layernorm_cycles`). The
+    single read port bounds the lanes: ``lanes`` elements a cycle are taken, ``simd`` delivered, so
+    ``lanes <= simd`` (checked; more would wait on the port), and the lanes' words leave on ``w`` at
+    ``lanes / simd`` a cycle, within its one a cycle. Backpressure on ``w`` stalls the lanes without losing a
+    word. The engine resets the whole component on a soft reset.
     """
 
-    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int = LN_LANES):
+    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int):
+        if not 1 <= lanes <= simd:
+            raise ValueError(f"LayerNormLanes: lanes must be 1..simd={simd} (one read port of simd pairs a cycle "
+                             f"feeds them), got {lanes}")
         self.hidden, self.simd, self.max_rows, self.lanes = hidden, simd, max_rows, lanes
         self.row_words = hidden // simd
         max_words = max_rows * self.row_words
@@ -58,7 +66,8 @@ class LayerNormLanes(wiring.Component):
 
     @classmethod
     def from_config(cls, cfg) -> "LayerNormLanes":
-        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded)
+        """The engine's: ``folding.ln_lanes`` lanes, up to ``seq_padded`` rows."""
+        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, cfg.folding.ln_lanes)
 
     def elaborate(self, platform):
         m = Module()
