@@ -32,7 +32,7 @@ from .cli import BadInput
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
            "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "fmax_line",
-           "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "route_engine"]
+           "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "route_engine"]
 
 DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
 DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
@@ -234,7 +234,7 @@ def _failure(what: str, log: Path) -> str:
     return f"{what} failed: {(errors or lines or ['no output'])[-1].strip()[:200]} (see {log})"
 
 
-def _synthesize(out: Path, tools: dict[str, str]) -> str | None:
+def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     """``synth_ecp5`` of ``out/top.v`` into ``out/top.json``; None, or why it failed."""
     script = ["read_verilog -sv top.v", *synth_ecp5_lines(WRAP_TOP, "top.json")]
     (out / "synth.ys").write_text("\n".join(script) + "\n")
@@ -259,7 +259,7 @@ def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str]
     out.mkdir(parents=True, exist_ok=True)
     (out / "top.v").write_text(verilog_text)
     t0 = time.perf_counter()
-    if (why := _synthesize(out, tools)) is not None:
+    if (why := synthesize(out, tools)) is not None:
         return {"ran": False, "reason": why}
     t1 = time.perf_counter()
     rc, parsed = _place_and_route(out, tools, mhz, seed)

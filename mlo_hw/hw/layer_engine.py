@@ -182,7 +182,7 @@ class EngineGeometry:
         cycle, a divisor of ``pe`` (1 on bert_tiny: 8 keys every 8 cycles; 16 on MiniLM at PE 16 x SIMD 32, whose
         32-wide heads make a beat a cycle). Each lane costs an exp2 table, two multipliers and its share of the
         score and exponent words, so lanes beyond the rate are LUTs for nothing."""
-        return next(n for n in range(1, self.pe + 1) if self.pe % n == 0 and n * self.score_interval >= self.pe)
+        return MVAUParams.shared_lanes(self.pe, self.score_interval)
 
     @property
     def softmax_interval(self) -> int:

@@ -142,8 +142,8 @@ class MVAUParams:
 
     @staticmethod
     def shared_lanes(pe: int, min_col_folds: int) -> int:
-        """The fewest lanes (a divisor of ``pe``) that requantize a beat of ``pe`` results in at most
-        ``min_col_folds`` cycles, the shortest gap between two result beats."""
+        """The fewest lanes (a divisor of ``pe``) that take a beat of ``pe`` results in at most ``min_col_folds``
+        cycles, the shortest gap between two result beats: the requantizer's and the engine's softmax's."""
         return next(n for n in range(1, pe + 1) if pe % n == 0 and n * min_col_folds >= pe)
 
     # ---- derived figures ----------------------------------------------------------------------
