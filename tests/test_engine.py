@@ -26,9 +26,10 @@ def test_misaligned_input_base_and_bad_tokens_are_errors_without_a_run():
     run_engine(cfg, engine_params(cfg, "small", seed=7), "misaligned_input_base_is_an_error")
 
 
-# one case in the default suite; the soft resets (also covered by the formal engine check) with -m slow
-@pytest.mark.parametrize("case", [pytest.param("soft_reset_with_a_weight_read_pending", marks=pytest.mark.slow),
-                                  pytest.param("soft_reset_during_load_and_store", marks=pytest.mark.slow),
+# -m slow: 45-75 s each. The default suite stops runs on error responses of every channel and recovers by soft
+# reset through the full-stack harness (tests/test_harness.py) and the runtime (tests/test_runtime.py).
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["soft_reset_with_a_weight_read_pending", "soft_reset_during_load_and_store",
                                   "read_error_aborts_then_restart"])
 def test_abandoned_runs_drain_the_bus_then_run_bit_exact(case):
     """Soft reset with a weight AR pending, soft resets during the input load and the output store, read

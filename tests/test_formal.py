@@ -69,6 +69,7 @@ def test_runner_reports_step_and_property():
 ENGINE_SHALLOW = 10       # below the depth of the known AR bug (step 20): passes on the current code
 
 
+@pytest.mark.slow          # 70 s on 2 cores; the blocks' BMC, cover and mutant checks run in the default suite
 def test_engine_bmc_shallow():
     _passes("engine", depth=ENGINE_SHALLOW)
 

@@ -180,7 +180,7 @@ def _with_ln_lanes(cfg, lanes: int):
 
 
 @pytest.mark.parametrize("name,lanes", [
-    ("small", 4),                                               # as many lanes as the read port feeds (simd)
+    pytest.param("small", 4, marks=pytest.mark.slow),           # as many lanes as the read port feeds (simd)
     pytest.param("small", 1, marks=pytest.mark.slow), pytest.param("small", 3, marks=pytest.mark.slow),
     pytest.param("small_tiled", 4, marks=pytest.mark.slow), pytest.param("bert_tiny_s32", 8, marks=pytest.mark.slow)])
 def test_layernorm_lanes_bit_exact_and_timed_at_other_lane_counts(name, lanes):

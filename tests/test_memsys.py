@@ -41,6 +41,7 @@ def test_schedule_follows_the_layout():
     assert TileGeometry.from_config(cfg).max_weight_words == 4096 // 64
 
 
+@pytest.mark.slow          # a yosys synthesis (23 s); the RTL runs of the weight streamer stay in the default suite
 def test_memsys_synthesizes_to_block_ram_without_latches():
     cfg = load_config("bert_tiny")
     r = synth_verilog(to_verilog(WeightStreamer(cfg), "memsys_syn"), "memsys_syn")
