@@ -65,9 +65,10 @@ LN_LANE_DSP = {128: 4, 384: 5}
 
 # Slice LUTs (LUT + LUTRAM) of one LayerNorm lane = base + per SIMD (its FIFO, serializer and output word are
 # SIMD elements wide; the LayerNorm itself hardly depends on hidden, docs/blocks.md). LayerNormLanes alone,
-# (4 lanes - 2 lanes) / 2 (bench/synth_blocks.py --block layernorm_lanes): bert_tiny (SIMD 8, hidden 128)
-# 1,760 + 220 LUTRAM = 1,980; minilm_l6 (SIMD 32, hidden 384) 2,476 + 684 = 3,160; docs/synthesis.md.
-LN_LANE_LUT = {"base": 1586.7, "simd": 49.17}
+# (4 lanes - 2 lanes) / 2 (bench/synth_blocks.py --block layernorm_lanes): bert_tiny (SIMD 8, hidden 128, its
+# gains and biases in distributed RAM) 1,803 + 308 LUTRAM = 2,111; minilm_l6 (SIMD 32, hidden 384) 2,467.5 + 684 =
+# 3,151.5; docs/synthesis.md.
+LN_LANE_LUT = {"base": 1764.2, "simd": 43.35}
 
 # Slice LUTs (LUT + LUTRAM) = base + per MAC lane + per PE + per SIMD + (tiled plans) the DRAM block movers, for an
 # engine of two LayerNorm lanes (every synthesis below; :func:`ln_lane_luts` for each lane more or less).
@@ -82,14 +83,17 @@ LN_LANE_LUT = {"base": 1586.7, "simd": 49.17}
 # (the fit above) and with 1 measured. Checked: bert_tiny 8 x 16 tiled (2 softmax and 2 requant lanes) 20,447
 # measured, 20,670 estimated (+1.1 %); minilm_l6_arty 16,456 measured, 15,569 estimated (-5.4 %: its hidden-384
 # LayerNorm and tiled movers are larger than the bert_tiny fit assumes).
+# After the LayerNorm gains and biases moved to distributed RAM at hidden <= 128 (2026-11-25): bert_tiny at 3 LayerNorm
+# lanes 15,748 measured, 15,921 estimated (+1.1 %); 8 x 16 tiled at 2 lanes 20,344 measured, 20,670 (+1.6 %).
 LUT_MODEL = {"base": 8155.0, "lane": 58.6, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0,
              "requant_lane": 278.7}
 
-# Block RAM36 yosys maps beyond the plan's buffers (the memories of the two default LayerNorm lanes but one row
-# memory, FIFO memories), measured - plan, the largest per mode kept: on chip bert_tiny 8 x 8 49 - 47, 4 x 16
-# 49 - 48; tiled bert_tiny 8 x 16 47 - 46, bert_tiny_s512 38.5 - 40.5, minilm_l6_arty 35 - 35.5. The plan counts
-# every memory of a LayerNorm lane beyond two (mlo_hw.perf.onchip_memories).
-BRAM_EXTRA = {"on-chip": 2.0, "tiled": 1.0}
+# Block RAM36 yosys maps beyond the plan's buffers (the second LayerNorm lane's row memory, FIFO memories),
+# measured - plan, the largest per mode kept. Measured with the LayerNorm biases in block RAM: on chip bert_tiny
+# 8 x 8 49 - 47, 4 x 16 49 - 48; tiled bert_tiny 8 x 16 47 - 46, bert_tiny_s512 38.5 - 40.5, minilm_l6_arty 35 -
+# 35.5; since the biases at hidden 128 are distributed RAM (mlo_hw.hw.layernorm.PARAM_LUTRAM_DEPTH) the two lanes'
+# 1.0 BRAM36 of them less, and the plan counts the gains and biases deeper than that itself (mlo_hw.perf).
+BRAM_EXTRA = {"on-chip": 1.0, "tiled": 0.0}
 
 _SEARCHES: dict = {}        # config chosen by choose() -> its ranked candidates
 
@@ -117,10 +121,10 @@ def _divisors(n: int) -> list[int]:
 
 
 def ln_lane_choices(cfg) -> list[int]:
-    """LayerNorm lane counts worth trying for ``cfg``'s folding: 1, 2, 4, ... up to ``simd`` (the read port feeds
-    no more, ``config._validate``) and to the padded sequence (a lane per row at most)."""
-    top = min(cfg.folding.simd, cfg.seq_padded)
-    return [1 << i for i in range(top.bit_length()) if 1 << i <= top]
+    """LayerNorm lane counts worth trying for ``cfg``'s folding: 1 up to ``simd`` (the read port feeds no more,
+    ``config._validate``) and to the padded sequence (a lane per row at most); uneven counts share the rows out
+    unevenly, which the lanes handle (``LayerNormLanes``)."""
+    return list(range(1, min(cfg.folding.simd, cfg.seq_padded) + 1))
 
 
 def candidate_foldings(cfg) -> list[Folding]:

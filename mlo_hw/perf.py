@@ -94,11 +94,6 @@ def bram36(width_bits: int, depth: int) -> float:
 # RAMB18 at cost 129), so they take no block RAM.
 LUTRAM_DEPTH = 64
 
-# A LayerNorm lane's gain memory (18 bits x hidden) is distributed RAM up to this depth: LayerNormLanes alone maps
-# it to LUTRAM at hidden 128 and to a RAMB18 at 384 (bench/synth_blocks.py --block layernorm_lanes); its row
-# memory (17 bits x 4 hidden) and bias memory (32 bits x hidden) are block RAM at both.
-LN_GAIN_LUTRAM_DEPTH = 128
-
 
 def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     """Every large on-chip memory of the engine as (width bits, depth), from the engine's geometry (the softmax's
@@ -130,17 +125,19 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
 
 
 def _layernorm_memories(h: int, lanes: int) -> dict[str, tuple[int, int]]:
-    """The LayerNorm lanes' block RAMs. For the default two lanes, one row memory as the plan has always counted
-    them (the other memories of the two are in ``folding.BRAM_EXTRA``, calibrated on syntheses at two lanes, so that
-    plans of two lanes stay as they were); each lane beyond two adds all of its own: its row slots, its bias and
-    (deeper than :data:`LN_GAIN_LUTRAM_DEPTH`) its gain memory (:class:`~mlo_hw.hw.layernorm.LayerNorm`: the rows
-    are ``SLOTS`` slots of a power of two). One lane is counted as two (the plan errs on the safe side)."""
-    from .hw.layernorm import SLOTS
+    """The LayerNorm lanes' block RAMs (:class:`~mlo_hw.hw.layernorm.LayerNorm`). Every lane's gain and bias memories
+    when they are deeper than ``PARAM_LUTRAM_DEPTH`` (shallower ones are distributed RAM); the row slots (``SLOTS``
+    rows of a power of two) of the first lane as the plan has always counted them and of each lane beyond two (the
+    second lane's is in ``folding.BRAM_EXTRA``, calibrated on syntheses at two lanes: a single lane is counted with
+    it, on the safe side). bench/synth_blocks.py --block layernorm_lanes: a lane adds 0.5 BRAM36 at hidden 128 and 2
+    at 384, as counted here."""
+    from .hw.layernorm import PARAM_LUTRAM_DEPTH, SLOTS
     out = {"layernorm_rows": (nx.RES_BITS + 1, SLOTS * h)}
-    for i in range(2, lanes):
-        out[f"layernorm_rows{i}"] = (nx.RES_BITS + 1, SLOTS << max(1, (h - 1).bit_length()))
-        out[f"layernorm_bias{i}"] = (32, h)
-        if h > LN_GAIN_LUTRAM_DEPTH:
+    for i in range(lanes):
+        if i >= 2:
+            out[f"layernorm_rows{i}"] = (nx.RES_BITS + 1, SLOTS << max(1, (h - 1).bit_length()))
+        if h > PARAM_LUTRAM_DEPTH:
+            out[f"layernorm_bias{i}"] = (32, h)
             out[f"layernorm_gain{i}"] = (nx.LN_GAIN_BITS, h)
     return out
 

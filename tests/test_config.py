@@ -71,7 +71,9 @@ def test_ln_lanes_defaults_to_two_and_reaches_the_engine():
     from mlo_hw.hw.engine.layernorm_lanes import LayerNormLanes
     from amaranth import Shape
     from mlo_hw.hw.layer_engine import trace_members
-    assert config_from_dict(with_change(("folding", "tile_rows"), 8)).folding.ln_lanes == 2
+    raw = with_change(("folding", "tile_rows"), 8)
+    raw["folding"].pop("ln_lanes", None)
+    assert config_from_dict(raw).folding.ln_lanes == 2
     cfg = config_from_dict(with_change(("folding", "ln_lanes"), 4))
     assert cfg.folding.ln_lanes == 4 and LayerNormLanes.from_config(cfg).lanes == 4
     assert Shape.cast(trace_members(cfg)["trace_ln_valid"].shape).width == 4

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from mlo_hw.config import PARTS, ConfigError, config_from_dict, load_config
-from mlo_hw.folding import MARGIN, candidate_foldings, evaluate, format_search, ln_lane_choices, search_of
+from mlo_hw.folding import MARGIN, TIE, candidate_foldings, evaluate, format_search, ln_lane_choices, search_of
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -47,18 +47,19 @@ def test_chosen_point_fits_estimated_budget(auto):
 def test_chosen_point_at_least_as_fast_as_hand_folding(auto):
     hand = evaluate(load_config(CONFIGS / "bert_tiny.yaml"))
     assert hand is not None and hand.fits
-    assert search_of(auto)[0].inferences_per_s >= hand.inferences_per_s
+    # the search trades up to TIE of speed for headroom (bert_tiny's third LayerNorm lane is 1.1 % faster)
+    assert search_of(auto)[0].inferences_per_s >= (1 - TIE) * hand.inferences_per_s
 
 
 def test_layernorm_lanes_cost_resources_and_save_cycles():
-    """Each LayerNorm lane beyond two: 4 DSP48E1, 1,980 slice LUTs and 1 BRAM36 at bert_tiny's size (LayerNormLanes
-    alone, docs/synthesis.md), fewer expected cycles; on the XC7A35T the LUT margin keeps bert_tiny at two."""
+    """Each LayerNorm lane beyond two: 4 DSP48E1, 2,111 slice LUTs and 0.5 BRAM36 at bert_tiny's size (LayerNormLanes
+    alone, docs/synthesis.md), fewer expected cycles; on the XC7A35T the LUT margin keeps bert_tiny below four."""
     import dataclasses
     cfg = load_config(CONFIGS / "bert_tiny.yaml")
     two, four = (evaluate(dataclasses.replace(cfg, folding=dataclasses.replace(cfg.folding, ln_lanes=n))) for n in (2, 4))
-    assert four.dsp - two.dsp == 8 and abs(four.lut - two.lut - 2 * 1980) <= 2 and four.bram36 - two.bram36 == 2
+    assert four.dsp - two.dsp == 8 and abs(four.lut - two.lut - 2 * 2111) <= 2 and four.bram36 - two.bram36 == 1
     assert four.cycles < two.cycles and two.fits and not four.fits
-    assert ln_lane_choices(cfg) == [1, 2, 4, 8]
+    assert ln_lane_choices(cfg) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_auto_chooses_more_layernorm_lanes_where_they_pay():
@@ -127,16 +128,17 @@ def test_concrete_config_round_trips(auto):
     assert again.folding == auto.folding
 
 
-@pytest.mark.parametrize("pe, simd, tile_rows, dsp, slice_luts, bram36", [
-    # python -m mlo_hw.synth --config bert_tiny (and with pe/simd/tile_rows changed), 2026-11-25: DSP = MVAU +
-    # requant (2 a lane) + LayerNorm 8 + softmax (2 a lane); slice LUTs = LUT + LUTRAM
-    (8, 8, 8, 44, 12350 + 1460, 49),          # 32 + 2 + 8 + 2: one requant lane, one softmax lane; on chip
-    (8, 16, 16, 80, 18567 + 1880, 47.5),      # 64 + 4 + 8 + 4: two of each; tiled, B = 32
+@pytest.mark.parametrize("pe, simd, tile_rows, ln_lanes, dsp, slice_luts, bram36", [
+    # python -m mlo_hw.synth --config bert_tiny (and with the folding changed), 2026-11-25: DSP = MVAU + requant
+    # (2 a lane) + LayerNorm (4 a lane) + softmax (2 a lane); slice LUTs = LUT + LUTRAM
+    (8, 8, 8, 3, 48, 13804 + 1944, 48.5),     # 32 + 2 + 12 + 2: one requant lane, one softmax lane; on chip
+    (8, 16, 16, 2, 80, 18288 + 2056, 46.5),   # 64 + 4 + 8 + 4: two of each; tiled, B = 32
 ])
-def test_estimates_match_synthesis(pe, simd, tile_rows, dsp, slice_luts, bram36):
+def test_estimates_match_synthesis(pe, simd, tile_rows, ln_lanes, dsp, slice_luts, bram36):
     import dataclasses
     from mlo_hw.config import Folding
-    c = evaluate(dataclasses.replace(load_config(CONFIGS / "bert_tiny.yaml"), folding=Folding(pe, simd, tile_rows)))
+    c = evaluate(dataclasses.replace(load_config(CONFIGS / "bert_tiny.yaml"),
+                                     folding=Folding(pe, simd, tile_rows, ln_lanes)))
     assert c.dsp == dsp
     assert abs(c.lut - slice_luts) <= 0.02 * slice_luts
     assert bram36 <= c.bram36 <= bram36 + 1     # the estimate errs on the safe side

@@ -17,10 +17,12 @@ BERT_BASE = dict(layers=12, hidden=768, heads=12, intermediate=3072)
 NEXYS = ("xc7a200tsbg484-1", "nexys_video")
 
 
-def _cfg(base="bert_tiny", part=None, budget=None, **model):
+def _cfg(base="bert_tiny", part=None, budget=None, ln_lanes=None, **model):
     raw = yaml.safe_load(resolve_config_path(base).read_text())
     raw = copy.deepcopy(raw)
     raw["model"].update(model)
+    if ln_lanes is not None:
+        raw["folding"]["ln_lanes"] = ln_lanes
     if part:
         raw.setdefault("target", {})["part"], raw["target"]["board"] = part
     if budget is not None:
@@ -34,7 +36,7 @@ def _cfg(base="bert_tiny", part=None, budget=None, **model):
     (dict(layers=6, hidden=384, heads=12, intermediate=1536, seq_len=128), None, "tiled"),   # MiniLM, 35T
     (dict(seq_len=128, **BERT_BASE), NEXYS, "on-chip"),
     (dict(seq_len=512, **BERT_BASE), NEXYS, "tiled"),
-    (dict(seq_len=512, **BERT_BASE), None, "tiled"),                        # BERT-base s512 on the 35T
+    (dict(seq_len=512, ln_lanes=1, **BERT_BASE), None, "tiled"),            # BERT-base s512 on the 35T (one LN lane)
 ])
 def test_the_issue_table_is_planned(model, part, mode):
     cfg = _cfg(part=part, **model)

@@ -38,10 +38,14 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplier, SerialSqrt, bit_length
 
-__all__ = ["LayerNorm", "ParamWriteSignature", "pair_layout", "MeanVariance", "InverseStd", "NormaliseOutput"]
+__all__ = ["PARAM_LUTRAM_DEPTH", "LayerNorm", "ParamWriteSignature", "pair_layout", "MeanVariance", "InverseStd", "NormaliseOutput"]
 
 SLOTS = 4                       # rows in flight (a power of two: the slot pointers wrap)
 SHIFT_BITS = 6                  # runtime output shift 0..63
+# The gain and bias memories (a word per channel) are distributed RAM up to this many channels (``ram_style``, which
+# yosys honours for Xilinx and ECP5): at hidden 128 a lane's 32-bit biases would otherwise take a RAMB18 of their
+# own. Deeper ones are left to the tool (block RAM at hidden 384 and 768).
+PARAM_LUTRAM_DEPTH = 128
 
 
 def pair_layout(residual_bits: int = nx.RES_BITS) -> data.StructLayout:
@@ -243,8 +247,9 @@ class NormaliseOutput(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         w, h, rb = self.w, self.w.h, self.w.rb
-        m.submodules.gain = gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=h, init=[])
-        m.submodules.bias = bias = Memory(shape=signed(32), depth=h, init=[])
+        style = {"ram_style": "distributed"} if h <= PARAM_LUTRAM_DEPTH else {}
+        m.submodules.gain = gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=h, init=[], attrs=style)
+        m.submodules.bias = bias = Memory(shape=signed(32), depth=h, init=[], attrs=style)
 
         # ---- parameter writes ----------------------------------------------------------------------
         gain_w, bias_w = gain.write_port(), bias.write_port()
