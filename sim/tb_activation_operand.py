@@ -1,6 +1,6 @@
 """cocotb test of mlo_hw.hw.engine.activation_operand.ActivationOperand: a word memory model (read one cycle late),
 random per-channel shifts through the shift write port, random commands (narrowed or passed through, either
-shift half, strided vectors), random ``ready`` on ``o``; every beat against ``numerics.narrow`` or the low
+shift half, strided vectors, 1 to 3 passes), random ``ready`` on ``o``; every beat against ``numerics.narrow`` or the low
 bytes; a negative check."""
 import random
 
@@ -51,8 +51,9 @@ async def random_commands_under_backpressure(dut):
         stride = rng.choice([words, words + rng.randint(1, 3)])
         base = rng.randrange(MEM - vectors * stride)
         shift_base = rng.choice([0, RW]) if narrowed else 0
+        passes = rng.randint(0, P.get("max_passes", 1))          # 0 counts as 1
         fields = {"base": base, "stride": stride, "words": words, "vectors": vectors, "narrowed": int(narrowed),
-                  "shift_base": shift_base}
+                  "shift_base": shift_base, "passes": passes}
         dut.cmd.value = sum(v << W[k][0] for k, v in fields.items())
         dut.start.value = 1
         await RisingEdge(dut.clk)
@@ -66,6 +67,7 @@ async def random_commands_under_backpressure(dut):
                     want.append([int(nx.narrow(np.array([x[i]]), np.array([k[i]]))[0]) for i in range(SIMD)])
                 else:
                     want.append([((x[i] + 128) & 255) - 128 for i in range(SIMD)])
+        want = want * max(passes, 1)
         got, p_ready = [], [1.0, 0.5, 0.2][trial % 3]
         for _ in range(50 * len(want) + 100):
             ready = int(rng.random() < p_ready)
@@ -79,6 +81,9 @@ async def random_commands_under_backpressure(dut):
                 break
         dut.o__ready.value = 0
         await ClockCycles(dut.clk, 3)
+        await ReadOnly()
+        assert not int(dut.o__valid.value), f"trial {trial}: more than the {len(want)} beats of {max(passes, 1)} pass(es)"
+        await RisingEdge(dut.clk)
         assert got == want, f"trial {trial}: {sum(g != w for g, w in zip(got, want))} of {len(want)} beats differ " \
                             f"({len(got)} received)"
     assert want[0] != [v + 1 for v in want[0]]        # negative check: a changed beat is a difference

@@ -10,13 +10,13 @@ from sim.runner import lint, simulate, to_verilog
 @pytest.mark.parametrize("hidden,simd", [(32, 4), (128, 8)])
 def test_vectors_are_narrowed_or_passed_bit_exact(hidden, simd):
     mem_words = 4 * hidden
-    dut = ActivationOperand(hidden, simd, 12, hidden // simd + 2, 8)
+    dut = ActivationOperand(hidden, simd, 12, hidden // simd + 2, 8, max_passes=3)
     top = f"operand_{hidden}_{simd}"
     v = to_verilog(dut, top)
     assert lint(v, top) == []
     widths = {name: (f.offset, f.width) for name, f in dut.signature.members["cmd"].shape}
     simulate(v, top, "tb_activation_operand", {"hidden": hidden, "simd": simd, "mem_words": mem_words,
-                                               "cmd_widths": widths})
+                                               "cmd_widths": widths, "max_passes": 3})
 
 
 @pytest.mark.slow

@@ -157,8 +157,10 @@ class TileBuffer(wiring.Component):
     and padding) and the beat with ``last`` marks that bank full. Compute side: ``ready`` says the
     current read bank is full (``tag`` is what the writer tagged it with); read weight word
     ``waddr`` (= nf*SF + sf) on ``wdata`` and the channel parameters of group ``caddr`` (= nf) on
-    ``bias``/``mult`` one cycle later; pulse ``release`` when done with the bank. ``flush`` empties
-    both banks. Throughput: one beat written and one word read per cycle.
+    ``bias``/``mult`` one cycle later; pulse ``release`` when done with the bank. ``next_ready``: the
+    other bank (the next tile) is full; with ``cnext`` the channel parameters are read from it instead,
+    so that the next tile's can be latched while the current one's weights are still being read.
+    ``flush`` empties both banks. Throughput: one beat written and one word read per cycle.
     """
 
     def __init__(self, cfg, tag_bits: int = 5, raw_tile_bytes: int = 0):
@@ -168,9 +170,9 @@ class TileBuffer(wiring.Component):
         super().__init__({
             "w": In(stream.Signature(tile_write_layout(beat_bits, tag_bits))),
             "claim": In(1), "can_claim": Out(1), "flush": In(1),
-            "ready": Out(1), "tag": Out(tag_bits), "release": In(1),
+            "ready": Out(1), "tag": Out(tag_bits), "release": In(1), "next_ready": Out(1),
             "waddr": In(index_range(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
-            "caddr": In(index_range(g.nf)),
+            "caddr": In(index_range(g.nf)), "cnext": In(1),
             "bias": Out(data.ArrayLayout(signed(32), g.pe)),
             "mult": Out(data.ArrayLayout(unsigned(16), g.pe)),
         })
@@ -228,11 +230,11 @@ class TileBuffer(wiring.Component):
 
         # ---- read side ----------------------------------------------------------------------
         m.d.comb += [
-            self.ready.eq(full.bit_select(rd_bank, 1)),
+            self.ready.eq(full.bit_select(rd_bank, 1)), self.next_ready.eq(full.bit_select(~rd_bank, 1)),
             self.tag.eq(tags[rd_bank]),
             wmem.r_bank.eq(rd_bank), wmem.r_addr.eq(self.waddr), self.wdata.eq(wmem.r_data),
-            bmem.r_bank.eq(rd_bank), bmem.r_addr.eq(self.caddr), self.bias.eq(bmem.r_data),
-            mmem.r_bank.eq(rd_bank), mmem.r_addr.eq(self.caddr),
+            bmem.r_bank.eq(rd_bank ^ self.cnext), bmem.r_addr.eq(self.caddr), self.bias.eq(bmem.r_data),
+            mmem.r_bank.eq(rd_bank ^ self.cnext), mmem.r_addr.eq(self.caddr),
         ]
         for p in range(g.pe):
             m.d.comb += self.mult[p].eq(mmem.r_data[32 * p: 32 * p + 16])

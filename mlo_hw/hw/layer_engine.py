@@ -326,7 +326,8 @@ class LayerEngine(wiring.Component):
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
                 ("score_groups", "score_groups", self._score_groups()),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
-                ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S))):
+                ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S,
+                                                                max_passes=max(H, I) // g.tile_rows))):
             m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block

@@ -201,7 +201,8 @@ class WeightStreamer(wiring.Component):
     ``error_addr``/``error_code`` (see :mod:`mlo_hw.hw.weight_dma`), ``beat`` (a beat was read, for the
     byte counter), ``layer`` (layer being fetched).
     Tile side (see :class:`~mlo_hw.hw.buffers.TileBuffer`): ``tile_ready``, ``tile_tag``
-    (section | parity << 4), ``tile_release``, ``waddr``/``wdata``, ``caddr``/``bias``/``mult``.
+    (section | parity << 4), ``tile_release``, ``waddr``/``wdata``, ``caddr``/``bias``/``mult``, and
+    ``tile_next_ready``/``cnext`` (the next tile's bank is full / read the parameters from it).
     Parameter side (see :class:`~mlo_hw.hw.buffers.ParamStore`): ``param_slot``, ``param_addr``,
     ``param_data``, ``param_loaded``. ``blocks`` > 1: the DRAM-tiled fetch program (:func:`fetch_program`),
     whose per-head K_h / V_h^T come from ``scratch_base`` once ``scratch_ready``; the tile buffer's banks then
@@ -223,9 +224,9 @@ class WeightStreamer(wiring.Component):
             "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
-            "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1),
+            "tile_ready": Out(1), "tile_tag": Out(TAG_BITS), "tile_release": In(1), "tile_next_ready": Out(1),
             "waddr": In(index_range(g.max_weight_words)), "wdata": Out(8 * g.word_bytes),
-            "caddr": In(index_range(g.nf)),
+            "caddr": In(index_range(g.nf)), "cnext": In(1),
             "bias": Out(data.ArrayLayout(signed(32), g.pe)),
             "mult": Out(data.ArrayLayout(16, g.pe)),
             "param_slot": In(1), "param_addr": In(range(pg.slot_bytes // 4)), "param_data": Out(32),
@@ -298,6 +299,7 @@ class WeightStreamer(wiring.Component):
         # ---- compute-side ports -------------------------------------------------------------------
         m.d.comb += [
             self.tile_ready.eq(tiles.ready), self.tile_tag.eq(tiles.tag), tiles.release.eq(self.tile_release),
+            self.tile_next_ready.eq(tiles.next_ready), tiles.cnext.eq(self.cnext),
             tiles.waddr.eq(self.waddr), self.wdata.eq(tiles.wdata), tiles.caddr.eq(self.caddr),
             self.bias.eq(tiles.bias), self.mult.eq(tiles.mult),
             params.r_slot.eq(self.param_slot), params.r_addr.eq(self.param_addr), self.param_data.eq(params.r_data),

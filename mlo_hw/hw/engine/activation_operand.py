@@ -73,17 +73,21 @@ class Narrow(wiring.Component):
         return Mux(fits, (t[:9] + 1)[1:9], Mux(t[-1], -128, 127))
 
 
-def operand_command_layout(addr_bits: int, max_words: int, max_vectors: int, shift_words: int) -> data.StructLayout:
+def operand_command_layout(addr_bits: int, max_words: int, max_vectors: int, shift_words: int,
+                           max_passes: int = 1) -> data.StructLayout:
     return data.StructLayout({"base": addr_bits, "stride": addr_bits, "words": range(max_words + 1),
-                              "vectors": range(max_vectors + 1), "narrowed": 1, "shift_base": range(shift_words)})
+                              "vectors": range(max_vectors + 1), "passes": range(max_passes + 1), "narrowed": 1,
+                              "shift_base": range(shift_words)})
 
 
 class ActivationOperand(wiring.Component):
-    """``vectors`` x ``words`` words of a buffer (word ``base + v * stride + w``) as the MVAU's x stream.
+    """``vectors`` x ``words`` words of a buffer (word ``base + v * stride + w``), ``passes`` times over, as the
+    MVAU's x stream.
 
     Interface:
         start (pulse) with ``cmd`` (:func:`operand_command_layout`): ``base``, ``stride``, ``words``,
-        ``vectors``; ``narrowed``: narrow int16 lanes (else pass the low bytes through); ``shift_base``: the
+        ``vectors``, ``passes`` (0 counts as 1; one pass a weight tile of a matrix, so that a tile's job finds
+        its x words waiting instead of refilling the pipeline); ``narrowed``: narrow int16 lanes (else pass the low bytes through); ``shift_base``: the
         shift memory word of the vector's first column (0: the layer input's shifts, ``hidden / simd``:
         LN1's output's). A narrowed vector is ``hidden / simd`` words.
         ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) one cycle later.
@@ -94,12 +98,13 @@ class ActivationOperand(wiring.Component):
     register, then :class:`Narrow`'s two stages).
     """
 
-    def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int):
+    def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1):
         self.hidden, self.simd = hidden, simd
         self.shift_words = 2 * hidden // simd
-        self.max_words, self.max_vectors, self.addr_bits = max_words, max_vectors, addr_bits
+        self.max_words, self.max_vectors, self.max_passes, self.addr_bits = max_words, max_vectors, max_passes, addr_bits
         super().__init__({
-            "start": In(1), "cmd": In(operand_command_layout(addr_bits, max_words, max_vectors, self.shift_words)),
+            "start": In(1), "cmd": In(operand_command_layout(addr_bits, max_words, max_vectors, self.shift_words,
+                                                             max_passes)),
             "rd_addr": Out(addr_bits), "rd_en": Out(1), "rd_data": In(nx.RES_BITS * simd),
             "shift": In(ShiftWriteSignature(self.shift_words, simd)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(8), simd))),
@@ -109,7 +114,7 @@ class ActivationOperand(wiring.Component):
         m = Module()
         simd, row_words = self.simd, self.hidden // self.simd
         m.submodules.reader = reader = VectorReader(self.addr_bits, nx.RES_BITS * simd, self.max_words,
-                                                    self.max_vectors)
+                                                    self.max_vectors, self.max_passes)
         m.submodules.narrow = narrow = Narrow(simd)
         m.submodules.shifts = shifts = Memory(shape=unsigned(SHIFT_LANE_BITS * simd), depth=self.shift_words,
                                               init=[])
@@ -117,7 +122,7 @@ class ActivationOperand(wiring.Component):
         m.d.comb += [sw.addr.eq(self.shift.addr), sw.data.eq(self.shift.data), sw.en.eq(self.shift.en)]
         c = self.cmd
         m.d.comb += [reader.start.eq(self.start), reader.base.eq(c.base), reader.stride.eq(c.stride),
-                     reader.words.eq(c.words), reader.vectors.eq(c.vectors),
+                     reader.words.eq(c.words), reader.vectors.eq(c.vectors), reader.passes.eq(c.passes),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
         narrowed = Signal()
         shift_base = Signal.like(c.shift_base)

@@ -53,6 +53,8 @@ class Sequencer:
         self.head = Signal(range(g.heads + 1), name="head")
         self.hdr_idx = Signal(range(len(HEADER_FIELDS) + 2), name="hdr_idx")
         self.expected = Signal.like(d.writer.count, name="expected")
+        # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
+        self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
@@ -61,15 +63,15 @@ class Sequencer:
         self.m.d.comb += [w.start.eq(1), c.placement.eq(where), c.beats.eq(beats), c.row_step.eq(row_step),
                           c.chan_word.eq(chan_word), c.base.eq(base), c.tiles.eq(tiles)]
 
-    def operand_command(self, base, stride, n_words, narrowed=False, shift_base=0):
+    def operand_command(self, base, stride, n_words, narrowed=False, shift_base=0, passes=1):
         c = self.d.operand.cmd
         self.m.d.comb += [c.base.eq(base), c.stride.eq(stride), c.words.eq(n_words), c.vectors.eq(self.g.rows),
-                          c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
+                          c.passes.eq(passes), c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
 
     def start_matrix(self, o):
         m, d, g = self.m, self.d, self.g
         m.d.sync += [self.tile.eq(0), self.tiles.eq(self.mat_rows[o] // g.tile_rows - 1),
-                     self.expected.eq(g.rows * self.mat_rows[o] // g.pe)]
+                     self.expected.eq(g.rows * self.mat_rows[o] // g.pe), self.ahead_started.eq(0), self.ahead.eq(0)]
         m.d.comb += d.tparams.clear.eq(1)
         self.start_writer(self.placement[o], g.tile_rows // g.pe, g.words(self.dst_cols.get(o, g.hidden)),
                           base=d.F_BASE if o == self.Op.FFN_UP else 0, tiles=1)
@@ -114,7 +116,9 @@ class Sequencer:
     def matrix_states(self, o, then):
         """A weight matrix: per tile, wait for it, latch its bias/mult, issue the job (all block rows), and
         release the bank once the MVAU has read its last weight word (the last tile: once every result is
-        written); then ``then()``."""
+        written); then ``then()``. The activation operand streams the block's rows once a tile from the first
+        job on, and the next tile's bias/mult are latched from its bank while the current job reads its
+        weights, so that a tile's job follows the last weight read of the one before two cycles later."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
         cols, name, cmd = self.mat_cols[o], o.name, d.mvau.cmd.payload
         self.tile_wait_state(o, f"{name}_LATCH")
@@ -132,19 +136,30 @@ class Sequencer:
                          cmd.wide.eq(o in (Op.O, Op.FFN_DOWN))]     # int16 residual stream
             self.operand_command(d.CTX_BASE if o == Op.O else 0, g.words(cols), g.words(cols),
                                  narrowed=o in (Op.Q, Op.K, Op.V, Op.FFN_UP),
-                                 shift_base=g.words(g.hidden) if o == Op.FFN_UP else 0)
+                                 shift_base=g.words(g.hidden) if o == Op.FFN_UP else 0, passes=self.tiles + 1)
             with m.If(d.mvau.cmd.ready):
-                m.d.comb += [d.operand.start.eq(1), d.tparams.job.eq(1)]
+                m.d.comb += [d.operand.start.eq(self.tile == 0), d.tparams.job.eq(1)]
                 m.d.sync += d.issued.eq(0)
                 m.next = f"{name}_WAIT"
             self.abort()
         with m.State(f"{name}_WAIT"):
             m.d.comb += [d.op.eq(o), d.busy.eq(1)]
             with m.If(self.tile != self.tiles):
+                # the next tile's bias/mult from the other bank once it is full; once begun, without a gap
+                latching = Signal(name=f"{name.lower()}_latching")
+                m.d.comb += latching.eq(~self.ahead & (self.ahead_started | d.ws.tile_next_ready))
+                with m.If(latching):
+                    m.d.comb += [d.tparams.latch.eq(1), d.ws.cnext.eq(1)]
+                    m.d.sync += [self.ahead_started.eq(1), self.ahead.eq(d.tparams.latched)]
                 with m.If(d.issued == g.rows * (g.tile_rows // g.pe) * g.words(cols)):
                     m.d.comb += d.ws.tile_release.eq(1)
-                    m.d.sync += self.tile.eq(self.tile + 1)
-                    m.next = f"{name}_TILE_WAIT"
+                    m.d.sync += [self.tile.eq(self.tile + 1), self.ahead_started.eq(0), self.ahead.eq(0)]
+                    with m.If(self.ahead | (latching & d.tparams.latched)):
+                        m.next = f"{name}_JOB"
+                    with m.Elif(latching):         # the rest of the latch, from the same bank, now the read bank
+                        m.next = f"{name}_LATCH"
+                    with m.Else():
+                        m.next = f"{name}_TILE_WAIT"
             with m.Elif(d.writer.count == self.expected):
                 m.d.comb += d.ws.tile_release.eq(1)
                 m.d.sync += self.tile.eq(self.tile + 1)

@@ -10,18 +10,20 @@ __all__ = ["VectorReader", "Serializer"]
 
 
 class VectorReader(wiring.Component):
-    """Streams ``vectors`` x ``words`` words of a memory: word ``base + v * stride + w``.
+    """Streams ``vectors`` x ``words`` words of a memory: word ``base + v * stride + w``, ``passes`` times over.
 
-    ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1). The memory read
-    port is driven through ``addr``/``en`` and answers on ``data`` one cycle later (block RAM).
-    ``o``: one word per cycle while ``o.ready``; ``busy`` until the last word has left.
+    ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1) and ``passes`` (at most
+    ``max_passes``; 0 or left undriven: 1). The memory read port is driven through ``addr``/``en``
+    and answers on ``data`` one cycle later (block RAM). ``o``: one word per cycle while ``o.ready``, the
+    passes back to back; ``busy`` until the last word has left.
     """
 
-    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int):
-        self.max_words, self.max_vectors = max_words, max_vectors
+    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1):
+        self.max_words, self.max_vectors, self.max_passes = max_words, max_vectors, max_passes
         super().__init__({
             "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
             "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
+            "passes": In(range(max_passes + 1), init=1),
             "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
             "o": Out(stream.Signature(word_bits)),
         })
@@ -31,8 +33,9 @@ class VectorReader(wiring.Component):
         active = Signal()
         w = Signal(range(max(self.max_words, 2)))
         v = Signal(range(max(self.max_vectors, 2)))
-        row = Signal.like(self.addr)
+        row, base = Signal.like(self.addr), Signal.like(self.addr)
         words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
+        passes, p = Signal.like(self.passes), Signal(range(max(self.max_passes, 2)))
         advance = Signal()
         take = Signal()
         m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active),
@@ -45,10 +48,13 @@ class VectorReader(wiring.Component):
             with m.If(w == words - 1):
                 m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride)]
                 with m.If(v == vectors - 1):
-                    m.d.sync += active.eq(0)
+                    m.d.sync += [v.eq(0), row.eq(base), p.eq(p + 1)]
+                    with m.If(p + 1 >= passes):
+                        m.d.sync += active.eq(0)
         with m.If(self.start):
-            m.d.sync += [active.eq(1), w.eq(0), v.eq(0), row.eq(self.base), words.eq(self.words),
-                         vectors.eq(self.vectors), stride.eq(self.stride)]
+            m.d.sync += [active.eq(1), w.eq(0), v.eq(0), p.eq(0), row.eq(self.base), base.eq(self.base),
+                         words.eq(self.words), vectors.eq(self.vectors), stride.eq(self.stride),
+                         passes.eq(self.passes)]
         return m
 
 
