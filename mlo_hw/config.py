@@ -106,7 +106,8 @@ class Folding:
     channels form one weight tile: the unit of DMA transfer and of double buffering. ``ln_lanes`` LayerNorm
     blocks work on alternate rows of the two LayerNorm phases (:class:`~mlo_hw.hw.engine.layernorm_lanes.
     LayerNormLanes`: one element a cycle each, so a phase of S rows takes about ``ceil(S / ln_lanes) * hidden``
-    cycles, :func:`mlo_hw.perf.layernorm_cycles`); 1..``simd``: one buffer read port of ``simd`` pairs a cycle
+    cycles, :func:`mlo_hw.perf.layernorm_cycles`, of which the part beyond the last weight tile before it shows,
+    :func:`mlo_hw.perf.layernorm_visible_cycles`); 1..``simd``: one buffer read port of ``simd`` pairs a cycle
     feeds them all, so more lanes would only wait. The default 2 is what the engine had before the field existed
     (the resource calibration of ``folding: auto`` is at 2; each lane costs LUTs, DSPs and block RAM,
     ``docs/synthesis.md``); ``folding: auto`` chooses it with the rest.

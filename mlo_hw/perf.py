@@ -5,9 +5,10 @@ attention products (compute only, no weights). A tile of ``tile_rows`` output ch
 inputs computes ``seq_padded * tile_rows * cols / (pe * simd)`` cycles and needs
 ``tile_bytes / axi_data_bytes`` beats of DMA.
 
-The two LayerNorm phases of a layer overlap no matrix, so the engine spends :func:`layernorm_cycles` on top of the
-bound on them (``folding.ln_lanes`` lanes); the bound leaves them out (it is the matrices' roofline), and
-:attr:`mlo_hw.plan.Plan.expected_cycles` adds them for ``folding: auto``.
+A LayerNorm phase takes :func:`layernorm_cycles` (``folding.ln_lanes`` lanes); it starts during the last weight tile
+of the matrix before it (O for LN1, FFN down for LN2) and reads each row once that tile has written it, so only
+:func:`layernorm_visible_cycles` show beyond the matrices. The bound leaves them out (it is the matrices'
+roofline), and :attr:`mlo_hw.plan.Plan.expected_cycles` adds them for ``folding: auto``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .model import numerics as nx
 from .model.weight_image import layout
 
 __all__ = ["buffer_group", "TileCost", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
-           "layernorm_cycles", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
+           "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,27 @@ def layernorm_cycles(cfg, rows: int | None = None) -> int:
     h, n = cfg.model.hidden, min(cfg.folding.ln_lanes, rows)
     per_lane = -(-rows // n)
     return (n - 1) * (h // cfg.folding.simd) + (per_lane - 1) * max(h, LN_ROW_CYCLES_MIN) + 2 * h + LN_ROW_LATENCY
+
+
+def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
+    """Cycles a layer's two LayerNorm phases over ``rows`` token rows (default ``seq_padded``) add to the matrices.
+    Each starts during the last weight tile of the matrix before it, which writes a row every ``tile_rows / pe``
+    times ``cols / simd`` cycles (O: ``hidden`` columns; FFN down: ``intermediate``), so a phase shows its
+    :func:`layernorm_cycles` less that tile's time after its first row, and at least its last row's input,
+    statistics and output (``2 hidden + LN_ROW_LATENCY``). Without the overlap (``tile_rows / pe`` not a power of
+    two: the sequencer counts a tile's rows with a shift) both phases show whole."""
+    return sum(layernorm_phase_visible(cfg, cols, rows) for cols in (cfg.model.hidden, cfg.model.intermediate))
+
+
+def layernorm_phase_visible(cfg, cols: int, rows: int | None = None) -> int:
+    """One phase of :func:`layernorm_visible_cycles`: the LayerNorm after a matrix of ``cols`` input columns."""
+    rows = cfg.seq_padded if rows is None else rows
+    f = cfg.folding
+    groups = f.tile_rows // f.pe
+    full = layernorm_cycles(cfg, rows)
+    if groups & (groups - 1):
+        return full
+    return max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * groups * (cols // f.simd))
 
 
 # Block RAM18 aspect ratios (7-series, true dual port): (width bits, depth). A BRAM36 is two.

@@ -21,9 +21,9 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
   K_h and a V_h^T raw tile; Q_t in), the rest (O, FFN up, FFN down tiles; X_t in again, X'_t out). The small
   parameter sections are counted once per layer, in the first phase's bytes.
 
-The two LayerNorm phases of a layer (per block, when tiled) overlap no matrix: the plan carries their cycles
-(:func:`mlo_hw.perf.layernorm_cycles`, ``folding.ln_lanes`` lanes) beside the bound, and ``expected_cycles`` (bound
-plus LayerNorm) is what ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the
+The two LayerNorm phases of a layer (per block, when tiled) start during the last weight tile before each: the plan
+carries the cycles they add beyond the matrices (:func:`mlo_hw.perf.layernorm_visible_cycles`, ``folding.ln_lanes``
+lanes) beside the bound, and ``expected_cycles`` (bound plus LayerNorm) is what ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the
 matrices' roofline.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from .model import numerics as nx
 from .config import PARTS, ConfigError
-from .perf import bram36, buffer_group, layer_bound, layernorm_cycles, matrix_costs, onchip_memories
+from .perf import bram36, buffer_group, layer_bound, layernorm_visible_cycles, matrix_costs, onchip_memories
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
@@ -173,7 +173,7 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     layer_cycles = _tiled_layer_cycles(cfg, block)
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, cfg.model.layers * layer_cycles,
-                cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * 2 * layernorm_cycles(cfg, block),
+                cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
                 cfg.model.layers)
 
 
@@ -183,7 +183,7 @@ def _onchip_plan(cfg, budget: float) -> Plan:
     per_layer = layer_bound(cfg)
     return Plan("on-chip", s, 1, budget, _buffers(onchip_memories(cfg)), 0, layout(cfg).layer_bytes, 0, 0, io,
                 per_layer, cfg.model.layers * per_layer + io // beat, beat, cfg.target.clock_mhz,
-                2 * layernorm_cycles(cfg), cfg.model.layers)
+                layernorm_visible_cycles(cfg), cfg.model.layers)
 
 
 def plan(cfg) -> Plan:
@@ -223,8 +223,8 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
     lines += ["", f"Bound: {p.layer_cycles} cycles per layer, {p.cycles} per run (every DRAM byte counted); it "
                   f"needs {p.bytes_per_cycle:.2f} bytes per cycle ({need:.0f} MB/s at {p.clock_mhz:g} MHz) of the "
                   f"port's {p.beat_bytes} ({port:.0f} MB/s).",
-              "", f"LayerNorm (not overlapped with the matrices, so not in the bound): {p.layernorm_cycles} cycles per "
-                  f"layer; bound plus LayerNorm {p.expected_cycles} per run."]
+              "", f"LayerNorm beyond the matrices (each phase starts during the last tile before it; not in the "
+                  f"bound): {p.layernorm_cycles} cycles per layer; bound plus LayerNorm {p.expected_cycles} per run."]
     return lines
 
 

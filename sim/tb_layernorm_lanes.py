@@ -1,7 +1,8 @@
 """cocotb test of mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes: rows of (a, b) int16 pairs in a memory model
 (read one cycle late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
-maximum, the taps (row r in lane r % lanes), and a negative check."""
+maximum, rows made available a few at a time through ``avail`` (a read beyond it returns garbage), the taps (row r in
+lane r % lanes), and a negative check."""
 import math
 import random
 
@@ -31,6 +32,7 @@ class Bench:
     def __init__(self, dut):
         self.dut, self.mem, self.out, self.taps = dut, [], {}, []
         self.p_ready = 1.0
+        self.avail = 0                    # pair words the DUT may read; a read beyond them returns garbage
         self.rng = random.Random(0)
         cocotb.start_soon(self._run())
 
@@ -38,12 +40,13 @@ class Bench:
         dut, data = self.dut, 0
         while True:
             dut.rd_data.value = data
+            dut.avail.value = self.avail
             ready = int(self.rng.random() < self.p_ready)
             dut.w__ready.value = ready
             await ReadOnly()
             a = int(dut.rd_addr.value)
             if int(dut.rd_en.value):
-                data = self.mem[a] if a < len(self.mem) else 0
+                data = self.mem[a] if a < min(len(self.mem), self.avail) else self.rng.getrandbits(32 * SIMD)
             if int(dut.w__valid.value) and ready:
                 v = int(dut.w__payload.value)
                 addr_bits = len(dut.w__payload) - RB * SIMD
@@ -89,11 +92,18 @@ async def random_rows_under_backpressure(dut):
                     w |= ((int(a[r, ch]) & 0xFFFF) | (int(bb[r, ch]) & 0xFFFF) << 16) << (32 * i)
                 b.mem.append(w)
         b.out, b.taps = {}, []
+        gradual = trial % 2 == 1                 # rows come a row at a time, a random while apart (the engine's overlap)
+        b.avail = 0 if gradual else rows * RW
         dut.shift.value, dut.rows.value, dut.start.value = shift, rows, 1
         await RisingEdge(dut.clk)
         dut.start.value = 0
+        next_row = 0
         for _ in range(rows * (5 * H + 400) + 1000):
             await RisingEdge(dut.clk)
+            if gradual and b.avail < rows * RW and next_row <= 0:
+                b.avail += RW
+                next_row = b.rng.choice([0, 3, RW, H, 2 * H])
+            next_row -= 1
             if len(b.out) == rows * RW:
                 break
         await ClockCycles(dut.clk, 20)

@@ -265,12 +265,13 @@ def trace_members(cfg) -> dict:
     ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
     ``trace_probs_*``: a softmax output beat (``softmax_lanes`` uint8 probabilities of consecutive keys, lane 0
     in the LSBs); ``trace_ln_*``: per LayerNorm lane (``folding.ln_lanes`` of them), an output element
-    (int16, lane i in bits 16i..16i+15). ``*_valid`` is high in the cycle the handshake completes.
+    (int16, lane i in bits 16i..16i+15), and ``trace_ln_op``, the LayerNorm it belongs to (LN1 starts during O's
+    last tile and LN2 during FFN down's, so ``op`` may still name the matrix). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments."""
     mp, lanes = MVAUParams.from_config(cfg), cfg.folding.ln_lanes
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
-            "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * nx.RES_BITS),
+            "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * nx.RES_BITS), "trace_ln_op": Out(Op),
             "trace_compute": Out(1), "trace_stall": Out(1)}
 
 
@@ -308,6 +309,7 @@ class LayerEngine(wiring.Component):
                          self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),
                          self.trace_probs_data.eq(softmax.o.payload),
                          self.trace_ln_valid.eq(ln_lanes.taps.valid), self.trace_ln_data.eq(ln_lanes.taps.data),
+                         self.trace_ln_op.eq(d.ln_op),
                          self.trace_compute.eq(regs.compute_busy), self.trace_stall.eq(regs.dma_stall)]
         return m
 
@@ -360,6 +362,11 @@ class LayerEngine(wiring.Component):
             m.d.comb += d.scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
                                          | overlaps(regs.input_base, io) | overlaps(regs.output_base, io))
         d.op, d.layer, d.layers = Signal(Op, name="op"), Signal(16, name="layer"), Signal(16, name="layers")
+        # the LayerNorm the lanes run (their buffer ports and shift select on it, not on op: LN1 starts during O's
+        # last tile, LN2 during FFN down's) and the pair words they may read meanwhile
+        d.ln_op = Signal(Op, name="ln_op")
+        ln_words = g.words(g.rows * g.hidden)
+        d.ln_avail = Signal(range(ln_words + 1), name="ln_avail", init=ln_words)
         m.d.comb += [self.op.eq(d.op), self.layer.eq(d.layer)]
         d.slot = d.layer[0]
         d.hdr = {f: Signal(32, name=f"hdr_{f}") for f in HEADER_FIELDS}
@@ -494,14 +501,17 @@ class LayerEngine(wiring.Component):
 
         def pairs(a_word, b_word):
             return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
-        m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.shift.eq(Mux(op == Op.LN2, d.hdr["ln2_shift"], d.hdr["ln1_shift"])),
-                     ln_lanes.w.ready.eq(1)]
+        # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap)
+        ln_op = d.ln_op
+        m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail),
+                     ln_lanes.shift.eq(Mux(ln_op == Op.LN2, d.hdr["ln2_shift"], d.hdr["ln1_shift"])),
+                     ln_lanes.w.ready.eq(~d.writer.rows.en)]
         for o, a_buf, b_buf in ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
-            with m.If(op == o):
+            with m.If(ln_op == o):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]
                 m.d.comb += ln_lanes.rd_data.eq(pairs(bufs[a_buf].r.data, bufs[b_buf].r.data))
-                with m.If(ln_lanes.w.valid):               # the output overwrites the row's b buffer
+                with m.If(ln_lanes.w.valid & ln_lanes.w.ready):   # the output overwrites the row's b buffer
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]

@@ -102,7 +102,7 @@ static void sample() {
     for (int i = 0; i < LN_LANES; i++) {
         if (bits(top->trace_ln_valid, i, 1)) {
             tr_ln.push_back(layer);
-            tr_ln.push_back(op);
+            tr_ln.push_back(top->trace_ln_op);      // the LayerNorm's own: it may overlap the matrix before it
             tr_ln.push_back(i);
             tr_ln.push_back(sext(bits(top->trace_ln_data, i * RES_BITS, RES_BITS), RES_BITS));
         }

@@ -30,7 +30,9 @@ class LayerNormLanes(wiring.Component):
         next cycle. ``shift``: the LayerNorm output shift (hold it during the run). ``param``: the gain/bias
         write port, broadcast to every lane (:class:`~mlo_hw.hw.layernorm.ParamWriteSignature`).
         ``rd_addr``/``rd_en`` -> ``rd_data`` one cycle later: pair word j, row-major from word 0, ``hidden /
-        simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half.
+        simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half. ``avail``: pair
+        words ``0 .. avail - 1`` may be read (all when left undriven): the engine starts a LayerNorm while the
+        matrix before it still writes its last tile's rows, and raises ``avail`` a row at a time.
         ``w``: a stream of ``{addr, data}`` word writes, row r's word c at ``r * hidden / simd + c``, lane 0
         first when several words are complete; ``written``: words written since ``start``.
         ``taps``: each lane's output handshake and element (for a tracing testbench).
@@ -59,6 +61,7 @@ class LayerNormLanes(wiring.Component):
             "start": In(1), "rows": In(range(max_rows + 1)), "shift": In(SHIFT_BITS),
             "param": In(ParamWriteSignature(hidden)),
             "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd),
+            "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
             "written": Out(range(max_words + 1)),
             "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb, lanes)})),
@@ -76,7 +79,8 @@ class LayerNormLanes(wiring.Component):
         m.submodules.reader = reader = VectorReader(len(self.rd_addr), 2 * rb * simd, max_words, 1)
         m.d.comb += [reader.start.eq(self.start), reader.base.eq(0), reader.stride.eq(0),
                      reader.words.eq(self.rows * rw), reader.vectors.eq(1),
-                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
+                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
+                     reader.hold.eq(reader.addr >= self.avail)]
 
         # ---- rows to the lanes in turn: a row's words wait in its lane's FIFO, so the lanes work together
         lns, fifos = [], []

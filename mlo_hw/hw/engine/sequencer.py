@@ -55,6 +55,11 @@ class Sequencer:
         self.expected = Signal.like(d.writer.count, name="expected")
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
+        # the LayerNorm after O / FFN down started during the matrix's last tile; the rows that tile has finished
+        self.ln_early = Signal(name="ln_early")
+        self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
+        groups = g.tile_rows // g.pe                  # result beats a row in a tile: a power of two to count rows
+        self.overlap_layernorm = groups & (groups - 1) == 0
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
@@ -71,7 +76,8 @@ class Sequencer:
     def start_matrix(self, o):
         m, d, g = self.m, self.d, self.g
         m.d.sync += [self.tile.eq(0), self.tiles.eq(self.mat_rows[o] // g.tile_rows - 1),
-                     self.expected.eq(g.rows * self.mat_rows[o] // g.pe), self.ahead_started.eq(0), self.ahead.eq(0)]
+                     self.expected.eq(g.rows * self.mat_rows[o] // g.pe), self.ahead_started.eq(0), self.ahead.eq(0),
+                     self.ln_early.eq(0)]
         m.d.comb += d.tparams.clear.eq(1)
         self.start_writer(self.placement[o], g.tile_rows // g.pe, g.words(self.dst_cols.get(o, g.hidden)),
                           base=d.F_BASE if o == self.Op.FFN_UP else 0, tiles=1)
@@ -160,11 +166,35 @@ class Sequencer:
                         m.next = f"{name}_LATCH"
                     with m.Else():
                         m.next = f"{name}_TILE_WAIT"
-            with m.Elif(d.writer.count == self.expected):
-                m.d.comb += d.ws.tile_release.eq(1)
-                m.d.sync += self.tile.eq(self.tile + 1)
-                then()
+            with m.Else():
+                if o in (Op.O, Op.FFN_DOWN) and self.overlap_layernorm:
+                    self.early_layernorm(Op.LN1 if o == Op.O else Op.LN2)
+                with m.If(d.writer.count == self.expected):
+                    m.d.comb += d.ws.tile_release.eq(1)
+                    m.d.sync += self.tile.eq(self.tile + 1)
+                    with m.If(self.ln_early):
+                        m.next = "LN1_RUN" if o == Op.O else "LN2_RUN"
+                    with m.Else():
+                        then()
             self.abort()
+
+    def early_layernorm(self, ln):
+        """In the last tile of the matrix before LayerNorm ``ln`` (O, FFN down): once its gains and biases are in,
+        start the lanes; they read a row once this tile has written its last channels (row-major result beats,
+        ``tile_rows / pe`` a row), ``ln_rows`` registered a cycle behind the writer's count."""
+        m, d, g = self.m, self.d, self.g
+        groups = g.tile_rows // g.pe
+        first = Signal.like(self.expected, name=f"{ln.name.lower()}_tile_first")   # the last tile's first beat
+        m.d.comb += first.eq(self.expected - g.rows * groups)
+        with m.If(~self.ln_early & d.copier.done):
+            m.d.comb += d.ln_lanes.start.eq(1)
+            if ln == self.Op.LN1:
+                self.request_copy(CopyKind.GELU)
+            m.d.sync += [self.ln_early.eq(1), self.ln_rows.eq(0)]
+        with m.If(self.ln_early):
+            m.d.comb += [d.ln_op.eq(ln), d.ln_avail.eq(self.ln_rows * g.words(g.hidden))]
+            with m.If(d.writer.count >= first):
+                m.d.sync += self.ln_rows.eq((d.writer.count - first) >> (groups.bit_length() - 1))
 
     def attention_states(self, o, job_rows, cols, then):
         """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h); on chip its weight
@@ -237,7 +267,7 @@ class Sequencer:
         """LayerNorm ``o`` over the block's rows, once its gains and biases (copied during the phase before) are in."""
         m, d, g = self.m, self.d, self.g
         with m.State(f"{o.name}_PARAMS"):
-            m.d.comb += d.op.eq(o)
+            m.d.comb += [d.op.eq(o), d.ln_op.eq(o)]
             self.wait_for_copy()
             with m.If(d.copier.done):
                 m.d.comb += d.ln_lanes.start.eq(1)
@@ -246,7 +276,7 @@ class Sequencer:
                 m.next = f"{o.name}_RUN"
             self.abort()
         with m.State(f"{o.name}_RUN"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+            m.d.comb += [d.op.eq(o), d.ln_op.eq(o), d.busy.eq(1)]
             with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
                 then()
             self.abort()

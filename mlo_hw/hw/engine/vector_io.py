@@ -15,7 +15,8 @@ class VectorReader(wiring.Component):
     ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1) and ``passes`` (at most
     ``max_passes``; 0 or left undriven: 1). The memory read port is driven through ``addr``/``en``
     and answers on ``data`` one cycle later (block RAM). ``o``: one word per cycle while ``o.ready``, the
-    passes back to back; ``busy`` until the last word has left.
+    passes back to back, none while ``hold`` (the next word is not there yet); ``busy`` until the last word has
+    left.
     """
 
     def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1):
@@ -23,7 +24,7 @@ class VectorReader(wiring.Component):
         super().__init__({
             "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
             "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
-            "passes": In(range(max_passes + 1), init=1),
+            "passes": In(range(max_passes + 1), init=1), "hold": In(1),
             "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
             "o": Out(stream.Signature(word_bits)),
         })
@@ -38,7 +39,7 @@ class VectorReader(wiring.Component):
         passes, p = Signal.like(self.passes), Signal(range(max(self.max_passes, 2)))
         advance = Signal()
         take = Signal()
-        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active),
+        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active & ~self.hold),
                      self.addr.eq(row + w), self.en.eq(advance), self.o.payload.eq(self.data),
                      self.busy.eq(active | self.o.valid)]
         with m.If(advance):
