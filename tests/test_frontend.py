@@ -694,3 +694,17 @@ def test_minilm_onnx_export_roles(tmp_path):
         for role in ENGINE_ROLES:
             np.testing.assert_array_equal(getattr(got, role).astype(np.float32), getattr(want, role).astype(np.float32))
     assert float_check(fe, fe.float_layers(), model_inputs(Host(fe), 16, np.random.default_rng(0), 2)) < 1e-4
+
+
+def test_a_fused_qkv_whose_split_cannot_be_told_is_refused_naming_the_node():
+    """GPT-2's fused QKV is split by the split outputs Q, K and V read; when two read the same part (or a part
+    cannot be told), the layer is refused naming the fused linear's node."""
+    from mlo_hw.frontend.roles import engine_refusal
+    fe = load(fixture("gpt2"))
+    r = fe.roles(0)[0]
+    assert r.attentions[0].parts == (0, 1, 2)
+    r.attentions[0].parts = (0, 0, 2)
+    reason = engine_refusal(fe.graph, r)
+    assert reason.startswith("decoder layer (causal self-attention, the mask made by LessOrEqual 'node_le_1'): Gemm ")
+    assert "fused QKV linear of shape [96, 32] whose split into Q, K and V cannot be told (found parts [0, 0, 2])" \
+        in reason and "\n" not in reason

@@ -77,6 +77,15 @@ def test_pre_ln_int_model_is_close_to_float(tiny_pre):
     assert _row_cosines(deq - model.dequantize_output(xi)[mask], f[mask] - x[mask]).min() > 0.98
 
 
+def test_the_tiled_schedule_refuses_pre_ln(tiny_pre):
+    """The DRAM-tiled schedule models the RTL, which runs post-LN layers only."""
+    from mlo_hw.model.tiled import tiled_stack
+    cfg, _, model = tiny_pre
+    x = np.zeros((cfg.seq_padded, cfg.model.hidden), np.int64)
+    with pytest.raises(ValueError, match="post-LN layers only"):
+        tiled_stack(cfg, model.layers, x, np.ones(cfg.seq_padded, bool), cfg.seq_padded)
+
+
 def test_tanh_gelu_is_only_a_different_table():
     x = np.linspace(-6, 6, 1001)
     assert np.abs(gelu_tanh(x) - gelu(x)).max() < 1e-3 and np.abs(gelu_tanh(x) - gelu(x)).max() > 1e-5
