@@ -41,7 +41,8 @@ def main(argv=None) -> int:
     t_int = 0.0
     for x, mask in random_inputs(cfg, rng, args.inputs):
         ftr, itr = [], []
-        float_stack(x, layers, attention_mask(mask, cfg.model.causal), cfg.model.heads, cfg.model.layernorm_eps, ftr)
+        float_stack(x, layers, attention_mask(mask, cfg.model.causal), cfg.model.heads, cfg.model.layernorm_eps, ftr,
+                    norm=cfg.model.norm, gelu=cfg.model.gelu)
         t0 = time.perf_counter()
         run_int(model, model.quantize_input(x), mask, cfg, itr)
         t_int += time.perf_counter() - t0

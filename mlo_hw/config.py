@@ -19,12 +19,20 @@ import yaml
 
 from .cli import BadInput
 
-__all__ = ["ConfigError", "Model", "Numerics", "Folding", "Memory", "Target", "Weights", "Config",
-           "Matrix", "PARTS", "BOARD_PARTS", "CLOCK_MHZ", "load_config", "config_from_dict", "check_name"]
+__all__ = ["ConfigError", "NORMS", "GELUS", "Model", "Numerics", "Folding", "Memory", "Target", "Weights", "Config",
+           "Matrix", "PARTS", "BOARD_PARTS", "CLOCK_MHZ", "load_config", "config_from_dict", "check_name",
+           "check_rtl"]
 
 
 class ConfigError(BadInput):
     """A configuration problem; ``str(err)`` is one line naming the field."""
+
+
+# The layer kinds (model.norm): "post" x -> LN1(x + Attn(x)) -> LN2(. + FFN(.)) (BERT); "pre"
+# x -> x + Attn(LN1(x)) -> . + FFN(LN2(.)) (GPT-2; its final LayerNorm runs on the host).
+NORMS = ("post", "pre")
+# The GELU flavours (model.gelu): the exact erf form (BERT) and the tanh approximation (GPT-2's gelu_new).
+GELUS = ("erf", "tanh")
 
 
 # FPGA parts we know the resources of (AMD DS180, 7-series overview): LUT, FF, DSP48E1, BRAM36 (a
@@ -90,6 +98,8 @@ class Model:
     seq_len: int
     layernorm_eps: float = 1e-12
     causal: bool = False        # a decoder's self-attention: query row i attends keys 0..i (prefill mode)
+    norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2; golden model only)
+    gelu: str = "erf"           # the FFN's GELU: "erf" (exact) or "tanh" (GPT-2's approximation): a different table
 
 
 @dataclass(frozen=True)
@@ -271,6 +281,9 @@ def _validate(cfg: Config):
     _require(m.hidden % m.heads == 0,
              f"model.hidden: {m.hidden} is not divisible by model.heads={m.heads}")
     _require(m.layernorm_eps > 0, f"model.layernorm_eps: expected > 0, got {m.layernorm_eps}")
+    _require(m.norm in NORMS, f"model.norm: expected 'post' (BERT: LayerNorm after each residual add) or 'pre' "
+                              f"(GPT-2: LayerNorm before attention and FFN), got {m.norm!r}")
+    _require(m.gelu in GELUS, f"model.gelu: expected 'erf' (exact) or 'tanh' (GPT-2's approximation), got {m.gelu!r}")
     _require(2 <= n.weight_bits <= 8, f"numerics.weight_bits: expected 2..8, got {n.weight_bits}")
     _require(n.act_bits == 8, f"numerics.act_bits: expected 8 (int8 matrix inputs, int16 residual stream), "
                               f"got {n.act_bits}")
@@ -325,6 +338,14 @@ def _check_limits(cfg: Config):
     _require(image + 2 * act <= 1 << mem.axi_addr_bits,
              f"memory.axi_addr_bits: {mem.axi_addr_bits} bits address {1 << mem.axi_addr_bits} bytes; the weight image "
              f"({image} bytes) and the input and output activations (2 x {act} bytes) need {image + 2 * act}")
+
+
+def check_rtl(cfg: Config) -> Config:
+    """``cfg`` if the layer engine's RTL can run its layers, else ConfigError naming the field; every command
+    that builds or simulates RTL calls it (the golden model runs every config ``load_config`` accepts)."""
+    _require(cfg.model.norm == "post", "model.norm: 'pre' (GPT-2 layers) runs in the golden model only; "
+                                       "the RTL runs post-LN layers today")
+    return cfg
 
 
 def _check_fit(cfg: Config):

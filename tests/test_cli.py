@@ -41,7 +41,7 @@ def _bench(name):
     return mod
 
 
-BENCH = {name: _bench(name) for name in ("accuracy", "dma", "synth_blocks")}
+BENCH = {name: _bench(name) for name in ("accuracy", "cycles", "dma", "synth_blocks")}
 COMMANDS = {"elaborate": elaborate.main, "frontend": frontend, "boards": boards.main, "synth": synth.main,
             "regs": regs.main, **{f"bench/{n}": m.main for n, m in BENCH.items()}}
 
@@ -56,6 +56,7 @@ def guard(monkeypatch):
     monkeypatch.setattr(mlo_hw.hw.layer_engine, "engine_top", _forbidden)
     monkeypatch.setattr(synth, "synthesize", _forbidden)
     monkeypatch.setattr(BENCH["dma"], "simulate", _forbidden)
+    monkeypatch.setattr(BENCH["cycles"], "measure", _forbidden)
     monkeypatch.setattr(BENCH["synth_blocks"], "synth_verilog", _forbidden)
 
 
@@ -287,6 +288,13 @@ CASES = [
     ("dma-base-text", "bench/dma", ["--base", "zz"], {}, "argument --base: invalid address value: 'zz'"),
     ("dma-config-missing", "bench/dma", ["--config", "/nonexistent/small.yaml"], {}, "--config: no such file"),
     ("synth-blocks-unknown", "bench/synth_blocks", ["--block", "nope"], {}, "argument --block: invalid choice: 'nope'"),
+    # a pre-LN (GPT-2) layer runs in the golden model only: every command that builds RTL refuses it
+    *[(f"pre-ln-{case}", cmd, ["--config", "c.yaml", *extra],
+       {"c.yaml": cfg_text(("model.norm", "pre"), ("model.causal", True))},
+       "model.norm: 'pre' (GPT-2 layers) runs in the golden model only; the RTL runs post-LN layers today")
+      for case, cmd, extra in (("elaborate", "elaborate", ["-o", "out"]), ("elaborate-default-folder", "elaborate", []),
+                               ("synth", "synth", ["-o", "out"]), ("boards", "boards", []),
+                               ("bench-cycles", "bench/cycles", []))],
 ]
 
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
+from mlo_hw.config import ConfigError, check_rtl, config_from_dict, load_config, resolve_config_path
 
 BASE = yaml.safe_load(resolve_config_path("bert_tiny").read_text())
 
@@ -59,11 +59,27 @@ def test_derived_figures():
     (("weights", "source"), "hub", "weights.source: expected 'random' or 'onnx'"),
     (("model", "seq_len"), KeyError, "model.seq_len: missing"),
     (("extra",), 1, "extra: unknown top-level key"),
+    (("model", "norm"), "mid", "model.norm: expected 'post' (BERT: LayerNorm after each residual add) or 'pre'"),
+    (("model", "norm"), 1, "model.norm: expected a string, got 1"),
+    (("model", "gelu"), "relu", "model.gelu: expected 'erf' (exact) or 'tanh' (GPT-2's approximation), got 'relu'"),
 ])
 def test_validation_names_the_field(path, value, needle):
     with pytest.raises(ConfigError) as e:
         config_from_dict(with_change(path, value))
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_layer_kind_defaults_to_bert_and_pre_ln_is_golden_model_only():
+    """model.norm 'post' and model.gelu 'erf' when absent; a pre-LN config loads (the golden model runs it) and
+    check_rtl, which every RTL command calls, refuses it in one line naming the field."""
+    cfg = load_config("bert_tiny")
+    assert (cfg.model.norm, cfg.model.gelu) == ("post", "erf") and check_rtl(cfg) is cfg
+    pre = config_from_dict(with_change(("model", "norm"), "pre"))
+    assert pre.model.norm == "pre"
+    assert config_from_dict(with_change(("model", "gelu"), "tanh")).model.gelu == "tanh"
+    with pytest.raises(ConfigError, match=r"^model\.norm: 'pre' \(GPT-2 layers\) runs in the golden model only; "
+                                          r"the RTL runs post-LN layers today$"):
+        check_rtl(pre)
 
 
 def test_ln_lanes_defaults_to_two_and_reaches_the_engine():

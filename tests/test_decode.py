@@ -1,5 +1,6 @@
 """Autoregressive decode with a KV cache (mlo_hw/model/decode.py): a prefill then decode steps equal one causal
-run over every token, bit for bit; the cache refuses a step past its capacity."""
+run over every token, bit for bit, for post-LN (BERT) and pre-LN (GPT-2) layers; the cache refuses a step past its
+capacity."""
 import dataclasses
 
 import numpy as np
@@ -13,11 +14,16 @@ from mlo_hw.model.quantize import build_model
 from mlo_hw.model.weight_image import layout
 
 
-@pytest.fixture(scope="module", params=["small", "bert_tiny"])
+@pytest.fixture(scope="module", params=[("small", "post"), ("bert_tiny", "post"), ("small", "pre"),
+                                        ("bert_tiny", "pre")], ids=lambda p: "-".join(p))
 def decoder(request):
-    cfg = load_config(request.param)
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, causal=True))
-    return cfg, build_model(cfg)[1]
+    name, norm = request.param
+    cfg = load_config(name)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, causal=True, norm=norm,
+                                                             gelu="tanh" if norm == "pre" else "erf"))
+    model = build_model(cfg)[1]
+    assert all(p.norm == norm for p in model.layers)
+    return cfg, model
 
 
 def _tokens(cfg, model, seed):

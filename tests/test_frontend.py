@@ -4,6 +4,7 @@ The fixtures in tests/fixtures/onnx/ are tiny Hugging Face models exported by to
 (needs torch; the tests do not). Float checks run the models with onnxruntime.
 """
 
+import copy
 import json
 from pathlib import Path
 
@@ -195,7 +196,7 @@ def test_broken_models_are_refused(name):
         _without_norm(model, _layer_nodes(model, f"encoder.layer.{k}", "LayerNormalization")[0])
     fe = Frontend(Graph(model))
     assert fe.engine_refusal() == ("encoder.layer: 1 LayerNormalization nodes per layer; "
-                                   "a post-LN BERT layer has two")
+                                   "a post-LN (BERT) or pre-LN (GPT-2) layer has two")
     model = onnx.load(str(fixture(name)))                     # LN1 normalises the attention output alone
     for k in range(GROUPS[name][0][1]):
         ln1 = _layer_nodes(model, f"encoder.layer.{k}", "LayerNormalization")[0]
@@ -359,12 +360,10 @@ def test_gpt2_loop_body_and_roles(frontends, name):
 
 
 @pytest.mark.parametrize("name,prefix,by,why", [
-    ("gpt2", "h", "LessOrEqual 'node_le_1'", "a pre-LN layer (a LayerNorm feeds the attention, GPT-2 style)"),
-    ("gpt2_noopt", "h", "LessOrEqual 'node_le_1'", "a pre-LN layer (a LayerNorm feeds the attention, GPT-2 style)"),
     ("llama", "layers", "LessOrEqual 'node_le_1'", "0 LayerNormalization nodes per layer")])
 def test_decoders_the_engine_cannot_run_are_refused(frontends, name, prefix, by, why, capsys, tmp_path):
-    """Causal masks (a comparison of query and key positions) are found; a decoder whose layer is not post-LN
-    BERT's is refused naming the mask and the reason."""
+    """Causal masks (a comparison of query and key positions) are found; a decoder whose layer is neither post-LN
+    BERT's nor pre-LN GPT-2's is refused naming the mask and the reason."""
     fe = frontends[name]
     reason = fe.engine_refusal()
     assert reason.startswith(f"{prefix}: decoder layer (causal self-attention, the mask made by {by}): {why}")
@@ -377,6 +376,67 @@ def test_decoders_the_engine_cannot_run_are_refused(frontends, name, prefix, by,
     err = capsys.readouterr().err.strip()
     assert err == f"error: --engine: not runnable on the engine: {reason}"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])
+def test_gpt2_is_a_pre_ln_decoder_for_the_golden_model(frontends, name, capsys, tmp_path):
+    """GPT-2: a pre-LN causal decoder with tanh GELU; its fused QKV (Conv1D, stored [in, out]) splits into Q, K and
+    V by the split outputs they read; its config says so, and building RTL for it is refused in one line."""
+    from mlo_hw.frontend.host import config_dict
+    fe = frontends[name]
+    assert fe.engine_refusal() is None
+    d = fe.dims
+    assert (d["norm"], d["gelu"], d["causal"], d["hidden"], d["heads"], d["layernorm_eps"]) == \
+        ("pre", "tanh", True, 32, 2, 1e-5)
+    for k, layer in enumerate(fe.float_layers()):
+        w, b = fe.graph.const(f"h.{k}.attn.c_attn.weight"), fe.graph.const(f"h.{k}.attn.c_attn.bias")
+        for n, name_ in enumerate(("q", "k", "v")):
+            np.testing.assert_array_equal(getattr(layer, f"{name_}_w"), w[:, 32 * n:32 * (n + 1)].T)
+            np.testing.assert_array_equal(getattr(layer, f"{name_}_b"), b[32 * n:32 * (n + 1)])
+    raw = config_dict(fe, "m.onnx", 16)
+    assert (raw["model"]["norm"], raw["model"]["gelu"], raw["model"]["causal"]) == ("pre", "tanh", True)
+    assert config_from_dict(raw).model.norm == "pre"
+    assert cli([str(fixture(name))]) == 0
+    assert "engine: runnable in the golden model only (model.norm: pre" in capsys.readouterr().out
+    assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 2
+    assert capsys.readouterr().err == ("error: model.norm: 'pre' (GPT-2 layers) runs in the golden model only; "
+                                       "the RTL runs post-LN layers today\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])
+def test_gpt2_float_and_integer_models_against_onnxruntime(frontends, name):
+    """The float reference (pre-LN, tanh GELU, causal) matches onnxruntime at the stack output within 1e-4 (1.2e-7
+    measured); the integer golden model, quantized on the model's own inputs, tracks it (cosine printed); ln_f runs
+    on the host after the stack (Host.tail gives the model's last_hidden_state)."""
+    ort = pytest.importorskip("onnxruntime")
+    from mlo_hw.frontend.host import Host, config_dict, float_check, model_inputs
+    from mlo_hw.model.quantize import quantize, run_int
+    fe = frontends[name]
+    layers = fe.float_layers()
+    host = Host(fe)
+    inputs = model_inputs(host, 16, np.random.default_rng(3), 6)
+    err = float_check(fe, layers, inputs)
+    assert err < 1e-4
+    layers[0].q_w, layers[0].k_w = layers[0].k_w, layers[0].q_w          # Q and K swapped is caught
+    assert float_check(fe, layers, inputs) > 1e-3
+    layers = fe.float_layers()
+    cfg = config_from_dict(config_dict(fe, "m.onnx", 16))
+    q = quantize(layers, [(x, m) for x, m, _ in inputs[:3]], cfg)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    full = ort.InferenceSession(str(fixture(name)), opts, providers=["CPUExecutionProvider"])
+    worst = 1.0
+    for x, mask, ids in inputs[3:]:
+        _, want = host.run(ids, mask)
+        got = q.dequantize_output(run_int(q, q.quantize_input(x), mask, cfg))
+        cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+        worst = min(worst, float(cos[mask].min()))
+        feeds = {"input_ids": ids[None], "attention_mask": mask[None].astype(np.int64)}
+        np.testing.assert_allclose(host.tail(ids, mask, want)["last_hidden_state"],
+                                   full.run(["last_hidden_state"], feeds)[0][0], atol=1e-5)
+    print(f"{name}: float vs onnxruntime max |diff| {err:.2e}; integer vs float cosine min {worst:.4f}")
+    assert worst > 0.99
 
 
 @pytest.mark.parametrize("name", ["bert_decoder", "bert_decoder_legacy"])
@@ -541,6 +601,16 @@ def test_onnx_config_must_match_model():
         with pytest.raises(ConfigError, match=rf"^model\.causal: config says {str(causal).lower()}, .*{model}\.onnx's "
                                               rf"self-attention is {kind}"):
             build_model(cfg)
+    gpt2 = {"name": "x", "model": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "seq_len": 8,
+                                   "causal": True, "layernorm_eps": 1e-5, "norm": "pre", "gelu": "tanh"},
+            "weights": {"source": "onnx", "onnx": str(fixture("gpt2"))}, "loop_body_hierarchy": [["h.0"]]}
+    assert build_model(config_from_dict(gpt2))[1].layers[0].norm == "pre"
+    for field, value, kind, want in (("norm", "post", "layer kind", "pre"), ("gelu", "erf", "GELU", "tanh")):
+        raw = copy.deepcopy(gpt2)
+        raw["model"][field] = value
+        with pytest.raises(ConfigError, match=rf"^model\.{field}: config says '{value}', .*gpt2\.onnx's {kind} is "
+                                              rf"'{want}'$"):
+            build_model(config_from_dict(raw))
     cfg = config_from_dict({"name": "x", "model": {"layers": 2, "hidden": 32, "heads": 2, "intermediate": 64,
                                                    "seq_len": 8},
                             "weights": {"source": "onnx", "onnx": str(fixture("t5"))},
@@ -624,3 +694,17 @@ def test_minilm_onnx_export_roles(tmp_path):
         for role in ENGINE_ROLES:
             np.testing.assert_array_equal(getattr(got, role).astype(np.float32), getattr(want, role).astype(np.float32))
     assert float_check(fe, fe.float_layers(), model_inputs(Host(fe), 16, np.random.default_rng(0), 2)) < 1e-4
+
+
+def test_a_fused_qkv_whose_split_cannot_be_told_is_refused_naming_the_node():
+    """GPT-2's fused QKV is split by the split outputs Q, K and V read; when two read the same part (or a part
+    cannot be told), the layer is refused naming the fused linear's node."""
+    from mlo_hw.frontend.roles import engine_refusal
+    fe = load(fixture("gpt2"))
+    r = fe.roles(0)[0]
+    assert r.attentions[0].parts == (0, 1, 2)
+    r.attentions[0].parts = (0, 0, 2)
+    reason = engine_refusal(fe.graph, r)
+    assert reason.startswith("decoder layer (causal self-attention, the mask made by LessOrEqual 'node_le_1'): Gemm ")
+    assert "fused QKV linear of shape [96, 32] whose split into Q, K and V cannot be told (found parts [0, 0, 2])" \
+        in reason and "\n" not in reason

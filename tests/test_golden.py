@@ -1,5 +1,6 @@
 """Golden model, quantizer and weight image."""
 
+import dataclasses
 import json
 import time
 
@@ -9,9 +10,9 @@ import pytest
 from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from mlo_hw.elaborate import main as elaborate
-from mlo_hw.model.golden import TRACE_ORDER, IntLayer
+from mlo_hw.model.golden import PRE_LN_TRACE_ORDER, TRACE_ORDER, IntLayer
 from mlo_hw.model.quantize import build_model, random_inputs, run_int
-from mlo_hw.model.reference import float_stack
+from mlo_hw.model.reference import float_stack, gelu, gelu_tanh
 from mlo_hw.model.weight_image import ALIGN, LAYER_ALIGN, layout, manifest, pack_image, unpack_image
 
 
@@ -39,6 +40,59 @@ def test_int_model_is_close_to_float_and_fast(tiny):
     assert cos.min() > 0.98
     # masked keys get zero probability in every head and row
     assert (traces[0]["probs"][:, :, ~mask] == 0).all()
+
+
+@pytest.fixture(scope="module")
+def tiny_pre():
+    """bert_tiny's sizes as a GPT-2-style layer: pre-LN, causal, tanh GELU."""
+    cfg = load_config("bert_tiny")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, norm="pre", causal=True, gelu="tanh"))
+    layers, model = build_model(cfg)
+    return cfg, layers, model
+
+
+def _row_cosines(a, b):
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+def test_pre_ln_int_model_is_close_to_float(tiny_pre):
+    """Pre-LN: the int16 stream saturates at each add, the LayerNorms read it alone; the output and what the layers
+    add to their input (y - x, the part the residual does not carry through) both track the float reference."""
+    cfg, layers, model = tiny_pre
+    x, mask = random_inputs(cfg, np.random.default_rng(5), 2)[1]
+    xi = model.quantize_input(x)
+    traces = []
+    y = run_int(model, xi, mask, cfg, traces)
+    assert [tuple(t) for t in traces] == [PRE_LN_TRACE_ORDER] * cfg.model.layers
+    assert y.min() >= -2**15 and y.max() < 2**15 and np.abs(y).max() > 2**11
+    t = traces[0]
+    assert np.array_equal(t["res1"], nx.saturate(xi + t["attn_out"], nx.RES_BITS))
+    assert np.array_equal(t["out"], nx.saturate(t["res1"] + t["ffn_down"], nx.RES_BITS))
+    assert np.array_equal(t["ln1"], nx.layernorm(xi, model.layers[0].ln1_gain, model.layers[0].ln1_bias,
+                                                 model.layers[0].ln1_shift, nx.RES_BITS))
+    assert model.input_scale == model.output_scale       # one residual scale for the whole pre-LN stack
+    f = float_stack(x, layers, nx.attention_mask(mask, True), cfg.model.heads, norm="pre", gelu="tanh")
+    deq = model.dequantize_output(y)[mask]
+    assert _row_cosines(deq, f[mask]).min() > 0.999
+    assert _row_cosines(deq - model.dequantize_output(xi)[mask], f[mask] - x[mask]).min() > 0.98
+
+
+def test_the_tiled_schedule_refuses_pre_ln(tiny_pre):
+    """The DRAM-tiled schedule models the RTL, which runs post-LN layers only."""
+    from mlo_hw.model.tiled import tiled_stack
+    cfg, _, model = tiny_pre
+    x = np.zeros((cfg.seq_padded, cfg.model.hidden), np.int64)
+    with pytest.raises(ValueError, match="post-LN layers only"):
+        tiled_stack(cfg, model.layers, x, np.ones(cfg.seq_padded, bool), cfg.seq_padded)
+
+
+def test_tanh_gelu_is_only_a_different_table():
+    x = np.linspace(-6, 6, 1001)
+    assert np.abs(gelu_tanh(x) - gelu(x)).max() < 1e-3 and np.abs(gelu_tanh(x) - gelu(x)).max() > 1e-5
+    erf, tanh = nx.gelu_table(0.05, 0.02, 9), nx.gelu_table(0.05, 0.02, 9, flavour="tanh")
+    assert erf.shape == tanh.shape == (256,) and 0 < np.abs(erf - tanh).max() <= 1
+    with pytest.raises(ValueError, match="flavour 'relu'"):
+        nx.gelu_table(0.05, 0.02, 9, flavour="relu")
 
 
 def test_int_model_is_deterministic_and_integer_only(tiny):

@@ -21,11 +21,11 @@ import numpy as np
 from ..model.reference import FloatLayer
 from .graph import FrontendError, Graph
 from .loop import Group, Layer, find_groups
-from .roles import LayerRoles, causal_mask_node, engine_refusal, layer_roles
+from .roles import LayerRoles, causal_mask_node, engine_refusal, gelu_kind, layer_roles, norm_kind, split_fused_qkv
 
 __all__ = ["FrontendError", "Frontend", "load", "Group", "Layer", "LayerRoles", "ENGINE_ROLES"]
 
-# The roles a post-LN BERT layer has: the fields of FloatLayer.
+# The roles of a layer mlo_hw runs (post-LN BERT, or pre-LN GPT-2 once its fused QKV is split): FloatLayer's fields.
 ENGINE_ROLES = ("q_w", "q_b", "k_w", "k_b", "v_w", "v_b", "o_w", "o_b", "ln1_g", "ln1_b",
                 "ffn_up_w", "ffn_up_b", "ffn_down_w", "ffn_down_b", "ln2_g", "ln2_b")
 
@@ -77,13 +77,14 @@ class Frontend:
         return ""
 
     def float_layers(self) -> list[FloatLayer]:
-        """The layers as :class:`FloatLayer` (float64, [out, in]); biases a model lacks are zeros."""
+        """The layers as :class:`FloatLayer` (float64, [out, in]; a fused QKV split into Q, K and V); biases a
+        model lacks are zeros."""
         reason = self.engine_refusal()
         if reason:
             raise FrontendError(f"not runnable on the engine: {reason}")
         out = []
         for r in self.roles(0):
-            w = dict(r.weights)
+            w = split_fused_qkv(r)
             for name in ("q", "k", "v", "o", "ffn_up", "ffn_down"):
                 w.setdefault(f"{name}_b", np.zeros(w[f"{name}_w"].shape[0]))
             for ln in ("ln1", "ln2"):
@@ -93,13 +94,16 @@ class Frontend:
 
     @cached_property
     def dims(self) -> dict:
-        """Model figures of the (engine-runnable) layer stack: layers, hidden, heads, intermediate, eps, causal."""
+        """Model figures of the (engine-runnable) layer stack: layers, hidden, heads, intermediate, eps, causal, and
+        the layer kind: norm ("post" or "pre") and gelu ("erf" or "tanh"), as :class:`mlo_hw.config.Model` names
+        them."""
         r = self.roles(0)[0]
         w = r.weights
         eps = self.graph.attr(r.norms[0], "epsilon", 1e-5) if r.norms else 1e-5
-        return {"layers": len(self.groups[0].layers), "hidden": int(w["q_w"].shape[1]),
+        return {"layers": len(self.groups[0].layers), "hidden": int(w["o_w"].shape[0]),
                 "heads": int(r.heads or 0), "intermediate": int(w["ffn_up_w"].shape[0]),
-                "layernorm_eps": float(f"{eps:.6g}"), "causal": causal_mask_node(r) is not None}
+                "layernorm_eps": float(f"{eps:.6g}"), "causal": causal_mask_node(r) is not None,
+                "norm": norm_kind(self.graph, r), "gelu": gelu_kind(self.graph, r)}
 
     def summary(self) -> dict:
         """What was found, as plain data (the CLI's --json)."""
@@ -117,7 +121,16 @@ class Frontend:
                                "weights": {name: list(v.shape) for name, v in r.weights.items()}} for r in rs]})
         return {"model": str(self.path) if self.path else None,
                 "exporter": "legacy (scopes from node names)" if self.graph.legacy else "dynamo (name-scope metadata)",
-                "groups": groups, "engine": self.engine_refusal() or "runnable"}
+                "groups": groups, "engine": self._engine_verdict()}
+
+    def _engine_verdict(self) -> str:
+        """'runnable', 'runnable in the golden model only (...)' for a pre-LN stack, or the refusal."""
+        reason = self.engine_refusal()
+        if reason:
+            return reason
+        if self.dims["norm"] == "pre":
+            return "runnable in the golden model only (model.norm: pre, a pre-LN layer; the RTL runs post-LN layers today)"
+        return "runnable"
 
     def export_weights(self, folder: str | Path) -> list[Path]:
         """One ``layer_<group>_<i>.npz`` per layer: float32 arrays keyed by role, matrices [out, in]."""

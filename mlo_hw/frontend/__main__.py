@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from ..cli import ArgumentParser, command, folder, positive_int, staged_folder
-from ..config import check_name, config_from_dict
+from ..config import check_name, check_rtl, config_from_dict
 from . import FrontendError
 from . import load
 
@@ -49,7 +49,8 @@ def _text(summary: dict) -> str:
         for layer in g["per_layer"]:
             roles = ", ".join(f"{name} {shape}" for name, shape in layer["weights"].items())
             lines.append(f"  {layer['scope']}: {roles}")
-    lines.append(f"engine: {summary['engine'] if summary['engine'] == 'runnable' else 'refused: ' + summary['engine']}")
+    verdict = summary["engine"]
+    lines.append(f"engine: {verdict if verdict.startswith('runnable') else 'refused: ' + verdict}")
     return "\n".join(lines)
 
 
@@ -61,7 +62,7 @@ def _engine(fe, model_path: str, out: Path, seq_len: int | None, name: str) -> s
     if seq_len is None:
         seq_len = host.default_seq_len()
     raw = config_dict(fe, model_path, seq_len, name)
-    cfg = config_from_dict(raw, raw["name"])
+    cfg = check_rtl(config_from_dict(raw, raw["name"]))     # a pre-LN model: golden model only, no build
     try:
         inputs = model_inputs(host, seq_len, np.random.default_rng(cfg.weights.seed + 2), 4)
     except FrontendError as e:

@@ -63,21 +63,13 @@ class Host:
         self.vocab = self._vocab()
 
     def _ids_input(self) -> str:
-        g = self.fe.graph
-        for i in g.graph_inputs:
-            for c in g.consumers.get(i.name, []):
-                n = g.nodes[c]
-                if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == i.name and g.is_const(n.input[0]):
-                    return i.name
+        for i in self.fe.graph.graph_inputs:
+            if _embedding_table(self.fe.graph, i.name) is not None:
+                return i.name
         raise FrontendError("host: no graph input feeds an embedding Gather (expected token ids, e.g. input_ids)")
 
     def _vocab(self) -> int:
-        g = self.fe.graph
-        for c in g.consumers.get(self.ids_name, []):
-            n = g.nodes[c]
-            if n.op_type == "Gather" and g.is_const(n.input[0]):
-                return int(g.const(n.input[0]).shape[0])
-        return 2
+        return int(_embedding_table(self.fe.graph, self.ids_name).shape[0])
 
     def seq_limit(self) -> int | None:
         """The fixed sequence length of the model's inputs, or None when it is symbolic."""
@@ -152,6 +144,28 @@ class Host:
         return {n: np.asarray(v[0], np.float64) for n, v in zip(names, session.run(names, feeds))}
 
 
+# Ops that keep token ids token ids on their way to the embedding Gather (GPT-2 flattens them with a Reshape).
+_ID_PASS = ("Reshape", "Cast", "Unsqueeze", "Squeeze", "Flatten", "Identity")
+
+
+def _embedding_table(g, name: str):
+    """The constant table of the embedding Gather that graph input ``name`` indexes (directly or through
+    :data:`_ID_PASS` ops), or None."""
+    todo, seen = [name], set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        for c in g.consumers.get(t, []):
+            n = g.nodes[c]
+            if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == t and g.is_const(n.input[0]):
+                return g.const(n.input[0])
+            if n.op_type in _ID_PASS and n.input[0] == t:
+                todo.append(n.output[0])
+    return None
+
+
 def model_inputs(host: Host, seq_len: int, rng: np.random.Generator, count: int):
     """``count`` inputs for the layer stack: random token ids of random valid lengths through the embeddings.
 
@@ -206,6 +220,10 @@ def _check_dims(cfg, fe: Frontend):
         kind = "causal (a decoder)" if d["causal"] else "bidirectional (an encoder)"
         raise ConfigError(f"model.causal: config says {str(cfg.model.causal).lower()}, {cfg.weights.onnx}'s "
                           f"self-attention is {kind}")
+    for name, what in (("norm", "layer kind"), ("gelu", "GELU")):
+        if getattr(cfg.model, name) != d[name]:
+            raise ConfigError(f"model.{name}: config says {getattr(cfg.model, name)!r}, {cfg.weights.onnx}'s {what} "
+                              f"is {d[name]!r}")
     if not math.isclose(cfg.model.layernorm_eps, d["layernorm_eps"], rel_tol=1e-4):
         raise ConfigError(f"model.layernorm_eps: config says {cfg.model.layernorm_eps:g}, "
                           f"{cfg.weights.onnx} has {d['layernorm_eps']:g}")
@@ -237,11 +255,12 @@ def float_check(fe: Frontend, layers, inputs) -> float:
     from ..model.numerics import attention_mask
     from ..model.reference import float_stack
     host = Host(fe)
-    eps, heads = fe.dims["layernorm_eps"], fe.dims["heads"]
+    d = fe.dims
     worst = 0.0
     for x, mask, ids in inputs:
         _, want = host.run(ids, mask)
-        got = float_stack(x, layers, attention_mask(mask, fe.dims["causal"]), heads, eps)
+        got = float_stack(x, layers, attention_mask(mask, d["causal"]), d["heads"], d["layernorm_eps"],
+                          norm=d["norm"], gelu=d["gelu"])
         worst = max(worst, float(np.abs(got - want).max()))
     return worst
 
@@ -266,7 +285,8 @@ def config_dict(fe: Frontend, onnx_path: str, seq_len: int, name: str | None = N
         "name": name or Path(onnx_path).stem,
         "model": {"layers": d["layers"], "hidden": d["hidden"], "heads": d["heads"],
                   "intermediate": d["intermediate"], "seq_len": seq_len,
-                  "layernorm_eps": float(f"{d['layernorm_eps']:.6g}"), "causal": d["causal"]},
+                  "layernorm_eps": float(f"{d['layernorm_eps']:.6g}"), "causal": d["causal"], "norm": d["norm"],
+                  "gelu": d["gelu"]},
         "numerics": {"weight_bits": 8, "act_bits": 8},
         "folding": {"pe": unit, "simd": unit, "tile_rows": tile},
         "weights": {"source": "onnx", "onnx": str(onnx_path), "seed": 0},

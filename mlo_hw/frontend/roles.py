@@ -30,7 +30,8 @@ import numpy as np
 from .graph import FrontendError, Graph
 from .loop import SMALL_CONST, Layer
 
-__all__ = ["Linear", "Attention", "LayerRoles", "layer_roles", "engine_refusal"]
+__all__ = ["Linear", "Attention", "LayerRoles", "layer_roles", "engine_refusal", "norm_kind", "gelu_kind",
+           "split_fused_qkv"]
 
 _PASS = {"Reshape", "Transpose", "Mul", "Div", "Cast", "CastLike", "Identity", "Squeeze", "Unsqueeze", "Dropout",
          "Contiguous", "Expand", "Slice", "IsNaN", "Where", "Add", "Split", "SplitToSequence", "SequenceAt"}
@@ -62,6 +63,7 @@ class Attention:
 
     causal: str | None = None   # the node that makes the mask causal (decoder self-attention), if any
     inputs: tuple[str, str, str] = ("", "", "")   # the tensors Q, K and V read, exporter noise looked through
+    parts: tuple[int | None, int | None, int | None] = (None, None, None)   # fused: the split outputs Q, K, V read
 
     @property
     def kind(self) -> str:
@@ -197,6 +199,26 @@ def _trace_back(b: _Body, t: str, by_output: dict[str, Linear], scale: list[floa
     return by_output.get(_walk_back(b, t, scale, stop=by_output))
 
 
+def _fused_part(b: _Body, t: str) -> int | None:
+    """Which output of the split after a fused QKV linear tensor ``t`` comes from (looked back through
+    pass-through nodes): a Split's output index, or the position a SequenceAt takes from a SplitToSequence."""
+    g = b.g
+    for _ in range(64):
+        p = b.producer(t)
+        if p is None:
+            return None
+        node = g.nodes[p]
+        if node.op_type == "Split":
+            return list(node.output).index(t)
+        if node.op_type == "SequenceAt":
+            return int(g.const(node.input[1])) if g.is_const(node.input[1]) else None
+        local = [x for x in b.active_inputs(p) if b.producer(x) is not None]
+        if node.op_type not in _PASS or not local:
+            return None
+        t = local[0]
+    return None
+
+
 def _is_product(b: _Body, i: int) -> bool:
     """Node ``i`` is an activation-by-activation MatMul (Q @ K^T, P @ V)."""
     return b.g.nodes[i].op_type == "MatMul" and len(b.active_inputs(i)) == 2
@@ -328,8 +350,10 @@ def layer_roles(g: Graph, layer: Layer) -> LayerRoles:
         after = _reachable(b, g.nodes[context].output[0])
         o = next((lin for lin in linears if lin.matmul in after), None)
         ins = tuple(_row_source(g, x.input) for x in (q, k, v))
+        parts = tuple(_fused_part(b, t) for t in (qa, ka, g.nodes[context].input[1])) if q is k is v \
+            else (None, None, None)
         attentions.append(Attention(q=q, k=k, v=v, o=o, scores=scores, softmax=i, context=context,
-                                    scale=scale[0], causal=_causal(g, mask), inputs=ins))
+                                    scale=scale[0], causal=_causal(g, mask), inputs=ins, parts=parts))
     used = {id(x) for a in attentions for x in (a.q, a.k, a.v, a.o) if x is not None}
     ffn = [lin for lin in linears if id(lin) not in used]
     norms = [i for i in layer.nodes if g.nodes[i].op_type == "LayerNormalization"]
@@ -401,13 +425,47 @@ def causal_mask_node(r: LayerRoles) -> str | None:
 
 
 def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
-    """Why the layer engine (a post-LN BERT layer, its self-attention bidirectional or causal) cannot run this
-    layer, or None when it can."""
+    """Why mlo_hw cannot run this layer (a post-LN BERT layer or a pre-LN GPT-2 layer, its self-attention
+    bidirectional or causal), or None when it can; a pre-LN layer runs in the golden model only
+    (:func:`mlo_hw.config.check_rtl`)."""
     reason = _layer_refusal(g, r)
     causal = causal_mask_node(r)
     if reason and causal:
         return f"decoder layer (causal self-attention, the mask made by {causal}): {reason}"
     return reason
+
+
+def norm_kind(g: Graph, r: LayerRoles) -> str:
+    """``model.norm`` of a layer: "pre" when its first LayerNorm feeds the attention (GPT-2), else "post"."""
+    if r.attentions and r.norms and _reads(g, r.attentions[0].inputs[0], g.nodes[r.norms[0]]):
+        return "pre"
+    return "post"
+
+
+def gelu_kind(g: Graph, r: LayerRoles) -> str:
+    """``model.gelu`` of a layer: "tanh" for the tanh approximation (a Tanh between the FFN linears, or a Gelu
+    node with ``approximate='tanh'``), else "erf"."""
+    if "Tanh" in r.activations:
+        return "tanh"
+    for i in r.layer.nodes:
+        if g.nodes[i].op_type == "Gelu" and g.attr(i, "approximate", b"none") not in (b"none", "none"):
+            return "tanh"
+    return "erf"
+
+
+def split_fused_qkv(r: LayerRoles) -> dict:
+    """The layer's weights with a fused ``qkv`` linear ([3H, H], [out, in]) split into ``q``, ``k`` and ``v`` by
+    the split outputs they read (:attr:`Attention.parts`); other layers' weights unchanged."""
+    w = dict(r.weights)
+    if "qkv_w" not in w:
+        return w
+    w_all, b_all = w.pop("qkv_w"), w.pop("qkv_b", None)
+    h = w_all.shape[0] // 3
+    for name, part in zip("qkv", r.attentions[0].parts):
+        w[f"{name}_w"] = w_all[part * h:(part + 1) * h]
+        if b_all is not None:
+            w[f"{name}_b"] = b_all[part * h:(part + 1) * h]
+    return w
 
 
 def _layer_refusal(g: Graph, r: LayerRoles) -> str | None:
@@ -421,51 +479,110 @@ def _layer_refusal(g: Graph, r: LayerRoles) -> str | None:
                 f"the engine runs exactly one self-attention")
     if len(r.norms) != 2:
         other = " (it normalises some other way, e.g. T5's RMSNorm)" if not r.norms else ""
-        return f"{len(r.norms)} LayerNormalization nodes per layer{other}; a post-LN BERT layer has two"
+        return (f"{len(r.norms)} LayerNormalization nodes per layer{other}; a post-LN (BERT) or pre-LN (GPT-2) "
+                f"layer has two")
     a = r.attentions[0]
-    if a.kind != "self" or a.inputs[0] != _row_source(g, layer.input):
-        if any(_reads(g, a.inputs[0], g.nodes[i]) for i in r.norms):
-            return "a pre-LN layer (a LayerNorm feeds the attention, GPT-2 style); the engine runs post-LN (BERT) layers"
+    pre = norm_kind(g, r) == "pre"
+    ln1, ln2 = (g.nodes[i] for i in r.norms)
+    q_source = ln1.output[0] if pre else layer.input
+    if a.kind != "self" or a.inputs[0] != _row_source(g, q_source):
         return "the attention does not read the layer input as Q, K and V (not a self-attention)"
-    if a.fused:
-        return "Q, K and V come from one fused linear layer; the engine has three"
+    reason = _qkv_refusal(g, r, a)
+    if reason:
+        return reason
     if a.o is None:
         return "no output projection after the attention"
     if len(r.ffn) != 2:
         return f"{len(r.ffn)} feed-forward linear layers; the engine has two (up, down)"
-    hidden = a.q.w.shape[1]
-    up, down = r.ffn
-    for name, lin, shape in (("q", a.q, (hidden, hidden)), ("k", a.k, (hidden, hidden)),
-                             ("v", a.v, (hidden, hidden)), ("o", a.o, (hidden, hidden)),
-                             ("ffn_up", up, (up.w.shape[0], hidden)), ("ffn_down", down, (hidden, up.w.shape[0]))):
-        if lin.w.shape != shape:
-            return f"{name} weight has shape {list(lin.w.shape)}, expected {list(shape)}"
-    acts = set(r.activations)
-    if "Tanh" in acts:
-        return "tanh-approximated GELU; the engine's table implements the exact (erf) GELU"
-    if not ({"Gelu", "Erf"} & acts):
-        return f"activation {'/'.join(sorted(acts)) or 'none'} between the FFN linears; the engine implements GELU"
-    for i in r.layer.nodes:
-        if g.nodes[i].op_type == "Gelu" and g.attr(i, "approximate", b"none") not in (b"none", "none"):
-            return "tanh-approximated GELU; the engine's table implements the exact (erf) GELU"
-    ln1, ln2 = (g.nodes[i] for i in r.norms)
-    if not _is_residual(g, ln1.input[0], a.o.output, layer.input):
-        pre = " (a pre-LN layer normalises before the attention)" if _reads(g, a.inputs[0], ln1) else ""
-        return f"LayerNorm 1 does not normalise (layer input + attention output): not a post-LN layer{pre}"
-    if _row_source(g, up.input) != _row_source(g, ln1.output[0]):
-        return "the FFN does not read LayerNorm 1's output"
-    if not _is_residual(g, ln2.input[0], down.output, ln1.output[0]):
-        return "LayerNorm 2 does not normalise (LayerNorm 1 output + FFN output): not a post-LN layer"
-    if _row_source(g, layer.output) != _row_source(g, ln2.output[0]):
-        return "the layer output is not LayerNorm 2's output"
+    reason = _shape_refusal(r, a) or _activation_refusal(r)
+    if reason:
+        return reason
+    reason = _pre_ln_refusal(g, r, a) if pre else _post_ln_refusal(g, r, a)
+    if reason:
+        return reason
     if r.heads is None:
         return "cannot tell the head count from the reshape after Q"
+    hidden = a.o.w.shape[0]
     want = 1.0 / math.sqrt(hidden // r.heads)
     if not math.isclose(a.scale, want, rel_tol=1e-5):
         return f"attention scores are scaled by {a.scale:.6g}; the engine scales by 1/sqrt(head size) = {want:.6g}"
     for i in r.norms:
         if g.attr(i, "axis", -1) != -1:
             return "LayerNormalization over an axis other than the last"
+    return None
+
+
+def _qkv_refusal(g: Graph, r: LayerRoles, a: Attention) -> str | None:
+    """A fused QKV linear must split into three equal parts, Q, K and V each reading a different one."""
+    if not a.fused:
+        return None
+    rows, hidden = a.q.w.shape
+    if rows != 3 * hidden or sorted(p for p in a.parts if p is not None) != [0, 1, 2]:
+        return (f"{g.describe(a.q.matmul)}: fused QKV linear of shape {list(a.q.w.shape)} whose split into Q, K "
+                f"and V cannot be told (found parts {list(a.parts)}); expected three [hidden, hidden] parts")
+    return None
+
+
+def _shape_refusal(r: LayerRoles, a: Attention) -> str | None:
+    hidden = a.o.w.shape[0]
+    up, down = r.ffn
+    mats = [("qkv", a.q, (3 * hidden, hidden))] if a.fused else \
+        [("q", a.q, (hidden, hidden)), ("k", a.k, (hidden, hidden)), ("v", a.v, (hidden, hidden))]
+    for name, lin, shape in (*mats, ("o", a.o, (hidden, hidden)), ("ffn_up", up, (up.w.shape[0], hidden)),
+                             ("ffn_down", down, (hidden, up.w.shape[0]))):
+        if lin.w.shape != shape:
+            return f"{name} weight has shape {list(lin.w.shape)}, expected {list(shape)}"
+    return None
+
+
+def _activation_refusal(r: LayerRoles) -> str | None:
+    acts = set(r.activations)
+    if not ({"Gelu", "Erf", "Tanh"} & acts):
+        return f"activation {'/'.join(sorted(acts)) or 'none'} between the FFN linears; the engine implements GELU"
+    return None
+
+
+def _post_ln_refusal(g: Graph, r: LayerRoles, a: Attention) -> str | None:
+    """x -> LN1(x + Attn(x)) -> LN2(. + FFN(.)): BERT's wiring."""
+    layer, (up, down) = r.layer, r.ffn
+    ln1, ln2 = (g.nodes[i] for i in r.norms)
+    if not _is_residual(g, ln1.input[0], a.o.output, layer.input):
+        return "LayerNorm 1 does not normalise (layer input + attention output): not a post-LN layer"
+    if _row_source(g, up.input) != _row_source(g, ln1.output[0]):
+        return "the FFN does not read LayerNorm 1's output"
+    if not _is_residual(g, ln2.input[0], down.output, ln1.output[0]):
+        return "LayerNorm 2 does not normalise (LayerNorm 1 output + FFN output): not a post-LN layer"
+    if _row_source(g, layer.output) != _row_source(g, ln2.output[0]):
+        return "the layer output is not LayerNorm 2's output"
+    return None
+
+
+def _pre_ln_refusal(g: Graph, r: LayerRoles, a: Attention) -> str | None:
+    """x -> r = x + Attn(LN1(x)) -> r + FFN(LN2(r)): GPT-2's wiring (its final LayerNorm is after the stack)."""
+    layer, (up, down) = r.layer, r.ffn
+    ln1, ln2 = (g.nodes[i] for i in r.norms)
+    if _row_source(g, ln1.input[0]) != _row_source(g, layer.input):
+        return "LayerNorm 1 does not normalise the layer input: not a pre-LN layer"
+    res1 = _residual_add(g, layer, a.o.output, layer.input)
+    if res1 is None:
+        return "no residual add of the layer input and the attention output: not a pre-LN layer"
+    if _row_source(g, ln2.input[0]) != _row_source(g, res1):
+        return "LayerNorm 2 does not normalise (layer input + attention output): not a pre-LN layer"
+    if _row_source(g, up.input) != _row_source(g, ln2.output[0]):
+        return "the FFN does not read LayerNorm 2's output"
+    if not _is_residual(g, layer.output, down.output, res1):
+        return "the layer output is not (layer input + attention output) + FFN output: not a pre-LN layer"
+    return None
+
+
+def _residual_add(g: Graph, layer: Layer, a: str, b: str) -> str | None:
+    """The output of the layer's Add of ``a`` and ``b`` (exporter noise and row-keeping reshapes looked through),
+    or None."""
+    want = sorted(_row_source(g, x) for x in (a, b))
+    for i in layer.nodes:
+        node = g.nodes[i]
+        if node.op_type == "Add" and len(node.input) == 2 and sorted(_row_source(g, x) for x in node.input) == want:
+            return node.output[0]
     return None
 
 

@@ -179,16 +179,23 @@ def table_lookup(x, table, bits: int = 8) -> np.ndarray:
     return _i64(table)[_i64(x) + (1 << (bits - 1))]
 
 
-def gelu_table(scale_in: float, scale_out: float, zero_point: int, bits: int = 8) -> np.ndarray:
-    """GELU (exact erf form) as a table over every signed ``bits``-bit input, made at build time.
+def gelu_table(scale_in: float, scale_out: float, zero_point: int, bits: int = 8, flavour: str = "erf") -> np.ndarray:
+    """GELU (``flavour`` "erf": the exact form; "tanh": GPT-2's approximation) as a table over every signed
+    ``bits``-bit input, made at build time.
 
     The output is unsigned ``bits``-bit with a zero point (GELU's range is [-0.17, inf): a symmetric
     code would waste half of it): ``table[i] = clip(round_half_up(gelu((i - 2**(bits-1)) * scale_in)
     / scale_out) + zero_point, 0, 2**bits - 1)``. The consumer (FFN down) folds ``zero_point`` into its bias.
     """
     x = (np.arange(1 << bits, dtype=np.float64) - (1 << (bits - 1))) * scale_in
-    erf = np.vectorize(math.erf)
-    y = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    if flavour == "erf":
+        erf = np.vectorize(math.erf)
+        y = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    elif flavour == "tanh":
+        from .reference import gelu_tanh
+        y = gelu_tanh(x)
+    else:
+        raise ValueError(f"gelu_table: flavour {flavour!r} is neither 'erf' nor 'tanh'")
     return saturate(np.floor(y / scale_out + 0.5).astype(np.int64) + int(zero_point), bits, signed=False)
 
 

@@ -4,7 +4,9 @@ Scales come from the float reference run on the calibration inputs (``docs/numer
 
 - the residual stream is int16, per tensor, one scale per residual add shared by both of its inputs
   (layer input and O output; LN1 output and FFN-down output), ``RES_HEADROOM`` times the larger
-  absmax, so the add needs no multipliers;
+  absmax, so the add needs no multipliers. In a pre-LN (GPT-2) stack every add's output is the next add's
+  input, so the stream has one scale for the whole stack (``RES_HEADROOM`` times the absmax of every
+  residual tensor of every layer), and each LayerNorm output (int16) has its own;
 - a matrix input narrowed from the stream gets a power-of-two multiple of the stream's scale per
   channel (:func:`mlo_hw.model.numerics.narrow`), the smallest that holds the channel's absmax;
 - the other int8 activations (Q, K, V, context, FFN up) are symmetric per tensor with the clipping
@@ -143,56 +145,93 @@ class _Stats:
         return np.concatenate(self.values[name])
 
 
-def quantize(float_layers: list[FloatLayer], calib: list[tuple[np.ndarray, np.ndarray]], cfg) -> QuantModel:
-    """Calibrate on ``calib`` ([(x [S, H] float, mask [S] bool), ...]) and quantize every layer."""
-    heads, eps, wb = cfg.model.heads, cfg.model.layernorm_eps, cfg.numerics.weight_bits
-    rng = np.random.default_rng(0)
+def _calibrate(float_layers: list[FloatLayer], calib, cfg) -> list[_Stats]:
+    """Statistics of every layer's float intermediates (and its input, ``in``) over the calibration inputs."""
+    m = cfg.model
+    rng = np.random.default_rng(0)          # one generator for every layer's value sample
     stats = [_Stats(rng) for _ in float_layers]
     for x, mask in calib:
         traces: list = []
-        float_stack(np.asarray(x, np.float64), float_layers, nx.attention_mask(mask, cfg.model.causal), heads, eps,
-                    traces)
+        float_stack(np.asarray(x, np.float64), float_layers, nx.attention_mask(mask, m.causal), m.heads,
+                    m.layernorm_eps, traces, norm=m.norm, gelu=m.gelu)
         for l, tr in enumerate(traces):
             stats[l].add("in", np.asarray(x if l == 0 else traces[l - 1]["out"]))
             for name, t in tr.items():
                 stats[l].add(name, np.asarray(t))
-    h, i, dh = cfg.model.hidden, cfg.model.intermediate, cfg.head_dim
-    acc = cfg.acc_bits
+    return stats
 
-    def res_scale(st, a, b):
-        return RES_HEADROOM * max(st.absmax[a], st.absmax[b]) / _INT16
 
-    layers = []
-    for l, (p, st) in enumerate(zip(float_layers, stats)):
-        s_r1, s_r2 = res_scale(st, "in", "attn_out"), res_scale(st, "ln1", "ffn_down")
-        s_out = (res_scale(stats[l + 1], "in", "attn_out") if l + 1 < len(stats)
-                 else RES_HEADROOM * st.absmax["out"] / _INT16)
-        k_in, s_in8 = _narrow_shifts(st.channel["in"], s_r1)
-        k_ln1, s_ln1_8 = _narrow_shifts(st.channel["ln1"], s_r2)
-        s = {n: _mse_range(np.abs(st.sample(n))) / _INT8 for n in _CLIPPED if n != "gelu"}
-        g_lo = min(GELU_MIN, st.minimum["gelu"])
-        s["gelu"] = (_mse_range(st.sample("gelu"), lo=g_lo, levels=255) - g_lo) / 255
-        g_zero = int(math.floor(-g_lo / s["gelu"] + 0.5))
-        s.update(res1=s_r1, res2=s_r2, out=s_out)
-        sm_mult, sm_shift = nx.quantize_multiplier(
-            s["q"] * s["k"] / math.sqrt(dh) / math.log(2) * nx.EXP_TABLE_SIZE)
-        ctx_mult, ctx_shift = nx.quantize_multiplier(s["v"] / (1 << nx.PROB_BITS) / s["ctx"])
-        ln1 = _layernorm_params(p.ln1_g, p.ln1_b, s_r2, h)
-        ln2 = _layernorm_params(p.ln2_g, p.ln2_b, s_out, h)
-        layers.append(IntLayer(
-            q=_matrix(p.q_w, p.q_b, s_in8, s["q"], wb, acc(h)),
-            k=_matrix(p.k_w, p.k_b, s_in8, s["k"], wb, acc(h)),
-            v=_matrix(p.v_w, p.v_b, s_in8, s["v"], wb, acc(h)),
-            o=_matrix(p.o_w, p.o_b, s["ctx"], s_r1, wb, acc(h)),
-            ffn_up=_matrix(p.ffn_up_w, p.ffn_up_b, s_ln1_8, s["ffn_up"], wb, acc(h)),
-            ffn_down=_matrix(p.ffn_down_w, p.ffn_down_b, s["gelu"], s_r2, wb, acc(i), zero_point=g_zero),
-            softmax_mult=int(sm_mult[0]), softmax_shift=sm_shift,
-            ctx_mult=int(ctx_mult[0]), ctx_shift=ctx_shift,
-            ln1_gain=ln1[0], ln1_bias=ln1[1], ln1_shift=ln1[2],
-            gelu=nx.gelu_table(s["ffn_up"], s["gelu"], g_zero),
-            narrow_in=k_in, narrow_ln1=k_ln1,
-            ln2_gain=ln2[0], ln2_bias=ln2[1], ln2_shift=ln2[2],
-            scales=s))
+def _res_scale(*absmax: float) -> float:
+    """The int16 scale of residual tensors added without multipliers: ``RES_HEADROOM`` x the largest absmax."""
+    return RES_HEADROOM * max(absmax) / _INT16
+
+
+def _post_ln_scales(stats: list[_Stats]) -> list[dict]:
+    """Per layer, the int16 scales of a post-LN stack: where Q/K/V and FFN-up inputs are narrowed from
+    (tensor name and scale), the O and FFN-down outputs, the LayerNorm outputs, and the scales reported."""
+    out = []
+    for l, st in enumerate(stats):
+        s_r1, s_r2 = _res_scale(st.absmax["in"], st.absmax["attn_out"]), _res_scale(st.absmax["ln1"],
+                                                                                     st.absmax["ffn_down"])
+        s_out = (_res_scale(stats[l + 1].absmax["in"], stats[l + 1].absmax["attn_out"]) if l + 1 < len(stats)
+                 else _res_scale(st.absmax["out"]))
+        out.append(dict(qkv_from=("in", s_r1), ffn_from=("ln1", s_r2), o_out=s_r1, down_out=s_r2,
+                        ln1_out=s_r2, ln2_out=s_out, report=dict(res1=s_r1, res2=s_r2, out=s_out)))
+    return out
+
+
+def _pre_ln_scales(stats: list[_Stats]) -> list[dict]:
+    """As :func:`_post_ln_scales` for a pre-LN stack: one residual scale for every layer (every add's output is
+    the next one's input), each LayerNorm output its own."""
+    s_res = _res_scale(*(st.absmax[n] for st in stats for n in ("in", "attn_out", "res1", "ffn_down", "out")))
+    out = []
+    for st in stats:
+        s_ln1, s_ln2 = _res_scale(st.absmax["ln1"]), _res_scale(st.absmax["ln2"])
+        out.append(dict(qkv_from=("ln1", s_ln1), ffn_from=("ln2", s_ln2), o_out=s_res, down_out=s_res,
+                        ln1_out=s_ln1, ln2_out=s_ln2,
+                        report=dict(res1=s_res, res2=s_res, out=s_res, ln1=s_ln1, ln2=s_ln2)))
+    return out
+
+
+_STREAM_SCALES = {"post": _post_ln_scales, "pre": _pre_ln_scales}
+
+
+def _quantize_layer(p: FloatLayer, st: _Stats, r: dict, cfg) -> IntLayer:
+    """One layer from its float weights, calibration statistics ``st`` and stream scales ``r``."""
+    h, i, dh, wb, acc = cfg.model.hidden, cfg.model.intermediate, cfg.head_dim, cfg.numerics.weight_bits, cfg.acc_bits
+    k_in, s_in8 = _narrow_shifts(st.channel[r["qkv_from"][0]], r["qkv_from"][1])
+    k_ffn, s_ffn8 = _narrow_shifts(st.channel[r["ffn_from"][0]], r["ffn_from"][1])
+    s = {n: _mse_range(np.abs(st.sample(n))) / _INT8 for n in _CLIPPED if n != "gelu"}
+    g_lo = min(GELU_MIN, st.minimum["gelu"])
+    s["gelu"] = (_mse_range(st.sample("gelu"), lo=g_lo, levels=255) - g_lo) / 255
+    g_zero = int(math.floor(-g_lo / s["gelu"] + 0.5))
+    s.update(r["report"])
+    sm_mult, sm_shift = nx.quantize_multiplier(s["q"] * s["k"] / math.sqrt(dh) / math.log(2) * nx.EXP_TABLE_SIZE)
+    ctx_mult, ctx_shift = nx.quantize_multiplier(s["v"] / (1 << nx.PROB_BITS) / s["ctx"])
+    ln1 = _layernorm_params(p.ln1_g, p.ln1_b, r["ln1_out"], h)
+    ln2 = _layernorm_params(p.ln2_g, p.ln2_b, r["ln2_out"], h)
+    return IntLayer(
+        q=_matrix(p.q_w, p.q_b, s_in8, s["q"], wb, acc(h)),
+        k=_matrix(p.k_w, p.k_b, s_in8, s["k"], wb, acc(h)),
+        v=_matrix(p.v_w, p.v_b, s_in8, s["v"], wb, acc(h)),
+        o=_matrix(p.o_w, p.o_b, s["ctx"], r["o_out"], wb, acc(h)),
+        ffn_up=_matrix(p.ffn_up_w, p.ffn_up_b, s_ffn8, s["ffn_up"], wb, acc(h)),
+        ffn_down=_matrix(p.ffn_down_w, p.ffn_down_b, s["gelu"], r["down_out"], wb, acc(i), zero_point=g_zero),
+        softmax_mult=int(sm_mult[0]), softmax_shift=sm_shift,
+        ctx_mult=int(ctx_mult[0]), ctx_shift=ctx_shift,
+        ln1_gain=ln1[0], ln1_bias=ln1[1], ln1_shift=ln1[2],
+        gelu=nx.gelu_table(s["ffn_up"], s["gelu"], g_zero, flavour=cfg.model.gelu),
+        narrow_in=k_in, narrow_ln1=k_ffn,
+        ln2_gain=ln2[0], ln2_bias=ln2[1], ln2_shift=ln2[2],
+        scales=s, norm=cfg.model.norm)
+
+
+def quantize(float_layers: list[FloatLayer], calib: list[tuple[np.ndarray, np.ndarray]], cfg) -> QuantModel:
+    """Calibrate on ``calib`` ([(x [S, H] float, mask [S] bool), ...]) and quantize every layer (of the config's
+    kind, ``model.norm``, with its GELU, ``model.gelu``)."""
+    stats = _calibrate(float_layers, calib, cfg)
+    scales = _STREAM_SCALES[cfg.model.norm](stats)
+    layers = [_quantize_layer(p, st, r, cfg) for p, st, r in zip(float_layers, stats, scales)]
     input_scale = layers[0].scales["res1"] if layers else 1.0
     output_scale = layers[-1].scales["out"] if layers else 1.0
     return QuantModel(layers=layers, input_scale=input_scale, output_scale=output_scale)

@@ -1,8 +1,15 @@
-"""Float reference of a BERT encoder stack (numpy, float64): what the integer model approximates.
+"""Float reference of a transformer layer stack (numpy, float64): what the integer model approximates.
 
-Weights are in PyTorch's [out, in] layout. Post-LayerNorm BERT layer::
+Weights are in PyTorch's [out, in] layout. Two layer kinds (``model.norm``), with ``Attn(t) = MHA(t) @ Wo^T + bo``
+and ``FFN(t) = GELU(t @ W1^T + b1) @ W2^T + b2``; post-LayerNorm (BERT, ``norm="post"``)::
 
-    ctx = MHA(x) ; a = LN1(x + ctx @ Wo^T + bo) ; y = LN2(a + GELU(a @ W1^T + b1) @ W2^T + b2)
+    a = LN1(x + Attn(x)) ; y = LN2(a + FFN(a))
+
+and pre-LayerNorm (GPT-2, ``norm="pre"``; its final LayerNorm ln_f runs on the host after the stack)::
+
+    r = x + Attn(LN1(x)) ; y = r + FFN(LN2(r))
+
+GELU is the exact erf form (``gelu="erf"``) or GPT-2's tanh approximation (``gelu="tanh"``).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import numpy as np
 
 from .numerics import per_head
 
-__all__ = ["FloatLayer", "random_float_layers", "float_layer", "float_stack", "gelu", "erf"]
+__all__ = ["FloatLayer", "random_float_layers", "float_layer", "float_stack", "gelu", "gelu_tanh", "GELU", "erf"]
 
 
 @dataclass
@@ -79,6 +86,15 @@ def gelu(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def gelu_tanh(x):
+    """GPT-2's GELU (``gelu_new``, PyTorch's ``approximate='tanh'``)."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+GELU = {"erf": gelu, "tanh": gelu_tanh}     # by model.gelu
+
+
 def _layernorm(x, g, b, eps):
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
@@ -93,9 +109,8 @@ def _softmax(s, mask):
     return np.divide(e, tot, out=np.zeros_like(e), where=tot > 0)
 
 
-def float_layer(x, p: FloatLayer, mask, heads: int, eps: float = 1e-12, trace: dict | None = None):
-    """One encoder layer on x [S, H]; ``mask`` (:func:`~mlo_hw.model.numerics.attention_mask`: [S] keys or
-    [S, S] rows x keys) is true where a key may be attended."""
+def _attention(x, p: FloatLayer, mask, heads: int) -> dict:
+    """Multi-head self-attention of x [S, H] and its output projection: the intermediates by trace name."""
     s_len, h = x.shape
     dh = h // heads
     q = x @ p.q_w.T + p.q_b
@@ -105,23 +120,46 @@ def float_layer(x, p: FloatLayer, mask, heads: int, eps: float = 1e-12, trace: d
     scores = split(q) @ split(k).transpose(0, 2, 1) / math.sqrt(dh)
     probs = _softmax(scores, per_head(mask))
     ctx = (probs @ split(v)).transpose(1, 0, 2).reshape(s_len, h)
-    attn = ctx @ p.o_w.T + p.o_b
-    ln1 = _layernorm(x + attn, p.ln1_g, p.ln1_b, eps)
-    up = ln1 @ p.ffn_up_w.T + p.ffn_up_b
-    act = gelu(up)
-    down = act @ p.ffn_down_w.T + p.ffn_down_b
-    out = _layernorm(ln1 + down, p.ln2_g, p.ln2_b, eps)
+    return dict(q=q, k=k, v=v, probs=probs, ctx=ctx, attn_out=ctx @ p.o_w.T + p.o_b)
+
+
+def _ffn(x, p: FloatLayer, gelu: str) -> dict:
+    up = x @ p.ffn_up_w.T + p.ffn_up_b
+    act = GELU[gelu](up)
+    return dict(ffn_up=up, gelu=act, ffn_down=act @ p.ffn_down_w.T + p.ffn_down_b)
+
+
+def float_layer(x, p: FloatLayer, mask, heads: int, eps: float = 1e-12, trace: dict | None = None,
+                norm: str = "post", gelu: str = "erf"):
+    """One layer on x [S, H]; ``mask`` (:func:`~mlo_hw.model.numerics.attention_mask`: [S] keys or
+    [S, S] rows x keys) is true where a key may be attended; ``norm`` "post" (BERT) or "pre" (GPT-2), ``gelu``
+    "erf" or "tanh" (a key of :data:`GELU`)."""
+    t = {}
+    if norm == "pre":
+        t["ln1"] = _layernorm(x, p.ln1_g, p.ln1_b, eps)
+        t.update(_attention(t["ln1"], p, mask, heads))
+        t["res1"] = x + t["attn_out"]
+        t["ln2"] = _layernorm(t["res1"], p.ln2_g, p.ln2_b, eps)
+        t.update(_ffn(t["ln2"], p, gelu))
+        t["out"] = t["res1"] + t["ffn_down"]
+    elif norm == "post":
+        t.update(_attention(x, p, mask, heads))
+        t["ln1"] = _layernorm(x + t["attn_out"], p.ln1_g, p.ln1_b, eps)
+        t.update(_ffn(t["ln1"], p, gelu))
+        t["out"] = _layernorm(t["ln1"] + t["ffn_down"], p.ln2_g, p.ln2_b, eps)
+    else:
+        raise ValueError(f"float_layer: norm {norm!r} is neither 'post' nor 'pre'")
     if trace is not None:
-        trace.update(q=q, k=k, v=v, probs=probs, ctx=ctx, attn_out=attn, ln1=ln1, ffn_up=up,
-                     gelu=act, ffn_down=down, out=out)
-    return out
+        trace.update(t)
+    return t["out"]
 
 
-def float_stack(x, layers, mask, heads: int, eps: float = 1e-12, traces: list | None = None):
+def float_stack(x, layers, mask, heads: int, eps: float = 1e-12, traces: list | None = None,
+                norm: str = "post", gelu: str = "erf"):
     """All layers; ``traces`` (a list) receives one dict of intermediates per layer."""
     for p in layers:
         t = {} if traces is not None else None
-        x = float_layer(x, p, mask, heads, eps, t)
+        x = float_layer(x, p, mask, heads, eps, t, norm, gelu)
         if traces is not None:
             traces.append(t)
     return x

@@ -122,6 +122,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
     unit = np.lcm(pe, simd)
     if block <= 0 or s % block or block % unit:
         raise ValueError(f"block: {block} rows must divide seq {s} and be a multiple of lcm(pe, simd) = {unit}")
+    if any(p.norm != "post" for p in layers):
+        raise ValueError("tiled_stack: the DRAM-tiled schedule is the RTL's, which runs post-LN layers only")
     x = np.asarray(x, np.int64)
     assert x.shape == (s, h), (x.shape, (s, h))
     lay, sc = layout(cfg), scratch_layout(cfg)
