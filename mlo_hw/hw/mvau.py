@@ -44,7 +44,8 @@ takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``13 + cei
 ``pe / requant_lanes`` with a shared requantizer: 24 for bert_tiny's 8 x 8 with one requant lane) from its
 command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
 the pipeline after issue runs freely and its results land in an output FIFO that issue never
-overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth).
+overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth; that count is
+kept in one register and the comparison registered, so ``x.ready`` comes from flip-flops).
 
 DSP packing (DSP48E1, 25 x 18 multiplier): two output channels ``p = 2i, 2i+1`` share each activation,
 so their weights are packed into one multiplicand ``w_lo + w_hi * 2**16`` (25 bits, the A port) and one multiply
@@ -551,12 +552,19 @@ class MVAU(wiring.Component):
         # ---- issue: job registers and the (vector, nf, sf) counters, with credit from the FIFO ----
         m.submodules.fold_counters = issue_u = MVAUIssue(p, len(self.weights.addr))
         fifo = m.submodules.fifo = SyncFIFO(width=len(self.o.payload.as_value()), depth=self.fifo_depth)
-        in_flight = Signal(range(self.fifo_depth + 1))
+        # credit: ``used`` = results committed at issue and not yet read out of the FIFO (those in the
+        # pipeline plus the FIFO's level); ``room`` = used < depth, registered (computed from the next
+        # ``used``), so x.ready and issue come straight from flip-flops
+        used = Signal(range(self.fifo_depth + 1))
+        room = Signal(init=1)
         wiring.connect(m, wiring.flipped(self.cmd), issue_u.cmd)
-        m.d.comb += [issue_u.room.eq((fifo.level + in_flight) < self.fifo_depth),
+        m.d.comb += [issue_u.room.eq(room),
                      issue_u.x_valid.eq(self.x.valid), self.x.ready.eq(issue_u.x_ready)]
         tag0 = issue_u.step
         issue = tag0.valid
+        used_next = Signal.like(used)
+        m.d.comb += used_next.eq(used + (issue & tag0.last) - (self.o.valid & self.o.ready))
+        m.d.sync += [used.eq(used_next), room.eq(used_next < self.fifo_depth)]
 
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
         m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]
@@ -601,7 +609,6 @@ class MVAU(wiring.Component):
 
         # ---- output FIFO with credit-based issue ------------------------------------------------
         m.d.comb += [fifo.w_en.eq(tag.valid), fifo.w_data.eq(rq.result.as_value())]
-        m.d.sync += in_flight.eq(in_flight + (issue & tag0.last) - tag.valid)
         m.d.comb += [self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data), fifo.r_en.eq(self.o.ready)]
-        m.d.comb += self.busy.eq(issue_u.active | (in_flight != 0) | (fifo.level != 0))
+        m.d.comb += self.busy.eq(issue_u.active | (used != 0))
         return m
