@@ -245,6 +245,24 @@ def _dsp_product(m: Module, a, b, name: str) -> Signal:
     return preg
 
 
+SPLIT_BITS = 17     # a wide signed operand splits into a 17-bit unsigned low part and a signed high part
+
+
+def _split_product(m: Module, a, b, name: str) -> Signal:
+    """Signed ``a`` times unsigned ``b`` (at most 17 bits) as two partial products ``a[:17] * b`` and
+    ``a[17:] * b``, each registered at its multiplier's output (M), then their sum (P): valid two cycles
+    after its operands, like :func:`_dsp_product`, but no adder between a multiplier and its register (an
+    ECP5 MULT18X18D or a DSP48E1 without cascade takes one part each)."""
+    if len(a) <= SPLIT_BITS + 1:
+        return _dsp_product(m, a, b, name)
+    lo = Signal(signed(SPLIT_BITS + len(b) + 1), name=f"{name}_mlo")
+    hi = Signal(signed(len(a) - SPLIT_BITS + len(b)), name=f"{name}_mhi")
+    preg = Signal(signed(len(a) + len(b)), name=f"{name}_p")
+    m.d.sync += [lo.eq(a[:SPLIT_BITS] * b), hi.eq(a[SPLIT_BITS:].as_signed() * b),
+                 preg.eq(lo + (hi << SPLIT_BITS))]
+    return preg
+
+
 class MVAUIssue(wiring.Component):
     """The MVAU's issue stage: the job register and the (vector, nf, sf) fold counters.
 
@@ -412,7 +430,8 @@ class Requantizer(wiring.Component):
     saturate); ``valid`` is not used. With fewer lanes a set is held and its ``groups = pe / requant_lanes``
     groups of channels pass the lanes one a cycle; a set may follow the previous one ``groups`` cycles later
     at the earliest (the MVAU's result beats are ``col_folds >= groups`` cycles apart: :meth:`MVAUParams.command`
-    checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product).
+    checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product, as two
+    partial products, each registered at its multiplier, summed in the P stage: :func:`_split_product`).
     """
 
     CORE_LATENCY = 6
@@ -483,7 +502,7 @@ class Requantizer(wiring.Component):
         scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(n)]
         for c in range(n):
             m.d.sync += [total[c].eq(acc[c] + Mux(raw0, 0, bias[c])), scale[c].eq(Mux(raw0, 1, mult[c]))]
-        scaled = [_dsp_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
+        scaled = [_split_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
         shift = Mux(ctl[3].raw, 0, ctl[3].shift)
@@ -563,8 +582,11 @@ class MVAU(wiring.Component):
         tag0 = issue_u.step
         issue = tag0.valid
         used_next = Signal.like(used)
-        m.d.comb += used_next.eq(used + (issue & tag0.last) - (self.o.valid & self.o.ready))
-        m.d.sync += [used.eq(used_next), room.eq(used_next < self.fifo_depth)]
+        commit, out = issue & tag0.last, self.o.valid & self.o.ready
+        m.d.comb += used_next.eq(used + commit - out)
+        # both outcomes of the issue decision precomputed: only a 2:1 select sits behind ``commit``
+        room_if_commit, room_if_not = (used + 1 - out) < self.fifo_depth, (used - out) < self.fifo_depth
+        m.d.sync += [used.eq(used_next), room.eq(Mux(commit, room_if_commit, room_if_not))]
 
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
         m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]
