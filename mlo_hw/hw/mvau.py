@@ -584,9 +584,11 @@ class MVAU(wiring.Component):
         used_next = Signal.like(used)
         commit, out = issue & tag0.last, self.o.valid & self.o.ready
         m.d.comb += used_next.eq(used + commit - out)
-        # both outcomes of the issue decision precomputed: only a 2:1 select sits behind ``commit``
-        room_if_commit, room_if_not = (used + 1 - out) < self.fifo_depth, (used - out) < self.fifo_depth
-        m.d.sync += [used.eq(used_next), room.eq(Mux(commit, room_if_commit, room_if_not))]
+        # the comparisons precomputed from ``used`` alone: only a small LUT function of the issue decision
+        # and the consumer's ready sits in front of ``room`` (used + commit - out < depth; used <= depth)
+        below, below_by_2 = used < self.fifo_depth, used < self.fifo_depth - 1
+        m.d.sync += [used.eq(used_next),
+                     room.eq(Mux(commit, Mux(out, below, below_by_2), out | below))]
 
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
         m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]
