@@ -5,8 +5,8 @@ a row passes four units in order, each working on a different row at the same ti
 one of ``slots`` row slots (score and exponent memories of one ``lanes``-wide word per beat, per-slot
 statistics) from its first input to its last output; a slot's :class:`Phase` says which unit owns it::
 
-    ingest:  accept ``row / lanes`` beats of (lanes scores, lanes mask bits), store them; a pipelined
-             max tree over the masked-in lanes of each beat, then a running max over the row's beats
+    ingest:  accept ``row / lanes`` beats of (lanes scores, lanes mask bits), store them; register the
+             beat, a pipelined max tree over its masked-in lanes, then a running max over the row's beats
     exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift, q = min(u >> 8, 16),
              e = exp2_table[u & 255] >> q (0 where masked or q == 16), one table copy per lane;
              store the word of e; a pipelined adder tree, then a running sum over the row's beats.
@@ -33,6 +33,7 @@ from .divide import SerialDivider
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
+INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
 EXP_PIPE = 5                   # cycles from a score word read to its exponent word
 MULT_SPLIT = 17                # (max - s) splits into 17-bit multiplier operands (unsigned in an 18x18)
 OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
@@ -101,8 +102,8 @@ class Softmax(wiring.Component):
     valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
     rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
     16 elements a cycle).
-    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 28`` cycles,
-    nothing stalled (measured, asserted exactly: 284 at 128 keys x 1 lane, 52 at 128 x 16, 44 at 8 x 1).
+    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 29`` cycles,
+    nothing stalled (measured, asserted exactly: 285 at 128 keys x 1 lane, 53 at 128 x 16, 45 at 8 x 1).
     Storage: scores ``slots * beats`` words of ``lanes * (score_bits + 1)`` bits, exponents as many
     words of ``lanes * 16`` bits, one 256 x 16 exp2 ROM per lane. DSP: ``2 * lanes`` multipliers
     ((max - s) * mult, e * rcp; the first is two partial products when ``score_bits`` > 17).
@@ -144,7 +145,7 @@ class Softmax(wiring.Component):
     def latency(row: int, lanes: int = 1) -> int:
         """Cycles from a row's first input beat to its first output beat, nothing stalled."""
         beats, levels = row // lanes, (lanes - 1).bit_length()
-        ingest = beats + levels                       # last beat -> tree -> running max -> EXP
+        ingest = beats + INGEST_PIPE + levels         # last beat -> register -> tree -> running max -> EXP
         exp = beats + EXP_PIPE + levels               # last read -> e -> tree -> running sum -> DIV
         return ingest + exp + DIVIDE_CYCLES + 1 + OUT_PIPE
 
@@ -219,11 +220,12 @@ class Softmax(wiring.Component):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), s.phase[in_slot].eq(Phase.MAX)]
             with m.Else():
                 m.d.sync += in_idx.eq(in_idx + 1)
-        # the beat's masked-in maximum: one register per tree level (none for one lane)
+        # the beat's masked-in maximum: the beat registered (no comparison behind the producer's output
+        # mux), then one register per tree level (none for one lane)
         cand = data.StructLayout({"any": 1, "max": signed(w)})
         leaves = [Signal(cand, name=f"max_leaf{k}") for k in range(self.lanes)]
         for k, leaf in enumerate(leaves):
-            m.d.comb += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
+            m.d.sync += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
 
         def larger(a, b):
             return Mux(b.any & (~a.any | (b.max > a.max)), b, a)
@@ -232,7 +234,7 @@ class Softmax(wiring.Component):
         meta = Signal(self._meta(s), name="max_meta")
         m.d.comb += [meta.valid.eq(take), meta.first.eq(in_idx == 0), meta.last.eq(in_idx == n - 1),
                      meta.slot.eq(in_slot)]
-        end = self._delay(m, meta, levels, "max_meta")
+        end = self._delay(m, meta, levels + INGEST_PIPE, "max_meta")
         # across the row's beats
         run = Signal(cand)
         merged = Signal(cand)
