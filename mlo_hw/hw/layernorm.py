@@ -345,8 +345,8 @@ class LayerNorm(wiring.Component):
     unit takes 49 cycles per row, the scale unit 46..48, each overlapped with other rows; for H = 49..51
     the four row slots are the bound); shorter rows run at one row per 49 cycles (measured: 8 rows of
     32 in 375 cycles, 0.68 elements per cycle; 8 rows of 52 in 416 cycles, gapless). Latency: from a
-    row's last input to its first output ~103 cycles (measured: first output 135 cycles after the
-    first input at H = 32, 232 at H = 128). The matrix-vector unit produces the branch
+    row's last input to its first output ~106 cycles (first output 138 cycles after the first input
+    at H = 32, 235 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages). The matrix-vector unit produces the branch
     output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
     less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias
