@@ -46,6 +46,8 @@ SHIFT_BITS = 6                  # runtime output shift 0..63
 # yosys honours for Xilinx and ECP5): at hidden 128 a lane's 32-bit biases would otherwise take a RAMB18 of their
 # own. Deeper ones are left to the tool (block RAM at hidden 384 and 768).
 PARAM_LUTRAM_DEPTH = 128
+OUT_STAGES = 9                  # NormaliseOutput's pipeline: memory read to output register
+PART_BITS = 17                  # d << k splits into a 17-bit unsigned low part and a signed high part
 
 
 def pair_layout(residual_bits: int = nx.RES_BITS) -> data.StructLayout:
@@ -226,9 +228,11 @@ class NormaliseOutput(wiring.Component):
         ``param``: :class:`ParamWriteSignature` write port of the gain and bias memories.
         ``shift`` (in): the output shift. ``o``: stream of signed(residual_bits), in channel order.
         ``done`` (out): one cycle when the last beat of a row leaves ``o``; ``done_slot`` (out): its slot.
-    Timing: a 6-stage pipeline (memory read, d << k, times inv, >> e, gain and bias, shift and
-    saturate) that takes one element per cycle from a pending slot and stalls as a whole while
-    ``o`` is valid and not ready; first beat of a row 6 cycles after ``pending``.
+    Timing: a 9-stage (:data:`OUT_STAGES`) pipeline (memory read, 16r - m, << k, the two partial
+    products of the multiplication by inv, their sum, >> e, times gain, plus bias, shift and saturate;
+    every multiplier output goes straight into a register) that takes one element per cycle from a
+    pending slot and stalls as a whole while ``o`` is valid and not ready; first beat of a row 9
+    cycles after ``pending``.
     """
 
     def __init__(self, w: _Widths):
@@ -273,18 +277,23 @@ class NormaliseOutput(wiring.Component):
             with m.Else():
                 m.d.sync += out_idx.eq(out_idx + 1)
         ometa = data.StructLayout({"valid": 1, "last": 1, "slot": w.slot_bits})
-        o = [Signal(ometa, name=f"out_meta{j}") for j in range(7)]   # o[j]: stage j; o[6] is the output beat
+        o = [Signal(ometa, name=f"out_meta{j}") for j in range(OUT_STAGES + 1)]   # o[j]: stage j (o[-1]: the beat)
+        d2 = Signal(signed(w.d_bits))
         dk = Signal(signed(w.root_bits + 1))
+        lo_bits = min(w.root_bits, PART_BITS)                    # dk * inv in two multiplier-sized parts
+        part_lo = Signal(signed(lo_bits + w.inv_bits + 1))
+        part_hi = Signal(signed(w.root_bits + 1 - lo_bits + w.inv_bits))
         scaled = Signal(signed(w.root_bits + 1 + w.inv_bits))
         t = Signal(signed(w.t_bits))
+        tg = Signal(signed(w.t_bits + nx.LN_GAIN_BITS))
         y0_bits = w.t_bits + nx.LN_GAIN_BITS + 1                 # t * gain + bias
         y = Signal(signed(y0_bits + 2))                          # ... + 2**(shift-1)
-        g2, g3, g4 = (Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in (2, 3, 4))
-        b2, b3 = (Signal(signed(32), name=f"bias{j}") for j in (2, 3))
-        b4 = Signal(signed(y0_bits + 1))
-        mean1, k1 = Signal(signed(w.d_bits)), Signal(w.k_shape)
-        inv2 = Signal(unsigned(w.inv_bits))
-        e2, e3 = (Signal(range(w.root_bits + 1), name=f"e{j}") for j in (2, 3))
+        g = {j: Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in range(2, 7)}
+        b = {j: Signal(signed(32), name=f"bias{j}") for j in range(2, 6)}
+        b6, b7 = (Signal(signed(y0_bits + 1), name=f"bias{j}") for j in (6, 7))
+        mean1, k1, k2 = Signal(signed(w.d_bits)), Signal(w.k_shape), Signal(w.k_shape, name="k2")
+        inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}") for j in (2, 3)}
+        e = {j: Signal(range(w.root_bits + 1), name=f"e{j}") for j in range(2, 6)}
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
         shift = Signal(range(y0_bits + 1))
         half = Signal(unsigned(y0_bits))      # 2**(shift-1): rshift_round's rounding term, added to the bias
@@ -293,20 +302,26 @@ class NormaliseOutput(wiring.Component):
         with m.If(advance):
             m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot),
                          mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
-            m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, 7)]
-            # stage 1 -> 2: d << k (|d << k| <= s, so it fits root_bits + 1)
-            d = (rows_r.data << nx.LN_MEAN_FRAC_BITS) - mean1
-            # (the slot's inv and e ride along, selected here: no slot mux in front of the multiplier;
-            # its mean and k were selected a stage earlier: none in front of the subtraction and shift)
-            m.d.sync += [dk.eq(d << k1), g2.eq(gain_r.data), b2.eq(bias_r.data),
-                         inv2.eq(self.inv[o[1].slot]), e2.eq(self.e[o[1].slot])]
-            # stage 2 -> 3: times the reciprocal
-            m.d.sync += [scaled.eq(dk * inv2), g3.eq(g2), b3.eq(b2), e3.eq(e2)]
-            # stage 3 -> 4: t = floor(. / 2**e), |t| <= 2**15
-            m.d.sync += [t.eq(scaled >> e3), g4.eq(g3), b4.eq(b3 + half)]
-            # stage 4 -> 5: gain, bias and the rounding half
-            m.d.sync += y.eq(t * g4 + b4)
-            # stage 5 -> 6 (the output register): shift, saturate (in range: the bits above the
+            m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, OUT_STAGES + 1)]
+            m.d.sync += [g[j].eq(g[j - 1]) for j in range(3, 7)] + [b[j].eq(b[j - 1]) for j in range(3, 6)]
+            m.d.sync += [inv[3].eq(inv[2])] + [e[j].eq(e[j - 1]) for j in range(3, 6)]
+            # stage 1 -> 2: d = 16r - m, straight from the row memory (the slot's mean and k were selected a
+            # stage earlier; its inv and e ride along, selected here: no slot mux in front of the multiplier)
+            m.d.sync += [d2.eq((rows_r.data << nx.LN_MEAN_FRAC_BITS) - mean1), k2.eq(k1),
+                         g[2].eq(gain_r.data), b[2].eq(bias_r.data),
+                         inv[2].eq(self.inv[o[1].slot]), e[2].eq(self.e[o[1].slot])]
+            # stage 2 -> 3: d << k (|d << k| <= s, so it fits root_bits + 1)
+            m.d.sync += dk.eq(d2 << k2)
+            # stage 3 -> 4: times the reciprocal, two partial products registered at their multipliers
+            m.d.sync += [part_lo.eq(dk[:lo_bits] * inv[3]), part_hi.eq(dk[lo_bits:].as_signed() * inv[3])]
+            # stage 4 -> 5: their sum
+            m.d.sync += scaled.eq(part_lo + (part_hi << lo_bits))
+            # stage 5 -> 6: t = floor(. / 2**e), |t| <= 2**15
+            m.d.sync += [t.eq(scaled >> e[5]), b6.eq(b[5] + half)]
+            # stage 6 -> 7: times the gain (registered at the multiplier); stage 7 -> 8: bias and rounding half
+            m.d.sync += [tg.eq(t * g[6]), b7.eq(b6)]
+            m.d.sync += y.eq(tg + b7)
+            # stage 8 -> 9 (the output register): shift, saturate (in range: the bits above the
             # output's sign bit all equal the sign)
             shifted = Signal.like(y)
             m.d.comb += shifted.eq(y >> shift)
@@ -314,8 +329,8 @@ class NormaliseOutput(wiring.Component):
             in_range = (above == 0) | (above == (1 << len(above)) - 1)
             lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
             m.d.sync += self.o.payload.eq(Mux(in_range, shifted[:rb], Mux(shifted[-1], lo, hi)))
-        m.d.comb += [self.o.valid.eq(o[6].valid), self.done.eq(self.o.valid & self.o.ready & o[6].last),
-                     self.done_slot.eq(o[6].slot)]
+        m.d.comb += [self.o.valid.eq(o[-1].valid), self.done.eq(self.o.valid & self.o.ready & o[-1].last),
+                     self.done_slot.eq(o[-1].slot)]
         return m
 
 
@@ -335,8 +350,8 @@ class LayerNorm(wiring.Component):
     unit takes 49 cycles per row, the scale unit 46..48, each overlapped with other rows; for H = 49..51
     the four row slots are the bound); shorter rows run at one row per 49 cycles (measured: 8 rows of
     32 in 375 cycles, 0.68 elements per cycle; 8 rows of 52 in 416 cycles, gapless). Latency: from a
-    row's last input to its first output ~103 cycles (measured: first output 135 cycles after the
-    first input at H = 32, 232 at H = 128). The matrix-vector unit produces the branch
+    row's last input to its first output ~106 cycles (first output 138 cycles after the first input
+    at H = 32, 235 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages). The matrix-vector unit produces the branch
     output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
     less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias

@@ -100,6 +100,10 @@ class LoopController(wiring.Component):
     an error or ``cancel``). ``dma_error`` stops issuing; ``cancel`` stops at once. One command per cycle
     at most; a tile command waits for ``can_claim`` and pulses ``claim`` when it is taken; a command from
     scratch waits for ``scratch_ready`` (the engine has written what it reads: pass 1's K and V^T).
+    ``cmd.payload.addr`` comes from a register, computed the cycle after a command is taken (or after
+    ``start``), so ``cmd.valid`` stays low in that cycle: the first command leaves two cycles after
+    ``start``, and back-to-back commands at most every other cycle (the weight DMA takes one at most every
+    third: it plans its first burst a cycle after taking a command).
     """
 
     def __init__(self, cfg, blocks: int = 1):
@@ -137,27 +141,33 @@ class LoopController(wiring.Component):
                                  e["loop_heads"].eq(f.loop_heads >= 0), e["heads_to"].eq(max(f.loop_heads, 0)),
                                  e["loop_blocks"].eq(f.loop_blocks >= 0), e["blocks_to"].eq(max(f.loop_blocks, 0))]
 
+        # the command's address, registered: the state it derives from changes only when a command is taken
+        # (or at start), so it is valid from the cycle after that on; ``fresh`` is low in that one cycle
         c = self.cmd.payload
-        m.d.comb += [c.addr.eq(Mux(e["scratch"], self.scratch_base, layer_base) + e["offset"] + tile_off
-                               + Mux(e["per_head"], head_off, 0)),
-                     c.beats.eq(e["beats"]), c.tag.eq(e["section"] | (self.layer[0] << SECTION_BITS))]
+        addr = Signal(self.p.addr_bits, name="cmd_addr")
+        fresh = Signal()
+        m.d.sync += [addr.eq(Mux(e["scratch"], self.scratch_base, layer_base) + e["offset"] + tile_off
+                             + Mux(e["per_head"], head_off, 0)), fresh.eq(1)]
+        m.d.comb += [c.addr.eq(addr), c.beats.eq(e["beats"]),
+                     c.tag.eq(e["section"] | (self.layer[0] << SECTION_BITS))]
 
         with m.FSM(name="loop"):
             with m.State("IDLE"):
                 with m.If(self.start & ~self.cancel):
-                    m.d.sync += [self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
+                    m.d.sync += [fresh.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
                                  head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base)]
                     with m.If(self.layers == 0):
                         m.next = "FINISH"
                     with m.Else():
                         m.next = "ISSUE"
             with m.State("ISSUE"):
-                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(~self.dma_error & (~e["tile"] | self.can_claim)
+                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(fresh & ~self.dma_error & (~e["tile"] | self.can_claim)
                                                              & (~e["scratch"] | self.scratch_ready))]
                 with m.If(self.cancel | self.dma_error):
                     m.next = "DRAIN"
                 with m.Elif(self.cmd.valid & self.cmd.ready):
                     m.d.comb += self.claim.eq(e["tile"])
+                    m.d.sync += fresh.eq(0)
                     with m.If(tile != e["last"]):
                         m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + e["step"])]
                     with m.Else():

@@ -44,7 +44,8 @@ takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``13 + cei
 ``pe / requant_lanes`` with a shared requantizer: 24 for bert_tiny's 8 x 8 with one requant lane) from its
 command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
 the pipeline after issue runs freely and its results land in an output FIFO that issue never
-overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth).
+overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth; that count is
+kept in one register and the comparison registered, so ``x.ready`` comes from flip-flops).
 
 DSP packing (DSP48E1, 25 x 18 multiplier): two output channels ``p = 2i, 2i+1`` share each activation,
 so their weights are packed into one multiplicand ``w_lo + w_hi * 2**16`` (25 bits, the A port) and one multiply
@@ -244,6 +245,24 @@ def _dsp_product(m: Module, a, b, name: str) -> Signal:
     return preg
 
 
+SPLIT_BITS = 17     # a wide signed operand splits into a 17-bit unsigned low part and a signed high part
+
+
+def _split_product(m: Module, a, b, name: str) -> Signal:
+    """Signed ``a`` times unsigned ``b`` (at most 17 bits) as two partial products ``a[:17] * b`` and
+    ``a[17:] * b``, each registered at its multiplier's output (M), then their sum (P): valid two cycles
+    after its operands, like :func:`_dsp_product`, but no adder between a multiplier and its register (an
+    ECP5 MULT18X18D or a DSP48E1 without cascade takes one part each)."""
+    if len(a) <= SPLIT_BITS + 1:
+        return _dsp_product(m, a, b, name)
+    lo = Signal(signed(SPLIT_BITS + len(b) + 1), name=f"{name}_mlo")
+    hi = Signal(signed(len(a) - SPLIT_BITS + len(b)), name=f"{name}_mhi")
+    preg = Signal(signed(len(a) + len(b)), name=f"{name}_p")
+    m.d.sync += [lo.eq(a[:SPLIT_BITS] * b), hi.eq(a[SPLIT_BITS:].as_signed() * b),
+                 preg.eq(lo + (hi << SPLIT_BITS))]
+    return preg
+
+
 class MVAUIssue(wiring.Component):
     """The MVAU's issue stage: the job register and the (vector, nf, sf) fold counters.
 
@@ -411,7 +430,8 @@ class Requantizer(wiring.Component):
     saturate); ``valid`` is not used. With fewer lanes a set is held and its ``groups = pe / requant_lanes``
     groups of channels pass the lanes one a cycle; a set may follow the previous one ``groups`` cycles later
     at the earliest (the MVAU's result beats are ``col_folds >= groups`` cycles apart: :meth:`MVAUParams.command`
-    checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product).
+    checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product, as two
+    partial products, each registered at its multiplier, summed in the P stage: :func:`_split_product`).
     """
 
     CORE_LATENCY = 6
@@ -482,7 +502,7 @@ class Requantizer(wiring.Component):
         scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(n)]
         for c in range(n):
             m.d.sync += [total[c].eq(acc[c] + Mux(raw0, 0, bias[c])), scale[c].eq(Mux(raw0, 1, mult[c]))]
-        scaled = [_dsp_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
+        scaled = [_split_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
         shift = Mux(ctl[3].raw, 0, ctl[3].shift)
@@ -551,12 +571,24 @@ class MVAU(wiring.Component):
         # ---- issue: job registers and the (vector, nf, sf) counters, with credit from the FIFO ----
         m.submodules.fold_counters = issue_u = MVAUIssue(p, len(self.weights.addr))
         fifo = m.submodules.fifo = SyncFIFO(width=len(self.o.payload.as_value()), depth=self.fifo_depth)
-        in_flight = Signal(range(self.fifo_depth + 1))
+        # credit: ``used`` = results committed at issue and not yet read out of the FIFO (those in the
+        # pipeline plus the FIFO's level); ``room`` = used < depth, registered (computed from the next
+        # ``used``), so x.ready and issue come straight from flip-flops
+        used = Signal(range(self.fifo_depth + 1))
+        room = Signal(init=1)
         wiring.connect(m, wiring.flipped(self.cmd), issue_u.cmd)
-        m.d.comb += [issue_u.room.eq((fifo.level + in_flight) < self.fifo_depth),
+        m.d.comb += [issue_u.room.eq(room),
                      issue_u.x_valid.eq(self.x.valid), self.x.ready.eq(issue_u.x_ready)]
         tag0 = issue_u.step
         issue = tag0.valid
+        used_next = Signal.like(used)
+        commit, out = issue & tag0.last, self.o.valid & self.o.ready
+        m.d.comb += used_next.eq(used + commit - out)
+        # the comparisons precomputed from ``used`` alone: only a small LUT function of the issue decision
+        # and the consumer's ready sits in front of ``room`` (used + commit - out < depth; used <= depth)
+        below, below_by_2 = used < self.fifo_depth, used < self.fifo_depth - 1
+        m.d.sync += [used.eq(used_next),
+                     room.eq(Mux(commit, Mux(out, below, below_by_2), out | below))]
 
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
         m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]
@@ -601,7 +633,6 @@ class MVAU(wiring.Component):
 
         # ---- output FIFO with credit-based issue ------------------------------------------------
         m.d.comb += [fifo.w_en.eq(tag.valid), fifo.w_data.eq(rq.result.as_value())]
-        m.d.sync += in_flight.eq(in_flight + (issue & tag0.last) - tag.valid)
         m.d.comb += [self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data), fifo.r_en.eq(self.o.ready)]
-        m.d.comb += self.busy.eq(issue_u.active | (in_flight != 0) | (fifo.level != 0))
+        m.d.comb += self.busy.eq(issue_u.active | (used != 0))
         return m

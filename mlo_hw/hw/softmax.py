@@ -5,11 +5,14 @@ a row passes four units in order, each working on a different row at the same ti
 one of ``slots`` row slots (score and exponent memories of one ``lanes``-wide word per beat, per-slot
 statistics) from its first input to its last output; a slot's :class:`Phase` says which unit owns it::
 
-    ingest:  accept ``row / lanes`` beats of (lanes scores, lanes mask bits), store them; a pipelined
-             max tree over the masked-in lanes of each beat, then a running max over the row's beats
+    ingest:  accept ``row / lanes`` beats of (lanes scores, lanes mask bits), store them; register the
+             beat, a pipelined max tree over its masked-in lanes, then a running max over the row's beats
     exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift, q = min(u >> 8, 16),
              e = exp2_table[u & 255] >> q (0 where masked or q == 16), one table copy per lane;
-             store the word of e; a pipelined adder tree, then a running sum over the row's beats
+             store the word of e; a pipelined adder tree, then a running sum over the row's beats.
+             The product is split at bit :data:`MULT_SPLIT` of (max - s) into two multiplier-sized
+             partial products, each registered straight out of its multiplier (MULT18X18D, DSP48E1),
+             and summed a cycle later; ``mult`` and ``shift`` are registered inside the block.
     divide:  rcp = floor(2**32 / sum), one quotient bit per cycle; ``dividers`` serial dividers take
              rows in turn (a fully masked row has sum 0 and every e 0: its rcp is never used)
     output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle
@@ -30,7 +33,9 @@ from .divide import SerialDivider
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
-EXP_PIPE = 4                   # cycles from a score word read to its exponent word
+INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
+EXP_PIPE = 5                   # cycles from a score word read to its exponent word
+MULT_SPLIT = 17                # (max - s) splits into 17-bit multiplier operands (unsigned in an 18x18)
 OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
@@ -85,7 +90,8 @@ class Softmax(wiring.Component):
         ``o``: stream of :func:`prob_layout` beats, the same keys' probabilities (units of 2**-8; masked
         keys and fully masked rows give 0).
         ``mult`` (unsigned 16) and ``shift`` (0..63): the layer's softmax multiplier and shift; hold
-        them stable while rows are in flight.
+        them stable while rows are in flight (they are registered here: a change reaches the exp unit a
+        cycle later, long before a row's first word, which needs ``row / lanes`` input beats first).
     Throughput: one beat (``lanes`` elements) per cycle in and out in steady state while every unit keeps
     up: ingest, exp and output take ``beats = row / lanes`` cycles a row, each divider
     ``DIVIDE_CYCLES = 19`` cycles a row. ``dividers`` defaults to ``ceil(19 / (beats * interval))`` and
@@ -96,11 +102,11 @@ class Softmax(wiring.Component):
     valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
     rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
     16 elements a cycle).
-    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 27`` cycles,
-    nothing stalled (measured, asserted exactly: 283 at 128 keys x 1 lane, 51 at 128 x 16, 43 at 8 x 1).
+    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 29`` cycles,
+    nothing stalled (measured, asserted exactly: 285 at 128 keys x 1 lane, 53 at 128 x 16, 45 at 8 x 1).
     Storage: scores ``slots * beats`` words of ``lanes * (score_bits + 1)`` bits, exponents as many
     words of ``lanes * 16`` bits, one 256 x 16 exp2 ROM per lane. DSP: ``2 * lanes`` multipliers
-    ((max - s) * mult, e * rcp).
+    ((max - s) * mult, e * rcp; the first is two partial products when ``score_bits`` > 17).
     """
 
     def __init__(self, row: int, score_bits: int, lanes: int = 1, *, dividers: int | None = None,
@@ -139,7 +145,7 @@ class Softmax(wiring.Component):
     def latency(row: int, lanes: int = 1) -> int:
         """Cycles from a row's first input beat to its first output beat, nothing stalled."""
         beats, levels = row // lanes, (lanes - 1).bit_length()
-        ingest = beats + levels                       # last beat -> tree -> running max -> EXP
+        ingest = beats + INGEST_PIPE + levels         # last beat -> register -> tree -> running max -> EXP
         exp = beats + EXP_PIPE + levels               # last read -> e -> tree -> running sum -> DIV
         return ingest + exp + DIVIDE_CYCLES + 1 + OUT_PIPE
 
@@ -214,11 +220,12 @@ class Softmax(wiring.Component):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), s.phase[in_slot].eq(Phase.MAX)]
             with m.Else():
                 m.d.sync += in_idx.eq(in_idx + 1)
-        # the beat's masked-in maximum: one register per tree level (none for one lane)
+        # the beat's masked-in maximum: the beat registered (no comparison behind the producer's output
+        # mux), then one register per tree level (none for one lane)
         cand = data.StructLayout({"any": 1, "max": signed(w)})
         leaves = [Signal(cand, name=f"max_leaf{k}") for k in range(self.lanes)]
         for k, leaf in enumerate(leaves):
-            m.d.comb += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
+            m.d.sync += [leaf.any.eq(beat.mask[k]), leaf.max.eq(beat.score[k])]
 
         def larger(a, b):
             return Mux(b.any & (~a.any | (b.max > a.max)), b, a)
@@ -227,7 +234,7 @@ class Softmax(wiring.Component):
         meta = Signal(self._meta(s), name="max_meta")
         m.d.comb += [meta.valid.eq(take), meta.first.eq(in_idx == 0), meta.last.eq(in_idx == n - 1),
                      meta.slot.eq(in_slot)]
-        end = self._delay(m, meta, levels, "max_meta")
+        end = self._delay(m, meta, levels + INGEST_PIPE, "max_meta")
         # across the row's beats
         run = Signal(cand)
         merged = Signal(cand)
@@ -254,24 +261,38 @@ class Softmax(wiring.Component):
         row_max = Signal(signed(w))
         m.d.sync += [meta.valid.eq(issue), meta.first.eq(ex_idx == 0), meta.last.eq(ex_idx == n - 1),
                      meta.slot.eq(ex_slot), meta.idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
+        # the layer's multiplier and shift, registered next to their users (held stable for rows in flight)
+        mult = Signal(nx.MULT_BITS, name="ex_mult")
+        shift = Signal(SHIFT_BITS, name="ex_shift")
+        m.d.sync += [mult.eq(self.mult), shift.eq(self.shift)]
         # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
+        lo_bits = min(w, MULT_SPLIT)
         for k in range(self.lanes):
             dist = Signal(unsigned(w), name=f"dist{k}")              # stage 2: below the row max
-            keep = [Signal(name=f"masked_in{k}_{j}") for j in range(3)]
+            keep = [Signal(name=f"masked_in{k}_{j}") for j in range(4)]
             m.d.sync += [dist.eq(Mux(word.mask[k], row_max - word.score[k], 0)), keep[0].eq(word.mask[k])]
-            prod = Signal(unsigned(w + nx.MULT_BITS), name=f"prod{k}")   # stage 3: times the multiplier
-            m.d.sync += [prod.eq(dist * self.mult), keep[1].eq(keep[0])]
-            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 4: table index, shift q
+            # stage 3: partial products, each registered at its multiplier's output
+            part_lo = Signal(unsigned(lo_bits + nx.MULT_BITS), name=f"prod_lo{k}")
+            m.d.sync += [part_lo.eq(dist[:lo_bits] * mult), keep[1].eq(keep[0])]
+            prod = Signal(unsigned(w + nx.MULT_BITS), name=f"prod{k}")   # stage 4: their sum
+            if w > lo_bits:
+                part_hi = Signal(unsigned(w - lo_bits + nx.MULT_BITS), name=f"prod_hi{k}")
+                m.d.sync += part_hi.eq(dist[lo_bits:] * mult)
+                m.d.sync += prod.eq(part_lo + (part_hi << lo_bits))
+            else:
+                m.d.sync += prod.eq(part_lo)
+            m.d.sync += keep[2].eq(keep[1])
+            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 5: table index, shift q
             q = Signal(range(17), name=f"q{k}")
             table = Memory(shape=unsigned(EXP_BITS), depth=nx.EXP_TABLE_SIZE,
                            init=[int(v) for v in nx.exp2_table()])
             m.submodules[f"exp2_{k}"] = table
             table_r = table.read_port()
-            m.d.comb += [u.eq(prod >> self.shift), table_r.addr.eq(u[:nx.EXP_FRAC_BITS])]
-            m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[2].eq(keep[1])]
-            m.d.comb += e[k].eq(Mux(keep[2] & (q < 16), table_r.data >> q, 0))     # stage 4
+            m.d.comb += [u.eq(prod >> shift), table_r.addr.eq(u[:nx.EXP_FRAC_BITS])]
+            m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[3].eq(keep[2])]
+            m.d.comb += e[k].eq(Mux(keep[3] & (q < 16), table_r.data >> q, 0))     # stage 5
         end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
         exp_w = s.exps.write_port()
         m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
