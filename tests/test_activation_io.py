@@ -62,9 +62,9 @@ def _top(case, max_burst=16):
     return p, LoadStore(p, word_bits, words)
 
 
-# a beat a word and two words a beat run in the slow suite (the small config's full-stack runs move a beat a word)
-@pytest.mark.parametrize("case", [c if c == "beat64_word128" else pytest.param(c, marks=pytest.mark.slow)
-                                  for c in CASES])
+# -m slow (29 s each): every full-stack harness run loads its input and stores its output through LoadStore
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
 def test_load_and_store_against_axi_ram(case):
     p, top = _top(case)
     name = f"act_io_{case}"

@@ -132,7 +132,10 @@ def _run(geo, tests, **sweep):
     simulate(v, name, "tb_block_mover", {**params, **sweep}, testcase=tests)
 
 
-@pytest.mark.parametrize("geo", ["small"])             # bert_tiny's geometry: in the slow sweep
+# -m slow (27 s): the DRAM-tiled full-stack runs (tests/test_harness.py, tests/test_causal.py) move every block through
+# the BlockMover under random stalls and DDR3 timing; bert_tiny's geometry is in the slow sweep too
+@pytest.mark.slow
+@pytest.mark.parametrize("geo", ["small"])
 def test_block_mover_against_axi_ram(geo):
     _run(geo, TESTS)
 

@@ -93,6 +93,7 @@ class StreamerWithRegs(wiring.Component):
         return m
 
 
+@pytest.mark.slow          # 23 s; every full-stack harness and runtime run controls the engine's streamer over AXI-Lite
 def test_memsys_controlled_over_axi_lite(tmp_path):
     cfg = load_config("small")
     v = to_verilog(StreamerWithRegs(cfg), "memsys_regs")
