@@ -105,7 +105,7 @@ PROTOCOL_MESSAGES = [
 
 
 @pytest.mark.parametrize("data_bits,id_bits,rounds", [
-    (64, 2, 12), pytest.param(128, 1, 60, marks=pytest.mark.slow), pytest.param(32, 3, 60, marks=pytest.mark.slow)])
+    (64, 2, 18), pytest.param(128, 1, 60, marks=pytest.mark.slow), pytest.param(32, 3, 60, marks=pytest.mark.slow)])
 def test_axi_dram_against_axi_ram(capfd, data_bits, id_bits, rounds):
     """All cocotb tests of sim/tb_axi_dram.py (see there) on a 64 KiB memory; the protocol checker's
     messages must be in the log."""
