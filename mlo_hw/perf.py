@@ -20,7 +20,8 @@ from .model import numerics as nx
 from .model.weight_image import layout
 
 __all__ = ["buffer_group", "TileCost", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
-           "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
+           "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
+           "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
 
 @dataclass(frozen=True)
@@ -89,15 +90,21 @@ def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
     return sum(layernorm_phase_visible(cfg, cols, rows) for cols in (cfg.model.hidden, cfg.model.intermediate))
 
 
+def layernorm_overlaps(folding) -> bool:
+    """Whether the LayerNorm phases start during the last weight tile before them: the sequencer counts the rows
+    that tile has written by shifting its result beats right by log2(``tile_rows / pe``), a power of two."""
+    groups = folding.tile_rows // folding.pe
+    return groups & (groups - 1) == 0
+
+
 def layernorm_phase_visible(cfg, cols: int, rows: int | None = None) -> int:
     """One phase of :func:`layernorm_visible_cycles`: the LayerNorm after a matrix of ``cols`` input columns."""
     rows = cfg.seq_padded if rows is None else rows
     f = cfg.folding
-    groups = f.tile_rows // f.pe
     full = layernorm_cycles(cfg, rows)
-    if groups & (groups - 1):
+    if not layernorm_overlaps(f):
         return full
-    return max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * groups * (cols // f.simd))
+    return max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * (f.tile_rows // f.pe) * (cols // f.simd))
 
 
 # Block RAM18 aspect ratios (7-series, true dual port): (width bits, depth). A BRAM36 is two.

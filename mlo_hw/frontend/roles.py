@@ -151,9 +151,10 @@ def _linears(b: _Body) -> list[Linear]:
 
 
 def _walk_back(b: _Body, t: str, scale: list[float], side: list[str] | None = None,
-               stop=frozenset()) -> str | None:
+               stop=frozenset(), stop_ops=frozenset()) -> str | None:
     """Follow tensor ``t`` back through the body's pass-through nodes (:data:`_PASS`, first activation input)
-    to a tensor in ``stop`` or made by another op; None when the path leaves the body.
+    to a tensor in ``stop``, made by an op in ``stop_ops`` or made by another op; None when the path leaves the
+    body.
 
     ``scale[0]`` is multiplied by the constant scalings on the way; the other inputs joining the path
     (the attention mask, and the constants and shape arithmetic a causal mask is computed from without a
@@ -164,7 +165,7 @@ def _walk_back(b: _Body, t: str, scale: list[float], side: list[str] | None = No
         if p is None:
             return None
         node = g.nodes[p]
-        if t in stop or node.op_type not in _PASS:
+        if t in stop or node.op_type not in _PASS or node.op_type in stop_ops:
             return t
         ins = b.active_inputs(p)
         scale[0] *= _scaling(g, node, ins)
@@ -203,19 +204,12 @@ def _fused_part(b: _Body, t: str) -> int | None:
     """Which output of the split after a fused QKV linear tensor ``t`` comes from (looked back through
     pass-through nodes): a Split's output index, or the position a SequenceAt takes from a SplitToSequence."""
     g = b.g
-    for _ in range(64):
-        p = b.producer(t)
-        if p is None:
-            return None
-        node = g.nodes[p]
-        if node.op_type == "Split":
-            return list(node.output).index(t)
-        if node.op_type == "SequenceAt":
-            return int(g.const(node.input[1])) if g.is_const(node.input[1]) else None
-        local = [x for x in b.active_inputs(p) if b.producer(x) is not None]
-        if node.op_type not in _PASS or not local:
-            return None
-        t = local[0]
+    t = _walk_back(b, t, [1.0], stop_ops={"Split", "SequenceAt"})
+    node = None if t is None else g.nodes[b.producer(t)]
+    if node is not None and node.op_type == "Split":
+        return list(node.output).index(t)
+    if node is not None and node.op_type == "SequenceAt" and g.is_const(node.input[1]):
+        return int(g.const(node.input[1]))
     return None
 
 

@@ -69,7 +69,7 @@ from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadArbiter
 from .buffers import ParamGeometry
-from ..config import ConfigError
+from ..config import ConfigError, check_rtl
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
 from .engine.vector_io import Serializer, VectorReader
@@ -165,6 +165,11 @@ class EngineGeometry:
         rows = cfg.seq_padded if block is None else block
         return cls(cfg.seq_padded, m.seq_len, m.hidden, m.intermediate, m.heads, cfg.head_dim, f.pe, f.simd,
                    f.tile_rows, b, rows, cfg.seq_padded // rows)
+
+    @property
+    def max_tiles(self) -> int:
+        """Weight tiles of the largest matrix (FFN up's ``intermediate`` output channels, or ``hidden``)."""
+        return max(self.hidden, self.inter) // self.tile_rows
 
     def words(self, cols: int) -> int:
         """Buffer words per row of ``cols`` elements."""
@@ -282,6 +287,7 @@ class LayerEngine(wiring.Component):
 
     def __init__(self, cfg, trace: bool = False):
         self.cfg, self.trace = cfg, trace
+        check_rtl(cfg)                   # ConfigError: a layer kind the RTL does not run (every RTL user builds this)
         self.plan = plan(cfg)            # ConfigError with the numbers when no plan fits
         self.g = EngineGeometry.from_config(cfg, self.plan.block)
         # the port: one more ID bit than the masters inside (the read arbiter tags each burst with its master)
@@ -329,7 +335,7 @@ class LayerEngine(wiring.Component):
                 ("score_groups", "score_groups", self._score_groups()),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S,
-                                                                max_passes=max(H, I) // g.tile_rows))):
+                                                                max_passes=g.max_tiles))):
             m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block

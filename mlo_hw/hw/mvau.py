@@ -245,21 +245,28 @@ def _dsp_product(m: Module, a, b, name: str) -> Signal:
     return preg
 
 
-SPLIT_BITS = 17     # a wide signed operand splits into a 17-bit unsigned low part and a signed high part
+SPLIT_BITS = 17     # a wide operand splits into a 17-bit unsigned low part and a high part of its signedness
 
 
-def _split_product(m: Module, a, b, name: str) -> Signal:
-    """Signed ``a`` times unsigned ``b`` (at most 17 bits) as two partial products ``a[:17] * b`` and
-    ``a[17:] * b``, each registered at its multiplier's output (M), then their sum (P): valid two cycles
-    after its operands, like :func:`_dsp_product`, but no adder between a multiplier and its register (an
-    ECP5 MULT18X18D or a DSP48E1 without cascade takes one part each)."""
-    if len(a) <= SPLIT_BITS + 1:
-        return _dsp_product(m, a, b, name)
-    lo = Signal(signed(SPLIT_BITS + len(b) + 1), name=f"{name}_mlo")
-    hi = Signal(signed(len(a) - SPLIT_BITS + len(b)), name=f"{name}_mhi")
-    preg = Signal(signed(len(a) + len(b)), name=f"{name}_p")
-    m.d.sync += [lo.eq(a[:SPLIT_BITS] * b), hi.eq(a[SPLIT_BITS:].as_signed() * b),
-                 preg.eq(lo + (hi << SPLIT_BITS))]
+def split_product(m: Module, a, b, name: str) -> Signal:
+    """``a`` times unsigned ``b`` (at most 17 bits), valid two cycles after its operands. When ``a`` fits a
+    multiplier's 18-bit port: through its M and P registers. Wider: as two partial products ``a[:17] * b`` and
+    ``a[17:] * b``, each registered at its multiplier's output (M), then their sum (P), so that no adder sits
+    between a multiplier and its register (an ECP5 MULT18X18D or a DSP48E1 without cascade takes one part each).
+    The product is signed when ``a`` is (the requantizer's ``acc + bias``), else unsigned (the softmax's
+    distance below the row max)."""
+    is_signed = a.shape().signed
+    width = len(a) + len(b)
+    preg = Signal(signed(width) if is_signed else unsigned(width), name=f"{name}_p")
+    if len(a) <= SPLIT_BITS + is_signed:
+        mreg = Signal.like(preg, name=f"{name}_m")
+        m.d.sync += [mreg.eq(a * b), preg.eq(mreg)]
+        return preg
+    high = a[SPLIT_BITS:].as_signed() if is_signed else a[SPLIT_BITS:]
+    lo = Signal(unsigned(SPLIT_BITS + len(b)), name=f"{name}_mlo")
+    hi = Signal(signed(len(a) - SPLIT_BITS + len(b)) if is_signed else unsigned(len(a) - SPLIT_BITS + len(b)),
+                name=f"{name}_mhi")
+    m.d.sync += [lo.eq(a[:SPLIT_BITS] * b), hi.eq(high * b), preg.eq(lo + (hi << SPLIT_BITS))]
     return preg
 
 
@@ -431,7 +438,7 @@ class Requantizer(wiring.Component):
     groups of channels pass the lanes one a cycle; a set may follow the previous one ``groups`` cycles later
     at the earliest (the MVAU's result beats are ``col_folds >= groups`` cycles apart: :meth:`MVAUParams.command`
     checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product, as two
-    partial products, each registered at its multiplier, summed in the P stage: :func:`_split_product`).
+    partial products, each registered at its multiplier, summed in the P stage: :func:`split_product`).
     """
 
     CORE_LATENCY = 6
@@ -502,7 +509,7 @@ class Requantizer(wiring.Component):
         scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(n)]
         for c in range(n):
             m.d.sync += [total[c].eq(acc[c] + Mux(raw0, 0, bias[c])), scale[c].eq(Mux(raw0, 1, mult[c]))]
-        scaled = [_split_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
+        scaled = [split_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
         shift = Mux(ctl[3].raw, 0, ctl[3].shift)

@@ -10,9 +10,10 @@ statistics) from its first input to its last output; a slot's :class:`Phase` say
     exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift, q = min(u >> 8, 16),
              e = exp2_table[u & 255] >> q (0 where masked or q == 16), one table copy per lane;
              store the word of e; a pipelined adder tree, then a running sum over the row's beats.
-             The product is split at bit :data:`MULT_SPLIT` of (max - s) into two multiplier-sized
+             The product is split at bit 17 of (max - s) into two multiplier-sized
              partial products, each registered straight out of its multiplier (MULT18X18D, DSP48E1),
-             and summed a cycle later; ``mult`` and ``shift`` are registered inside the block.
+             and summed a cycle later (:func:`~mlo_hw.hw.mvau.split_product`); ``mult`` and ``shift`` are
+             registered inside the block.
     divide:  rcp = floor(2**32 / sum), one quotient bit per cycle; ``dividers`` serial dividers take
              rows in turn (a fully masked row has sum 0 and every e 0: its rcp is never used)
     output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle
@@ -29,13 +30,13 @@ from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider
+from .mvau import split_product
 
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
 INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
 EXP_PIPE = 5                   # cycles from a score word read to its exponent word
-MULT_SPLIT = 17                # (max - s) splits into 17-bit multiplier operands (unsigned in an 18x18)
 OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
@@ -268,22 +269,13 @@ class Softmax(wiring.Component):
         # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
-        lo_bits = min(w, MULT_SPLIT)
         for k in range(self.lanes):
             dist = Signal(unsigned(w), name=f"dist{k}")              # stage 2: below the row max
             keep = [Signal(name=f"masked_in{k}_{j}") for j in range(4)]
             m.d.sync += [dist.eq(Mux(word.mask[k], row_max - word.score[k], 0)), keep[0].eq(word.mask[k])]
-            # stage 3: partial products, each registered at its multiplier's output
-            part_lo = Signal(unsigned(lo_bits + nx.MULT_BITS), name=f"prod_lo{k}")
-            m.d.sync += [part_lo.eq(dist[:lo_bits] * mult), keep[1].eq(keep[0])]
-            prod = Signal(unsigned(w + nx.MULT_BITS), name=f"prod{k}")   # stage 4: their sum
-            if w > lo_bits:
-                part_hi = Signal(unsigned(w - lo_bits + nx.MULT_BITS), name=f"prod_hi{k}")
-                m.d.sync += part_hi.eq(dist[lo_bits:] * mult)
-                m.d.sync += prod.eq(part_lo + (part_hi << lo_bits))
-            else:
-                m.d.sync += prod.eq(part_lo)
-            m.d.sync += keep[2].eq(keep[1])
+            # stages 3 and 4: the product, its partial products registered at their multipliers
+            prod = split_product(m, dist, mult, f"prod{k}")
+            m.d.sync += [keep[1].eq(keep[0]), keep[2].eq(keep[1])]
             u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 5: table index, shift q
             q = Signal(range(17), name=f"q{k}")
             table = Memory(shape=unsigned(EXP_BITS), depth=nx.EXP_TABLE_SIZE,

@@ -26,6 +26,7 @@ from __future__ import annotations
 from amaranth import Mux, Signal
 
 from ...model.tiled import scratch_layout
+from ...perf import layernorm_overlaps
 from ..buffers import PARAM_SECTIONS
 from ...model.weight_image import HEADER_FIELDS
 from .block_mover import Transfer
@@ -48,7 +49,7 @@ class Sequencer:
         self.dst_cols = {Op.Q: H, Op.PV: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
         self.placement = {Op.Q: Placement.ROWS16, Op.K: Placement.K, Op.V: Placement.VT, Op.O: Placement.ROWS16,
                           Op.FFN_UP: Placement.ROWS8, Op.FFN_DOWN: Placement.ROWS16}
-        self.tile = Signal(range(max(I, H) // g.tile_rows + 1), name="tile")
+        self.tile = Signal(range(g.max_tiles + 1), name="tile")
         self.tiles = Signal.like(self.tile, name="tiles")
         self.head = Signal(range(g.heads + 1), name="head")
         self.hdr_idx = Signal(range(len(HEADER_FIELDS) + 2), name="hdr_idx")
@@ -58,8 +59,7 @@ class Sequencer:
         # the LayerNorm after O / FFN down started during the matrix's last tile; the rows that tile has finished
         self.ln_early = Signal(name="ln_early")
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
-        groups = g.tile_rows // g.pe                  # result beats a row in a tile: a power of two to count rows
-        self.overlap_layernorm = groups & (groups - 1) == 0
+        self.overlap_layernorm = layernorm_overlaps(cfg.folding)
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
@@ -178,6 +178,13 @@ class Sequencer:
                         then()
             self.abort()
 
+    def start_layernorm(self, o):
+        """Start the lanes on LayerNorm ``o`` (its gains and biases are in); LN1 hands the copier on to the GELU
+        table, which FFN up needs next."""
+        self.m.d.comb += self.d.ln_lanes.start.eq(1)
+        if o == self.Op.LN1:
+            self.request_copy(CopyKind.GELU)
+
     def early_layernorm(self, ln):
         """In the last tile of the matrix before LayerNorm ``ln`` (O, FFN down): once its gains and biases are in,
         start the lanes; they read a row once this tile has written its last channels (row-major result beats,
@@ -187,9 +194,7 @@ class Sequencer:
         first = Signal.like(self.expected, name=f"{ln.name.lower()}_tile_first")   # the last tile's first beat
         m.d.comb += first.eq(self.expected - g.rows * groups)
         with m.If(~self.ln_early & d.copier.done):
-            m.d.comb += d.ln_lanes.start.eq(1)
-            if ln == self.Op.LN1:
-                self.request_copy(CopyKind.GELU)
+            self.start_layernorm(ln)
             m.d.sync += [self.ln_early.eq(1), self.ln_rows.eq(0)]
         with m.If(self.ln_early):
             m.d.comb += [d.ln_op.eq(ln), d.ln_avail.eq(self.ln_rows * g.words(g.hidden))]
@@ -270,9 +275,7 @@ class Sequencer:
             m.d.comb += [d.op.eq(o), d.ln_op.eq(o)]
             self.wait_for_copy()
             with m.If(d.copier.done):
-                m.d.comb += d.ln_lanes.start.eq(1)
-                if o == self.Op.LN1:
-                    self.request_copy(CopyKind.GELU)
+                self.start_layernorm(o)
                 m.next = f"{o.name}_RUN"
             self.abort()
         with m.State(f"{o.name}_RUN"):
