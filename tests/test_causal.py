@@ -102,12 +102,15 @@ def _rtl_runs(cfg, runs):
         check_run_rejects_corruption(cfg, r, want, traces, tokens, cfg.model.layers, rng)
 
 
-def test_rtl_causal_through_dram_tiled_blocks_bit_exact():
-    """Two blocks of 32 query rows: the second block's rows attend keys up to 32 + its row (the block offset)."""
+@pytest.mark.parametrize("tokens, stall", [(45, 0.3), pytest.param(64, 0.0, marks=pytest.mark.slow)])
+def test_rtl_causal_through_dram_tiled_blocks_bit_exact(tokens, stall):
+    """Two blocks of 32 query rows: the second block's rows attend keys up to 32 + its row (the block offset).
+    45 tokens under stalls: a full first block and a partial second one; the full length runs in -m slow."""
     from sim.harness import small_tiled_config
     base = small_tiled_config()
     cfg = dataclasses.replace(base, name="small_tiled_causal", model=dataclasses.replace(base.model, causal=True))
-    _rtl_runs(cfg, [(cfg.model.seq_len, 0.0), (45, 0.3)])
+    assert tokens <= cfg.model.seq_len
+    _rtl_runs(cfg, [(tokens, stall)])
 
 
 @pytest.mark.slow
