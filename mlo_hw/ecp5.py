@@ -243,17 +243,22 @@ def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     return None
 
 
-def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int) -> tuple[int, dict]:
+ROUTERS = ("router1", "router2")
+
+
+def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, router: str) -> tuple[int, dict]:
     """nextpnr-ecp5 on ``out/top.json`` (a missed constraint is no failure): its exit status and parsed log."""
     cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf-allow-unconstrained",
-           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed)]
+           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--router", router]
     rc = _run(cmd, out, out / "nextpnr.log")
     return rc, parse_nextpnr((out / "nextpnr.log").read_text(errors="replace"))
 
 
-def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str], seed: int = 1) -> dict:
+def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str], seed: int = 1,
+                 router: str = "router1") -> dict:
     """Synthesize (``synth_ecp5``, :func:`synth_ecp5_lines`) and place and route (nextpnr-ecp5 on
-    :data:`DEVICE` at ``mhz``) the wrapped design ``verilog_text`` in ``out``. Returns ``{"ran": True,
+    :data:`DEVICE` at ``mhz``, with nextpnr's ``router``: router1, its default, or router2, which negotiates
+    congestion over the whole design at once) the wrapped design ``verilog_text`` in ``out``. Returns ``{"ran": True,
     "fmax_mhz", "target_mhz", "clock", "fmax", "util", "path", "path_lines", "synth_seconds", "pnr_seconds"}``
     (the slowest clock's figures) or ``{"ran": False, "reason"}``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -262,7 +267,7 @@ def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str]
     if (why := synthesize(out, tools)) is not None:
         return {"ran": False, "reason": why}
     t1 = time.perf_counter()
-    rc, parsed = _place_and_route(out, tools, mhz, seed)
+    rc, parsed = _place_and_route(out, tools, mhz, seed, router)
     t2 = time.perf_counter()
     if rc or not parsed["fmax"]:
         return {"ran": False, "reason": _failure(f"nextpnr-ecp5 (exit {rc})", out / "nextpnr.log")}

@@ -142,18 +142,14 @@ def candidate_foldings(cfg) -> list[Folding]:
     return out
 
 
-def _dsp_blocks(a_bits: int, b_bits: int) -> int:
-    """DSP48E1 (25 x 18 signed) of a signed ``a_bits`` x ``b_bits`` product, split the way yosys does."""
-    return -(-a_bits // 25) * -(-b_bits // 18)
-
-
 def dsp_estimate(cfg) -> int:
     from .hw.layer_engine import EngineGeometry
-    from .hw.mvau import MVAUParams
+    from .hw.mvau import MVAUParams, split_parts
     p = MVAUParams.from_config(cfg)
     mac = -(-p.pe // 2) * p.simd if p.packed else p.pe * p.simd
-    requant = p.requant_lanes * _dsp_blocks(p.sum_bits, p.mult_bits + 1)   # unsigned multiplier: one more signed bit
-    softmax = 2 * EngineGeometry.from_config(cfg).softmax_lanes             # two multipliers a lane
+    requant = p.requant_lanes * split_parts(p.sum_bits, True)              # (acc + bias) * mult, split_product
+    # a lane: (max - s) * mult (split_product of the score_bits-wide distance) and e * rcp
+    softmax = EngineGeometry.from_config(cfg).softmax_lanes * (split_parts(cfg.acc_bits(cfg.head_dim), False) + 1)
     layernorm = ln_lane_dsp(cfg) * cfg.folding.ln_lanes
     return mac + requant + layernorm + softmax
 

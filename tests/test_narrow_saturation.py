@@ -1,4 +1,5 @@
-"""Narrow's saturation without comparators (mlo_hw/hw/engine/activation_operand.py, ``Narrow._narrow``):
+"""Narrow's saturation without comparators (mlo_hw/hw/engine/activation_operand.py, ``Narrow._shift`` then
+``Narrow._round_saturate``):
 every shift 0..15 at the inputs around each edge of the int8 range (where floor(2x / 2**k) crosses
 -258..-255 and 253..256) and at the int16 extremes, against numerics.narrow (Amaranth's simulator)."""
 from amaranth import Module, Signal, signed, unsigned
@@ -20,8 +21,8 @@ def _edge_inputs(k):
 def test_narrow_saturation_at_the_range_edges():
     m = Module()
     x, k = Signal(signed(nx.RES_BITS)), Signal(unsigned(4))
-    y = Signal(signed(8))
-    m.d.comb += y.eq(Narrow._narrow(m, x, k))
+    t, y = Signal(signed(nx.RES_BITS + 1)), Signal(signed(8))
+    m.d.comb += [t.eq(Narrow._shift(x, k)), y.eq(Narrow._round_saturate(t))]
     cases = [(xv, kv) for kv in range(nx.NARROW_SHIFT_MAX + 1) for xv in _edge_inputs(kv)]
     sim = Simulator(m)
     bad = []

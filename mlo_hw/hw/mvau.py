@@ -248,6 +248,11 @@ def _dsp_product(m: Module, a, b, name: str) -> Signal:
 SPLIT_BITS = 17     # a wide operand splits into a 17-bit unsigned low part and a high part of its signedness
 
 
+def split_parts(a_bits: int, is_signed: bool) -> int:
+    """How many multipliers :func:`split_product` takes for an ``a_bits`` operand: 1, or 2 beyond one port."""
+    return 1 if a_bits <= SPLIT_BITS + is_signed else 2
+
+
 def split_product(m: Module, a, b, name: str) -> Signal:
     """``a`` times unsigned ``b`` (at most 17 bits), valid two cycles after its operands. When ``a`` fits a
     multiplier's 18-bit port: through its M and P registers. Wider: as two partial products ``a[:17] * b`` and
@@ -258,7 +263,7 @@ def split_product(m: Module, a, b, name: str) -> Signal:
     is_signed = a.shape().signed
     width = len(a) + len(b)
     preg = Signal(signed(width) if is_signed else unsigned(width), name=f"{name}_p")
-    if len(a) <= SPLIT_BITS + is_signed:
+    if split_parts(len(a), is_signed) == 1:
         mreg = Signal.like(preg, name=f"{name}_m")
         m.d.sync += [mreg.eq(a * b), preg.eq(mreg)]
         return preg

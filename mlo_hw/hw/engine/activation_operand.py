@@ -27,12 +27,12 @@ class Narrow(wiring.Component):
     ``bypass``. Lane s of ``o`` is ``numerics.narrow(data[s], shift[s])`` =
     ``sat_8(rshift_round(data[s], shift[s]))``, or the low byte of ``data[s]`` when ``bypass``.
 
-    Timing: two register stages, one word a cycle; a word taken in cycle t is on ``o`` from cycle t + 2.
-    Stage 1 registers the input word (block RAM data arrive straight from the buffers); stage 2 shifts,
-    rounds and saturates into ``o``: the saturation is a range test on the shifted value's high bits and
-    the rounding a 9-bit increment beside it, no comparator. Each stage takes a word when it is empty or
-    its successor takes one, so bubbles close up under backpressure: ``i.ready = ~full | ~o.valid |
-    o.ready`` (one LUT).
+    Timing: three register stages, one word a cycle; a word taken in cycle t is on ``o`` from cycle t + 3.
+    Stage 1 registers the input word (block RAM data arrive straight from the buffers); stage 2 the variable
+    shift ``t = (2x) >> k`` (a mux tree per lane); stage 3 rounds and saturates into ``o``: the saturation is
+    a range test on ``t``'s high bits and the rounding a 9-bit increment beside it, no comparator. Each stage
+    takes a word when it is empty or its successor takes one, so bubbles close up under backpressure:
+    ``i.ready = ~full1 | ~full2 | ~o.valid | o.ready``.
     """
 
     def __init__(self, lanes: int):
@@ -47,27 +47,37 @@ class Narrow(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         held = Signal.like(self.i.payload)                     # stage 1: the input word
-        full = Signal()
-        take2 = ~self.o.valid | self.o.ready
-        take1 = ~full | take2
+        shifted = Signal(data.ArrayLayout(signed(nx.RES_BITS + 1), self.lanes))    # stage 2: t per lane
+        low, bypass = Signal(data.ArrayLayout(signed(8), self.lanes)), Signal()    # stage 2: the bypass bytes
+        full1, full2 = Signal(), Signal()
+        take3 = ~self.o.valid | self.o.ready
+        take2 = ~full2 | take3
+        take1 = ~full1 | take2
         m.d.comb += self.i.ready.eq(take1)
         with m.If(take1):
-            m.d.sync += [full.eq(self.i.valid), held.eq(self.i.payload)]
+            m.d.sync += [full1.eq(self.i.valid), held.eq(self.i.payload)]
         with m.If(take2):
-            m.d.sync += self.o.valid.eq(full)
+            m.d.sync += [full2.eq(full1), bypass.eq(held.bypass)]
             for s in range(self.lanes):
                 x = held.data.word_select(s, nx.RES_BITS).as_signed()
                 k = held.shift.word_select(s, SHIFT_LANE_BITS)
-                m.d.sync += self.o.payload[s].eq(Mux(held.bypass, x[:8], self._narrow(m, x, k)))
+                m.d.sync += [shifted[s].eq(self._shift(x, k)), low[s].eq(x[:8])]
+        with m.If(take3):
+            m.d.sync += self.o.valid.eq(full2)
+            for s in range(self.lanes):
+                m.d.sync += self.o.payload[s].eq(Mux(bypass, low[s], self._round_saturate(shifted[s])))
         return m
 
     @staticmethod
-    def _narrow(m, x, k):
-        """``sat_8(rshift_round(x, k))`` (combinational). With t = floor(2x / 2**k), rshift_round(x, k) =
+    def _shift(x, k):
+        """``t = floor(2x / 2**k)``: the shift and the rounding bit, one more bit than ``x``."""
+        return (x << 1) >> k
+
+    @staticmethod
+    def _round_saturate(t):
+        """``sat_8(rshift_round(x, k))`` from ``t = floor(2x / 2**k)`` (combinational): rshift_round(x, k) =
         floor((t + 1) / 2), which is in -128..127 exactly when t is in -257..254: t in -256..255 (bits 8..16
         all equal) but not 255; t = -257 saturates to -128, which is what the sign gives."""
-        t = Signal(signed(nx.RES_BITS + 1))
-        m.d.comb += t.eq((x << 1) >> k)
         hi = t[8:]
         fits = hi.all() | (~hi.any() & ~t[:8].all())
         return Mux(fits, (t[:9] + 1)[1:9], Mux(t[-1], -128, 127))
@@ -94,8 +104,8 @@ class ActivationOperand(wiring.Component):
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
-    Timing: one word a cycle while ``o.ready``; a word leaves three cycles after its read (the buffer's read
-    register, then :class:`Narrow`'s two stages).
+    Timing: one word a cycle while ``o.ready``; a word leaves four cycles after its read (the buffer's read
+    register, then :class:`Narrow`'s three stages).
     """
 
     def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1):

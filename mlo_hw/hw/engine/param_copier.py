@@ -50,7 +50,8 @@ class ParamCopier(wiring.Component):
         busy; done (from the copy's end until the next request or flush); waiting (``busy`` while the section
         has not arrived from DRAM: the engine counts it as a DMA stall); release (pulse, the end of LN2's copy:
         the slot is done with, its ``loaded`` bits may clear).
-        ParamStore side: ``param_addr`` (32-bit word in the slot) -> ``param_data`` one cycle later;
+        ParamStore side: ``param_addr`` (32-bit word in the slot, from a register) -> ``param_data`` one cycle
+        later;
         ``loaded`` (the slot's bits, one per :data:`PARAM_SECTIONS`).
         ``ln``: the LayerNorm lanes' gain/bias write port (word i = element i: gains then biases);
         ``gelu``: the GELU table's write port (byte i = entry i); ``shift``: the shift memory's write port
@@ -86,14 +87,16 @@ class ParamCopier(wiring.Component):
         prev = Signal.like(idx)                                 # the element being written (read last cycle)
         write = Signal()                                        # ``prev`` is valid: write it this cycle
         loaded, last = Signal(), Signal()
+        # the word being read, a register: the section's first word, then one more a element (a byte: every fourth)
+        addr, next_word = Signal.like(self.param_addr), Signal()
         m.d.sync += [prev.eq(idx), write.eq(0)]
+        m.d.comb += self.param_addr.eq(addr)
         with m.Switch(kind):
             for k, section in SECTION.items():
                 bytewise = section in ("gelu", "narrow")
                 with m.Case(k):
-                    m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k])]
-                    with m.If(self.busy):
-                        m.d.comb += self.param_addr.eq(self.pgeo.word(section) + (idx >> 2 if bytewise else idx))
+                    m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k]),
+                                 next_word.eq(idx[:2] == 3 if bytewise else 1)]
         byte = self.param_data.word_select(prev[:2], 8)
         m.d.comb += [self.ln.addr.eq(prev), self.ln.data.eq(self.param_data.as_signed()),
                      self.ln.en.eq(write & ((kind == CopyKind.LN1) | (kind == CopyKind.LN2))),
@@ -113,9 +116,13 @@ class ParamCopier(wiring.Component):
             with m.If(last):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
             with m.Else():
-                m.d.sync += [idx.eq(idx + 1), write.eq(1)]
+                m.d.sync += [idx.eq(idx + 1), write.eq(1), addr.eq(addr + next_word)]
         with m.If(self.request):
             m.d.sync += [self.busy.eq(1), self.done.eq(0), idx.eq(0), kind.eq(self.kind), word.eq(0), lane.eq(0)]
+            with m.Switch(self.kind):
+                for k, section in SECTION.items():
+                    with m.Case(k):
+                        m.d.sync += addr.eq(self.pgeo.word(section))
         with m.If(self.flush):
             m.d.sync += [self.busy.eq(0), self.done.eq(0)]
         return m

@@ -23,7 +23,7 @@ exposes (``d``, a namespace built there) so that each job's handshake is written
 
 from __future__ import annotations
 
-from amaranth import Mux, Signal
+from amaranth import Mux, Signal, signed
 
 from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
@@ -51,13 +51,16 @@ class Sequencer:
                           Op.FFN_UP: Placement.ROWS8, Op.FFN_DOWN: Placement.ROWS16}
         self.tile = Signal(range(g.max_tiles + 1), name="tile")
         self.tiles = Signal.like(self.tile, name="tiles")
+        self.last_tile = Signal(name="last_tile")        # tile == tiles, registered (it gates the overlap logic)
         self.head = Signal(range(g.heads + 1), name="head")
         self.hdr_idx = Signal(range(len(HEADER_FIELDS) + 2), name="hdr_idx")
         self.expected = Signal.like(d.writer.count, name="expected")
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
-        # the LayerNorm after O / FFN down started during the matrix's last tile; the rows that tile has finished
-        self.ln_early = Signal(name="ln_early")
+        # the LayerNorm after O / FFN down started during the matrix's last tile (``ln_early``, until the next
+        # matrix); ``ln_partial`` while that tile still writes (its ``ln_early_op``); the rows it has finished
+        self.ln_early, self.ln_partial = Signal(name="ln_early"), Signal(name="ln_partial")
+        self.ln_early_op = Signal(ops, name="ln_early_op")
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
         self.overlap_layernorm = layernorm_overlaps(cfg.folding)
 
@@ -76,6 +79,7 @@ class Sequencer:
     def start_matrix(self, o):
         m, d, g = self.m, self.d, self.g
         m.d.sync += [self.tile.eq(0), self.tiles.eq(self.mat_rows[o] // g.tile_rows - 1),
+                     self.last_tile.eq(self.mat_rows[o] == g.tile_rows),
                      self.expected.eq(g.rows * self.mat_rows[o] // g.pe), self.ahead_started.eq(0), self.ahead.eq(0),
                      self.ln_early.eq(0)]
         m.d.comb += d.tparams.clear.eq(1)
@@ -87,6 +91,7 @@ class Sequencer:
         # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
+        self.m.d.sync += self.ln_partial.eq(0)
         self.m.next = "IDLE"
 
     def abort(self):
@@ -150,7 +155,7 @@ class Sequencer:
             self.abort()
         with m.State(f"{name}_WAIT"):
             m.d.comb += [d.op.eq(o), d.busy.eq(1)]
-            with m.If(self.tile != self.tiles):
+            with m.If(~self.last_tile):
                 # the next tile's bias/mult from the other bank once it is full; once begun, without a gap
                 latching = Signal(name=f"{name.lower()}_latching")
                 m.d.comb += latching.eq(~self.ahead & (self.ahead_started | d.ws.tile_next_ready))
@@ -159,7 +164,8 @@ class Sequencer:
                     m.d.sync += [self.ahead_started.eq(1), self.ahead.eq(d.tparams.latched)]
                 with m.If(d.issued == g.rows * (g.tile_rows // g.pe) * g.words(cols)):
                     m.d.comb += d.ws.tile_release.eq(1)
-                    m.d.sync += [self.tile.eq(self.tile + 1), self.ahead_started.eq(0), self.ahead.eq(0)]
+                    m.d.sync += [self.tile.eq(self.tile + 1), self.last_tile.eq(self.tile + 1 == self.tiles),
+                                 self.ahead_started.eq(0), self.ahead.eq(0)]
                     with m.If(self.ahead | (latching & d.tparams.latched)):
                         m.next = f"{name}_JOB"
                     with m.Elif(latching):         # the rest of the latch, from the same bank, now the read bank
@@ -171,7 +177,7 @@ class Sequencer:
                     self.early_layernorm(Op.LN1 if o == Op.O else Op.LN2)
                 with m.If(d.writer.count == self.expected):
                     m.d.comb += d.ws.tile_release.eq(1)
-                    m.d.sync += self.tile.eq(self.tile + 1)
+                    m.d.sync += [self.tile.eq(self.tile + 1), self.ln_partial.eq(0)]
                     with m.If(self.ln_early):
                         m.next = "LN1_RUN" if o == Op.O else "LN2_RUN"
                     with m.Else():
@@ -187,19 +193,26 @@ class Sequencer:
 
     def early_layernorm(self, ln):
         """In the last tile of the matrix before LayerNorm ``ln`` (O, FFN down): once its gains and biases are in,
-        start the lanes; they read a row once this tile has written its last channels (row-major result beats,
-        ``tile_rows / pe`` a row), ``ln_rows`` registered a cycle behind the writer's count."""
-        m, d, g = self.m, self.d, self.g
-        groups = g.tile_rows // g.pe
-        first = Signal.like(self.expected, name=f"{ln.name.lower()}_tile_first")   # the last tile's first beat
-        m.d.comb += first.eq(self.expected - g.rows * groups)
+        start the lanes; while the tile writes (``ln_partial``), :meth:`partial_layernorm` lets them read the rows
+        it has finished."""
+        m, d = self.m, self.d
         with m.If(~self.ln_early & d.copier.done):
             self.start_layernorm(ln)
-            m.d.sync += [self.ln_early.eq(1), self.ln_rows.eq(0)]
-        with m.If(self.ln_early):
-            m.d.comb += [d.ln_op.eq(ln), d.ln_avail.eq(self.ln_rows * g.words(g.hidden))]
-            with m.If(d.writer.count >= first):
-                m.d.sync += self.ln_rows.eq((d.writer.count - first) >> (groups.bit_length() - 1))
+            m.d.sync += [self.ln_early.eq(1), self.ln_partial.eq(1), self.ln_early_op.eq(ln), self.ln_rows.eq(0)]
+
+    def partial_layernorm(self):
+        """Outside the FSM, from registers only: while ``ln_partial``, the lanes follow ``ln_early_op`` and may
+        read ``ln_rows`` rows, registered a cycle behind the result writer's count (row-major result beats,
+        ``tile_rows / pe`` a row, from the last tile's first beat on)."""
+        m, d, g = self.m, self.d, self.g
+        groups = g.tile_rows // g.pe
+        first = g.rows * (g.hidden // g.pe - groups)        # O's and FFN down's last tile's first beat
+        since = Signal(signed(len(d.writer.count) + 1), name="ln_since")
+        m.d.comb += since.eq(d.writer.count - first)
+        with m.If(self.ln_partial):
+            m.d.comb += [d.ln_op.eq(self.ln_early_op), d.ln_avail.eq(self.ln_rows * g.words(g.hidden))]
+            with m.If(since >= 0):
+                m.d.sync += self.ln_rows.eq(since >> (groups.bit_length() - 1))
 
     def attention_states(self, o, job_rows, cols, then):
         """One attention product of the current head (SCORES: Q_h K_h^T; PV: P V_h); on chip its weight
@@ -301,6 +314,8 @@ class Sequencer:
     def build(self):
         m, g, Op = self.m, self.g, self.Op
         self.blocks_setup()
+        if self.overlap_layernorm:
+            self.partial_layernorm()
         with m.FSM(name="seq"):
             self.start_states()
             self.header_states()
@@ -328,12 +343,14 @@ class Sequencer:
         self.io_left = Signal(range(self.io_words + 1), name="io_left")   # byte words of the input / output from this block on
         self.io_block = Signal.like(self.io_left, name="io_block")          # byte words of this block inside the input / output
         self.src, self.dst = Signal(addr_bits, name="src"), Signal(addr_bits, name="dst")   # the layer's input, output
-        self.first_layer, self.last_layer = d.layer == 0, d.layer == d.layers - 1
+        # layer == 0, layer == layers - 1: registers, set where the layer changes (START, end_of_layer); src and
+        # dst follow them a cycle later (the header comes between a layer's change and its first transfer)
+        self.first_layer, self.last_layer = Signal(name="first_layer"), Signal(name="last_layer")
         regs = d.regs
-        m.d.comb += [
+        m.d.sync += [
             self.src.eq(Mux(self.first_layer, regs.input_base, regs.scratch_base + Mux(d.layer[0], sc.x1, sc.x0))),
-            self.dst.eq(Mux(self.last_layer, regs.output_base, regs.scratch_base + Mux(d.layer[0], sc.x0, sc.x1))),
-            self.io_block.eq(Mux(self.io_left > self.block_words, self.block_words, self.io_left))]
+            self.dst.eq(Mux(self.last_layer, regs.output_base, regs.scratch_base + Mux(d.layer[0], sc.x0, sc.x1)))]
+        m.d.comb += self.io_block.eq(Mux(self.io_left > self.block_words, self.block_words, self.io_left))
 
     def start_pass(self, first):
         m = self.m
@@ -354,7 +371,7 @@ class Sequencer:
 
     def end_of_layer(self):
         m, d = self.m, self.d
-        m.d.sync += d.layer.eq(d.layer + 1)
+        m.d.sync += [d.layer.eq(d.layer + 1), self.first_layer.eq(0), self.last_layer.eq(d.layer + 2 == d.layers)]
         with m.If(self.last_layer):
             if self.g.tiled:
                 m.d.comb += d.done.eq(1)
@@ -379,7 +396,8 @@ class Sequencer:
                 with m.Elif(d.scratch_bad):
                     m.d.sync += d.bad_scratch.eq(1)
                 with m.Else():
-                    m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0)]
+                    m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0),
+                                 self.first_layer.eq(1), self.last_layer.eq(regs.layers == 1)]
                     if g.tiled:
                         m.next = "FETCH"
                     else:
