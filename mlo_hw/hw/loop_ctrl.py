@@ -146,6 +146,7 @@ class LoopController(wiring.Component):
         c = self.cmd.payload
         addr = Signal(self.p.addr_bits, name="cmd_addr")
         fresh = Signal()
+        last_layer = Signal()       # layer == layers - 1, registered where the layer changes
         m.d.sync += [addr.eq(Mux(e["scratch"], self.scratch_base, layer_base) + e["offset"] + tile_off
                              + Mux(e["per_head"], head_off, 0)), fresh.eq(1)]
         m.d.comb += [c.addr.eq(addr), c.beats.eq(e["beats"]),
@@ -155,7 +156,8 @@ class LoopController(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start & ~self.cancel):
                     m.d.sync += [fresh.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
-                                 head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base)]
+                                 head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
+                                 last_layer.eq(self.layers == 1)]
                     with m.If(self.layers == 0):
                         m.next = "FINISH"
                     with m.Else():
@@ -185,8 +187,9 @@ class LoopController(wiring.Component):
                                 m.d.sync += block.eq(0)
                             with m.If(entry == n - 1):
                                 m.d.sync += [entry.eq(0), self.layer.eq(self.layer + 1),
-                                             layer_base.eq(layer_base + self.stride)]
-                                with m.If(self.layer == self.layers - 1):
+                                             layer_base.eq(layer_base + self.stride),
+                                             last_layer.eq(self.layer + 2 == self.layers)]
+                                with m.If(last_layer):
                                     m.next = "FINISH"
             with m.State("FINISH"):
                 m.d.comb += self.busy.eq(1)

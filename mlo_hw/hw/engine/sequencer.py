@@ -54,6 +54,10 @@ class Sequencer:
         self.last_tile = Signal(name="last_tile")        # tile == tiles, registered (it gates the overlap logic)
         self.head = Signal(range(g.heads + 1), name="head")
         self.hdr_idx = Signal(range(len(HEADER_FIELDS) + 2), name="hdr_idx")
+        # the parameter store's read port: the header's word (hdr_addr) while hdr_sel, else the copier's; both
+        # registers, so that no state decode sits in front of the store's address adder
+        self.hdr_sel = Signal(name="hdr_sel")
+        self.hdr_addr = Signal.like(d.ws.param_addr, name="hdr_addr")
         self.expected = Signal.like(d.writer.count, name="expected")
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
@@ -91,7 +95,7 @@ class Sequencer:
         # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
-        self.m.d.sync += self.ln_partial.eq(0)
+        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0)]
         self.m.next = "IDLE"
 
     def abort(self):
@@ -316,6 +320,8 @@ class Sequencer:
         self.blocks_setup()
         if self.overlap_layernorm:
             self.partial_layernorm()
+        with m.If(self.hdr_sel):                # the header's reads (header_states), else the copier's
+            m.d.comb += self.d.ws.param_addr.eq(self.hdr_addr)
         with m.FSM(name="seq"):
             self.start_states()
             self.header_states()
@@ -417,14 +423,15 @@ class Sequencer:
         """The layer's header fields from the parameter store, then the narrowing shifts' copy."""
         m, d = self.m, self.d
         with m.State("HEADER_WAIT"):
-            m.d.comb += [d.busy.eq(1), d.stall.eq(1), d.ws.param_addr.eq(0)]
-            m.d.sync += [self.hdr_idx.eq(0), d.scratch_ready.eq(0)]
+            m.d.comb += [d.busy.eq(1), d.stall.eq(1)]
+            m.d.sync += [self.hdr_idx.eq(0), self.hdr_sel.eq(1), self.hdr_addr.eq(d.pgeo.word("header")),
+                         d.scratch_ready.eq(0)]
             with m.If(d.ws.param_loaded[d.slot][PARAM_SECTIONS.index("header")]):
                 m.next = "HEADER_READ"
             self.abort()
         with m.State("HEADER_READ"):
-            m.d.comb += [d.busy.eq(1), d.ws.param_addr.eq(d.pgeo.word("header") + self.hdr_idx)]
-            m.d.sync += self.hdr_idx.eq(self.hdr_idx + 1)
+            m.d.comb += d.busy.eq(1)
+            m.d.sync += [self.hdr_idx.eq(self.hdr_idx + 1), self.hdr_addr.eq(self.hdr_addr + 1)]
             with m.Switch(self.hdr_idx):
                 for i, f in enumerate(HEADER_FIELDS):
                     with m.Case(i + 1):
@@ -432,6 +439,7 @@ class Sequencer:
             with m.If(self.hdr_idx == len(HEADER_FIELDS)):
                 # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                 self.request_copy(CopyKind.NARROW)
+                m.d.sync += self.hdr_sel.eq(0)
                 m.next = "Q_PARAMS"
             self.abort()
 
