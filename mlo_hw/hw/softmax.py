@@ -7,7 +7,7 @@ statistics) from its first input to its last output; a slot's :class:`Phase` say
 
     ingest:  accept ``row / lanes`` beats of (lanes scores, lanes mask bits), store them; register the
              beat, a pipelined max tree over its masked-in lanes, then a running max over the row's beats
-    exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift, q = min(u >> 8, 16),
+    exp:     re-read a word a cycle; per lane u = (max - s) * mult >> shift (registered), q = min(u >> 8, 16),
              e = exp2_table[u & 255] >> q (0 where masked or q == 16), one table copy per lane;
              store the word of e; a pipelined adder tree, then a running sum over the row's beats.
              The product is split at bit 17 of (max - s) into two multiplier-sized
@@ -36,7 +36,7 @@ __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
 INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
-EXP_PIPE = 5                   # cycles from a score word read to its exponent word
+EXP_PIPE = 6                   # cycles from a score word read to its exponent word
 OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
@@ -103,8 +103,8 @@ class Softmax(wiring.Component):
     valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
     rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
     16 elements a cycle).
-    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 29`` cycles,
-    nothing stalled (measured, asserted exactly: 285 at 128 keys x 1 lane, 53 at 128 x 16, 45 at 8 x 1).
+    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 30`` cycles,
+    nothing stalled (measured, asserted exactly: 286 at 128 keys x 1 lane, 54 at 128 x 16, 46 at 8 x 1).
     Storage: scores ``slots * beats`` words of ``lanes * (score_bits + 1)`` bits, exponents as many
     words of ``lanes * 16`` bits, one 256 x 16 exp2 ROM per lane. DSP: ``2 * lanes`` multipliers
     ((max - s) * mult, e * rcp; the first is two partial products when ``score_bits`` > 17).
@@ -271,20 +271,21 @@ class Softmax(wiring.Component):
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
         for k in range(self.lanes):
             dist = Signal(unsigned(w), name=f"dist{k}")              # stage 2: below the row max
-            keep = [Signal(name=f"masked_in{k}_{j}") for j in range(4)]
+            keep = [Signal(name=f"masked_in{k}_{j}") for j in range(5)]
             m.d.sync += [dist.eq(Mux(word.mask[k], row_max - word.score[k], 0)), keep[0].eq(word.mask[k])]
             # stages 3 and 4: the product, its partial products registered at their multipliers
             prod = split_product(m, dist, mult, f"prod{k}")
             m.d.sync += [keep[1].eq(keep[0]), keep[2].eq(keep[1])]
-            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 5: table index, shift q
-            q = Signal(range(17), name=f"q{k}")
+            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 5: the scaled distance
+            m.d.sync += [u.eq(prod >> shift), keep[3].eq(keep[2])]
+            q = Signal(range(17), name=f"q{k}")                           # stage 6: table index, shift q
             table = Memory(shape=unsigned(EXP_BITS), depth=nx.EXP_TABLE_SIZE,
                            init=[int(v) for v in nx.exp2_table()])
             m.submodules[f"exp2_{k}"] = table
             table_r = table.read_port()
-            m.d.comb += [u.eq(prod >> shift), table_r.addr.eq(u[:nx.EXP_FRAC_BITS])]
-            m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[3].eq(keep[2])]
-            m.d.comb += e[k].eq(Mux(keep[3] & (q < 16), table_r.data >> q, 0))     # stage 5
+            m.d.comb += table_r.addr.eq(u[:nx.EXP_FRAC_BITS])
+            m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[4].eq(keep[3])]
+            m.d.comb += e[k].eq(Mux(keep[4] & (q < 16), table_r.data >> q, 0))     # stage 6
         end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
         exp_w = s.exps.write_port()
         m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
