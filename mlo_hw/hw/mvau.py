@@ -321,9 +321,9 @@ class MVAUIssue(wiring.Component):
         m.d.comb += issue.eq(active & self.room & (~from_stream | self.x_valid))
         m.d.comb += self.x_ready.eq(active & self.room & from_stream)
 
-        sf_last = sf == job.col_folds - 1
-        nf_last = nf == job.row_folds - 1
-        vec_last = vec == job.vectors - 1
+        # the job's last fold and vector indices, registered with the job: equality tests, no subtractor
+        sf_end, nf_end, vec_end = Signal.like(sf), Signal.like(nf), Signal.like(vec)
+        sf_last, nf_last, vec_last = sf == sf_end, nf == nf_end, vec == vec_end
         job_last = sf_last & nf_last & vec_last
         m.d.comb += self.cmd.ready.eq(~active | (issue & job_last))
 
@@ -336,7 +336,9 @@ class MVAUIssue(wiring.Component):
         with m.If(issue & job_last):
             m.d.sync += active.eq(0)
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [job.eq(self.cmd.payload), active.eq(1)]
+            c = self.cmd.payload
+            m.d.sync += [job.eq(c), active.eq(1),
+                         sf_end.eq(c.col_folds - 1), nf_end.eq(c.row_folds - 1), vec_end.eq(c.vectors - 1)]
 
         tag0 = self.step
         m.d.comb += [tag0.valid.eq(issue), tag0.first.eq(sf == 0), tag0.last.eq(sf_last),
