@@ -115,7 +115,12 @@ class BufferLoad(wiring.Component):
         p, wb = self.p, self.word_bits // 8
         m.submodules.reader = reader = ActReader(p, self.max_words * wb, outstanding=self.outstanding)
         regroup = Regroup(p.data_bits, self.word_bits)
-        m.submodules.regroup = ResetInserter(self.start)(regroup)      # a new transfer drops stale parts
+        # a new transfer drops stale parts, a cycle after start: the reset is a register, not start's logic
+        # (the first beat arrives two cycles after start at the earliest: AR one cycle after, R after AR; and
+        # ``busy`` covers the regrouped output, so nothing is waiting there at a start)
+        restart = Signal()
+        m.d.sync += restart.eq(self.start)
+        m.submodules.regroup = ResetInserter(restart)(regroup)
         forward_ports(m, self, reader, axi_read_master_members(p))
         m.d.comb += [reader.start.eq(self.start), reader.cancel.eq(self.cancel), reader.clear.eq(self.clear),
                      reader.base.eq(self.base), reader.length.eq(self.words * wb),
