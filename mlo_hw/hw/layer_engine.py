@@ -573,8 +573,10 @@ class LayerEngine(wiring.Component):
         run, or AXI transactions still in flight after it was abandoned (a soft reset or an error): no AR pending,
         no R beat, W beat or B response owed. CTRL.start is ignored until then."""
         regs, ws, mover = d.regs, d.ws, d.mover
-        drained = Signal()
-        m.d.comb += drained.eq(~self.m_axi_arvalid & ~ws.busy & ~mover.busy)
+        # registered: STATUS.busy falls a cycle after the bus went idle (the masters' busy logic stays off the
+        # START -> weight streamer path)
+        drained = Signal(init=1)
+        m.d.sync += drained.eq(~self.m_axi_arvalid & ~ws.busy & ~mover.busy)
         m.d.comb += [regs.busy.eq(d.busy | ~drained), regs.done.eq(d.done),
                      regs.error.eq(ws.error | mover.error | d.bad_tokens | d.bad_scratch),
                      regs.error_addr.eq(Mux(ws.error, ws.error_addr, mover.error_addr)),
