@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
-from mlo_hw.config import PARTS, _part_family, check_rtl, load_config  # noqa: E402
+from mlo_hw.config import PARTS, _part_family, load_config  # noqa: E402
 from mlo_hw.hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import matrix_costs  # noqa: E402
 from mlo_hw.plan import plan  # noqa: E402
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bram36-budget", type=float, help="block RAM the plan may use (forces the DRAM-tiled "
                                                                 "plan on a small config)")
     args = ap.parse_args(argv)
-    cfg = check_rtl(load_config(args.config))
+    cfg = load_config(args.config)
     if args.seq is not None or args.bram36_budget is not None:
         cfg = with_seq_len(cfg, cfg.model.seq_len if args.seq is None else args.seq, args.bram36_budget)
     t0 = time.time()

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlo_hw.cli import ArgumentParser, command, folder  # noqa: E402
-from mlo_hw.config import check_rtl, load_config  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
                     help="nextpnr's router (default router1; router2 copes better with congestion)")
     args = ap.parse_args(argv)
     tools = ecp5_tools()
-    cfg = check_rtl(load_config(args.config))
+    cfg = load_config(args.config)
     t0 = time.perf_counter()
     out = args.output or Path("build") / cfg.name / "pnr_ecp5"
     routed = route_engine(wrapped_verilog(design_component(cfg)), out, cfg.target.clock_mhz, tools, args.seed,

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlo_hw.cli import ArgumentParser, command, folder  # noqa: E402
-from mlo_hw.config import check_rtl, load_config  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
 
 HOP = 0.75        # ns a routed net between slices: the mean of the routed hops of small's critical path
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--detail", type=int, default=0, help="of them, print this many net by net")
     args = ap.parse_args(argv)
     tools = ecp5_tools()
-    cfg = check_rtl(load_config(args.config))
+    cfg = load_config(args.config)
     out = args.output or Path("build") / cfg.name / "paths_ecp5"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
-from mlo_hw.config import check_rtl, load_config  # noqa: E402
+from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.model.golden import int_stack  # noqa: E402
 from mlo_hw.hw.layer_engine import with_seq_len  # noqa: E402
 from mlo_hw.model.quantize import build_model, random_inputs  # noqa: E402
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not 0 <= args.stall < 1:
         ap.error(f"--stall: expected 0 <= p < 1, got {args.stall}")
-    base = check_rtl(load_config(args.config))
+    base = load_config(args.config)
     cfgs = [with_seq_len(base, s) for s in args.seq]
     ok = True
     for cfg in cfgs:

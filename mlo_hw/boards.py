@@ -50,7 +50,7 @@ from amaranth_boards.arty_a7 import ArtyA7_35Platform, ArtyA7_100Platform
 from amaranth_boards.resources import LEDResources, UARTResource
 
 from .cli import ArgumentParser, command, folder, staged_folder
-from .config import ConfigError, _part_family, check_rtl, load_config
+from .config import ConfigError, _part_family, load_config
 
 __all__ = ["NexysVideoPlatform", "Board", "BOARDS", "board_of", "mmcm_params", "BoardTop", "xdc_text",
            "write_xdc", "drive_from_stimulus", "design_component", "build_plan", "board_verilog", "TOP_NAME", "main"]
@@ -286,7 +286,7 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config>/vivado_<board>)")
     ap.add_argument("--run", action="store_true", help="also run Vivado (vivado must be on PATH)")
     args = ap.parse_args(argv)
-    cfg = check_rtl(load_config(args.config))
+    cfg = load_config(args.config)
     b = board_of(cfg, args.board)
     plan = build_plan(cfg, design_component(cfg, args.block), args.board)
     out = args.output or Path("build") / cfg.name / f"vivado_{b.name}"

@@ -20,8 +20,7 @@ import yaml
 from .cli import BadInput
 
 __all__ = ["ConfigError", "NORMS", "GELUS", "Model", "Numerics", "Folding", "Memory", "Target", "Weights", "Config",
-           "Matrix", "PARTS", "BOARD_PARTS", "CLOCK_MHZ", "load_config", "config_from_dict", "check_name",
-           "check_rtl"]
+           "Matrix", "PARTS", "BOARD_PARTS", "CLOCK_MHZ", "load_config", "config_from_dict", "check_name"]
 
 
 class ConfigError(BadInput):
@@ -98,7 +97,7 @@ class Model:
     seq_len: int
     layernorm_eps: float = 1e-12
     causal: bool = False        # a decoder's self-attention: query row i attends keys 0..i (prefill mode)
-    norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2; golden model only)
+    norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2)
     gelu: str = "erf"           # the FFN's GELU: "erf" (exact) or "tanh" (GPT-2's approximation): a different table
 
 
@@ -338,14 +337,6 @@ def _check_limits(cfg: Config):
     _require(image + 2 * act <= 1 << mem.axi_addr_bits,
              f"memory.axi_addr_bits: {mem.axi_addr_bits} bits address {1 << mem.axi_addr_bits} bytes; the weight image "
              f"({image} bytes) and the input and output activations (2 x {act} bytes) need {image + 2 * act}")
-
-
-def check_rtl(cfg: Config) -> Config:
-    """``cfg`` if the layer engine's RTL can run its layers, else ConfigError naming the field; every command
-    that builds or simulates RTL calls it (the golden model runs every config ``load_config`` accepts)."""
-    _require(cfg.model.norm == "post", "model.norm: 'pre' (GPT-2 layers) runs in the golden model only; "
-                                       "the RTL runs post-LN layers today")
-    return cfg
 
 
 def _check_fit(cfg: Config):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .model import numerics as nx
 from .cli import ArgumentParser, command, folder, staged_folder
-from .config import check_rtl, load_config
+from .config import load_config
 from .folding import format_search, search_of
 from .perf import layer_bound, matrix_costs
 from .plan import format_plan, plan
@@ -82,7 +82,6 @@ def write_build(cfg, out: Path, model=None):
     from .hw.layer_engine import engine_top
     from .hw.regs import write_register_map
     from .runtime.build import write_runtime_json
-    check_rtl(cfg)
     if model is None:
         _, model = build_model(cfg)
     if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
@@ -112,7 +111,7 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--output", type=folder, help="output folder (default build/<config name>)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    cfg = check_rtl(load_config(args.config))       # refused before any folder is made
+    cfg = load_config(args.config)       # refused before any folder is made
     out = args.output or Path("build") / cfg.name
     with staged_folder(out, "-o", BUILD_MARKS) as tmp:
         write_build(cfg, tmp)

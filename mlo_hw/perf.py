@@ -90,11 +90,12 @@ def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
     return sum(layernorm_phase_visible(cfg, cols, rows) for cols in (cfg.model.hidden, cfg.model.intermediate))
 
 
-def layernorm_overlaps(folding) -> bool:
+def layernorm_overlaps(cfg) -> bool:
     """Whether the LayerNorm phases start during the last weight tile before them: the sequencer counts the rows
-    that tile has written by shifting its result beats right by log2(``tile_rows / pe``), a power of two."""
-    groups = folding.tile_rows // folding.pe
-    return groups & (groups - 1) == 0
+    that tile has written by shifting its result beats right by log2(``tile_rows / pe``), a power of two. Post-LN
+    only: a pre-LN layer's O and FFN down add into X through its read port, which its LayerNorm reads."""
+    groups = cfg.folding.tile_rows // cfg.folding.pe
+    return cfg.model.norm == "post" and groups & (groups - 1) == 0
 
 
 def layernorm_phase_visible(cfg, cols: int, rows: int | None = None) -> int:
@@ -102,7 +103,7 @@ def layernorm_phase_visible(cfg, cols: int, rows: int | None = None) -> int:
     rows = cfg.seq_padded if rows is None else rows
     f = cfg.folding
     full = layernorm_cycles(cfg, rows)
-    if not layernorm_overlaps(f):
+    if not layernorm_overlaps(cfg):
         return full
     return max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * (f.tile_rows // f.pe) * (cols // f.simd))
 
@@ -143,6 +144,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     return {
         "x": (nx.RES_BITS * g.simd, g.words(s * h)),
         "y": (nx.RES_BITS * g.simd, g.words(s * h)),
+        **({"r": (nx.RES_BITS * g.simd, g.words(s * h))} if cfg.model.norm == "pre" else {}),
         "p": (word, g.words(s * s)),
         **{f"work{b}": (word, g.work_words // g.pe) for b in range(g.pe)},
         "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
@@ -179,7 +181,8 @@ def buffer_group(name: str) -> str:
 def onchip_plan(cfg) -> dict[str, int]:
     """Bytes of each on-chip buffer of the rolled layer engine (activations stay on chip between layers).
 
-    x: the layer input and output (int16); y: Q during attention, then O's and LN1's output (int16);
+    x: the layer input and output (int16); y: Q during attention, then O's and LN1's output (int16); r (pre-LN
+    layers only): the LayerNorms' outputs, while x keeps the residual stream (int16);
     p: one head's probabilities; work: K, V^T and CTX during attention, then the FFN intermediate
     (see :mod:`mlo_hw.hw.layer_engine`); weight_tiles: the two tile banks; params: two layers' header,
     narrow, LayerNorm and GELU sections; the softmax, LayerNorm and MVAU row memories.

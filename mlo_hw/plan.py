@@ -103,7 +103,7 @@ def block_choices(cfg) -> list[int]:
 def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
     """The on-chip memories of the tiled engine at ``block`` rows, as (width bits, depth) like
     :func:`mlo_hw.perf.onchip_memories`: X and Y int16 [2 block, H] (a block computes while the next moves),
-    P [block, S], WORK (PE banks) the larger of K_t + V_t [2 block, H] and CTX or F [block, max(H, I)] bytes,
+    R (pre-LN layers) [block, H] int16, P [block, S], WORK (PE banks) the larger of K_t + V_t [2 block, H] and CTX or F [block, max(H, I)] bytes,
     the tile buffer two banks of the larger of a weight tile and a head's K_h (S x dh), the rest as on chip."""
     mems = onchip_memories(cfg)
     f, m = cfg.folding, cfg.model
@@ -113,6 +113,7 @@ def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
     tile_words = mems["weight_tiles"][1] // 2
     raw_words = s * cfg.head_dim // (pe * simd)
     out = {"x": (nx.RES_BITS * simd, 2 * block * h // simd), "y": (nx.RES_BITS * simd, 2 * block * h // simd),
+           **({"r": (nx.RES_BITS * simd, block * h // simd)} if m.norm == "pre" else {}),
            "p": (word, block * s // simd),
            **{f"work{b}": (word, work_bytes // simd // pe) for b in range(pe)},
            "weight_tiles": (8 * pe * simd, 2 * max(tile_words, raw_words))}
@@ -223,8 +224,8 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
     lines += ["", f"Bound: {p.layer_cycles} cycles per layer, {p.cycles} per run (every DRAM byte counted); it "
                   f"needs {p.bytes_per_cycle:.2f} bytes per cycle ({need:.0f} MB/s at {p.clock_mhz:g} MHz) of the "
                   f"port's {p.beat_bytes} ({port:.0f} MB/s).",
-              "", f"LayerNorm beyond the matrices (each phase starts during the last tile before it; not in the "
-                  f"bound): {p.layernorm_cycles} cycles per layer; bound plus LayerNorm {p.expected_cycles} per run."]
+              "", f"LayerNorm beyond the matrices (a post-LN layer's phases start during the last tile before them; "
+                  f"not in the bound): {p.layernorm_cycles} cycles per layer; bound plus LayerNorm {p.expected_cycles} per run."]
     return lines
 
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import ArgumentParser, BadInput, command, folder, staged_folder
-from .config import PARTS, ConfigError, _check_fit, _part_family, _validate, check_rtl, load_config
+from .config import PARTS, ConfigError, _check_fit, _part_family, _validate, load_config
 from .ecp5 import find_tools, parse_nextpnr, path_report_lines, routed_lines, tool_wrappers, yosys_workaround
 from .synth import pypi_tool
 
@@ -764,7 +764,7 @@ def main(argv=None) -> int:
     ap.add_argument("--build", action="store_true",
                     help="also run the vendor flow (Vivado for the Xilinx boards; PyPI's yosys/nextpnr for ECPIX-5)")
     args = ap.parse_args(argv)
-    cfg = check_rtl(load_config(args.config))
+    cfg = load_config(args.config)
     board = soc_board(args.board if args.board is not None else cfg.target.board,
                       "--board" if args.board is not None else "target.board")
     cfg = retarget(cfg, board, explicit=args.board is not None)

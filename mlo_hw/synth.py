@@ -523,7 +523,7 @@ def pnr_summary(pnr: dict) -> str:
 
 @command(SynthError)
 def main(argv=None) -> int:
-    from .config import ConfigError, _part_family, check_rtl, load_config
+    from .config import ConfigError, _part_family, load_config
     ap = ArgumentParser(prog="python -m mlo_hw.synth", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (bert_tiny)")
     ap.add_argument("--part", help="7-series part (default: target.part of the config)")
@@ -534,7 +534,7 @@ def main(argv=None) -> int:
                          "proxy for Artix-7), none")
     args = ap.parse_args(argv)
     tools = ecp5_tools() if args.pnr == "ecp5" else {}        # refused here, before anything runs
-    cfg = check_rtl(load_config(args.config))
+    cfg = load_config(args.config)
     part = cfg.target.part if args.part is None else args.part
     where = "--part" if args.part is not None else "target.part"
     try:

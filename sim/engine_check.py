@@ -19,10 +19,18 @@ __all__ = ["order", "Trace", "expected", "observed", "first_difference", "check_
 MATRIX_NAMES = {Op.Q: "q", Op.K: "k", Op.V: "v", Op.O: "attn_out", Op.FFN_UP: "ffn_up", Op.FFN_DOWN: "ffn_down"}
 
 
-def order(heads: int) -> list[str]:
-    """The engine's tensors of one layer in the order it produces them."""
-    return (["q", "k", "v"] + [f"{t}.h{h}" for h in range(heads) for t in ("scores", "probs", "ctx")]
-            + ["attn_out", "ln1", "ffn_up", "ffn_down", "out"])
+def order(heads: int, norm: str = "post") -> list[str]:
+    """The engine's tensors of one layer of kind ``norm`` in the order it produces them (a pre-LN layer's output is
+    the saturated sum res1 + FFN down, checked in the next layer's LN1 input and in DRAM)."""
+    attention = ["q", "k", "v"] + [f"{t}.h{h}" for h in range(heads) for t in ("scores", "probs", "ctx")]
+    if norm == "pre":
+        return ["ln1"] + attention + ["attn_out", "ln2", "ffn_up", "ffn_down"]
+    return attention + ["attn_out", "ln1", "ffn_up", "ffn_down", "out"]
+
+
+def ln_names(norm: str) -> dict:
+    """The golden tensor each LayerNorm op makes: post-LN LN1 and the layer output; pre-LN LN1 and LN2."""
+    return {Op.LN1: "ln1", Op.LN2: "ln2" if norm == "pre" else "out"}
 
 
 
@@ -89,7 +97,7 @@ def expected(cfg, trace: dict, seq_len: int) -> dict:
         exp[f"probs.h{h}"] = (probs.reshape(-1), np.repeat(row_ok, S))
         ctx = _pad(np.asarray(trace["ctx"]), S, seq_len)[:, h * DH:(h + 1) * DH]
         exp[f"ctx.h{h}"] = (ctx.reshape(-1), np.repeat(row_ok, DH))
-    for name in ("ln1", "out"):
+    for name in ln_names(cfg.model.norm).values():
         exp[name] = (_pad(np.asarray(trace[name]), S, seq_len).reshape(-1), np.repeat(row_ok, H))
     return exp
 
@@ -98,7 +106,7 @@ def observed(cfg, tr: Trace, layers: int) -> list[dict]:
     """Per layer, name -> the values the engine produced (flat, in stream order; the DRAM-tiled engine's blocks
     one after another, each head's attention tensors gathered over the blocks)."""
     S, H, heads, B = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, _block(cfg)
-    lanes = cfg.folding.ln_lanes
+    lanes, names = cfg.folding.ln_lanes, ln_names(cfg.model.norm)
     parts = [dict() for _ in range(layers)]
 
     def add(layer, name, vals):
@@ -125,15 +133,17 @@ def observed(cfg, tr: Trace, layers: int) -> list[dict]:
         layer, op = int(tr.ln[a, 0]), Op(int(tr.ln[a, 1]))
         if layer >= layers:
             continue
-        lane, vals = tr.ln[a:b, 2], tr.ln[a:b, 3]
-        # a block's row r comes from LayerNorm lane r % folding.ln_lanes, in row order within a lane
-        per_lane = [vals[lane == i] for i in range(lanes)]
-        if all(len(v) == len(range(i, B, lanes)) * H for i, v in enumerate(per_lane)):
-            rows = np.zeros((B, H), dtype=np.int64)
-            for i, v in enumerate(per_lane):
-                rows[i::lanes] = v.reshape(-1, H)
-            vals = rows.reshape(-1)
-        add(layer, "ln1" if op == Op.LN1 else "out", vals)
+        # a block's row r comes from LayerNorm lane r % folding.ln_lanes, in row order within a lane; a run may
+        # hold several blocks (a pre-LN layer's LN1 runs once per block in pass 1), each finished before the next
+        for c in range(a, b, B * H):
+            lane, vals = tr.ln[c:min(b, c + B * H), 2], tr.ln[c:min(b, c + B * H), 3]
+            per_lane = [vals[lane == i] for i in range(lanes)]
+            if all(len(v) == len(range(i, B, lanes)) * H for i, v in enumerate(per_lane)):
+                rows = np.zeros((B, H), dtype=np.int64)
+                for i, v in enumerate(per_lane):
+                    rows[i::lanes] = v.reshape(-1, H)
+                vals = rows.reshape(-1)
+            add(layer, names[op], vals)
     return [{name: np.concatenate(v) for name, v in p.items()} for p in parts]
 
 
@@ -141,7 +151,7 @@ def first_difference(cfg, traces: list[dict], obs: list[dict], seq_len: int):
     """The first (layer, tensor, index, got, want) where the engine differs from the golden traces, or None."""
     for layer, trace in enumerate(traces):
         exp = expected(cfg, trace, seq_len)
-        for name in order(cfg.model.heads):
+        for name in order(cfg.model.heads, cfg.model.norm):
             want, ok = exp[name]
             got = obs[layer].get(name)
             if got is None:

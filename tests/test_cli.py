@@ -288,13 +288,6 @@ CASES = [
     ("dma-base-text", "bench/dma", ["--base", "zz"], {}, "argument --base: invalid address value: 'zz'"),
     ("dma-config-missing", "bench/dma", ["--config", "/nonexistent/small.yaml"], {}, "--config: no such file"),
     ("synth-blocks-unknown", "bench/synth_blocks", ["--block", "nope"], {}, "argument --block: invalid choice: 'nope'"),
-    # a pre-LN (GPT-2) layer runs in the golden model only: every command that builds RTL refuses it
-    *[(f"pre-ln-{case}", cmd, ["--config", "c.yaml", *extra],
-       {"c.yaml": cfg_text(("model.norm", "pre"), ("model.causal", True))},
-       "model.norm: 'pre' (GPT-2 layers) runs in the golden model only; the RTL runs post-LN layers today")
-      for case, cmd, extra in (("elaborate", "elaborate", ["-o", "out"]), ("elaborate-default-folder", "elaborate", []),
-                               ("synth", "synth", ["-o", "out"]), ("boards", "boards", []),
-                               ("bench-cycles", "bench/cycles", []))],
 ]
 
 

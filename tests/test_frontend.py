@@ -379,9 +379,10 @@ def test_decoders_the_engine_cannot_run_are_refused(frontends, name, prefix, by,
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])
-def test_gpt2_is_a_pre_ln_decoder_for_the_golden_model(frontends, name, capsys, tmp_path):
+def test_gpt2_is_a_pre_ln_decoder_for_the_engine(frontends, name, capsys, tmp_path):
     """GPT-2: a pre-LN causal decoder with tanh GELU; its fused QKV (Conv1D, stored [in, out]) splits into Q, K and
-    V by the split outputs they read; its config says so, and building RTL for it is refused in one line."""
+    V by the split outputs they read; its config says so, and ``--engine`` builds it (its weight image in the
+    pre-LN section order, the manifest naming the layer kind)."""
     from mlo_hw.frontend.host import config_dict
     fe = frontends[name]
     assert fe.engine_refusal() is None
@@ -397,11 +398,13 @@ def test_gpt2_is_a_pre_ln_decoder_for_the_golden_model(frontends, name, capsys, 
     assert (raw["model"]["norm"], raw["model"]["gelu"], raw["model"]["causal"]) == ("pre", "tanh", True)
     assert config_from_dict(raw).model.norm == "pre"
     assert cli([str(fixture(name))]) == 0
-    assert "engine: runnable in the golden model only (model.norm: pre" in capsys.readouterr().out
-    assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 2
-    assert capsys.readouterr().err == ("error: model.norm: 'pre' (GPT-2 layers) runs in the golden model only; "
-                                       "the RTL runs post-LN layers today\n")
-    assert not (tmp_path / "out").exists()
+    assert "engine: runnable\n" in capsys.readouterr().out
+    assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 0
+    assert "config written" in capsys.readouterr().out
+    written = load_config(str(tmp_path / "out" / f"{name}.yaml"))
+    assert (written.model.norm, written.model.gelu, written.model.causal) == ("pre", "tanh", True)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["norm"] == "pre" and [s["name"] for s in manifest["sections"]][:4] == ["header", "narrow", "ln1", "q"]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])

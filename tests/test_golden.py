@@ -10,7 +10,7 @@ import pytest
 from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from mlo_hw.elaborate import main as elaborate
-from mlo_hw.model.golden import PRE_LN_TRACE_ORDER, TRACE_ORDER, IntLayer
+from mlo_hw.model.golden import PRE_LN_TRACE_ORDER, TRACE_ORDER, IntLayer, int_stack
 from mlo_hw.model.quantize import build_model, random_inputs, run_int
 from mlo_hw.model.reference import float_stack, gelu, gelu_tanh
 from mlo_hw.model.weight_image import ALIGN, LAYER_ALIGN, layout, manifest, pack_image, unpack_image
@@ -77,13 +77,16 @@ def test_pre_ln_int_model_is_close_to_float(tiny_pre):
     assert _row_cosines(deq - model.dequantize_output(xi)[mask], f[mask] - x[mask]).min() > 0.98
 
 
-def test_the_tiled_schedule_refuses_pre_ln(tiny_pre):
-    """The DRAM-tiled schedule models the RTL, which runs post-LN layers only."""
+def test_the_tiled_schedule_runs_pre_ln(tiny_pre):
+    """The DRAM-tiled schedule (the RTL's) runs pre-LN layers: one block of every row equals the golden model (smaller
+    blocks: tests/test_prenorm.py)."""
     from mlo_hw.model.tiled import tiled_stack
     cfg, _, model = tiny_pre
-    x = np.zeros((cfg.seq_padded, cfg.model.hidden), np.int64)
-    with pytest.raises(ValueError, match="post-LN layers only"):
-        tiled_stack(cfg, model.layers, x, np.ones(cfg.seq_padded, bool), cfg.seq_padded)
+    rng = np.random.default_rng(4)
+    x = rng.integers(-4000, 4000, (cfg.seq_padded, cfg.model.hidden))
+    keys = np.ones(cfg.seq_padded, bool)
+    want = int_stack(x, model.layers, nx.attention_mask(keys, cfg.model.causal), cfg.model.heads)
+    assert np.array_equal(tiled_stack(cfg, model.layers, x, keys, cfg.seq_padded).output, want)
 
 
 def test_tanh_gelu_is_only_a_different_table():

@@ -124,13 +124,8 @@ class Frontend:
                 "groups": groups, "engine": self._engine_verdict()}
 
     def _engine_verdict(self) -> str:
-        """'runnable', 'runnable in the golden model only (...)' for a pre-LN stack, or the refusal."""
-        reason = self.engine_refusal()
-        if reason:
-            return reason
-        if self.dims["norm"] == "pre":
-            return "runnable in the golden model only (model.norm: pre, a pre-LN layer; the RTL runs post-LN layers today)"
-        return "runnable"
+        """'runnable', or the refusal."""
+        return self.engine_refusal() or "runnable"
 
     def export_weights(self, folder: str | Path) -> list[Path]:
         """One ``layer_<group>_<i>.npz`` per layer: float32 arrays keyed by role, matrices [out, in]."""

@@ -420,8 +420,7 @@ def causal_mask_node(r: LayerRoles) -> str | None:
 
 def engine_refusal(g: Graph, r: LayerRoles) -> str | None:
     """Why mlo_hw cannot run this layer (a post-LN BERT layer or a pre-LN GPT-2 layer, its self-attention
-    bidirectional or causal), or None when it can; a pre-LN layer runs in the golden model only
-    (:func:`mlo_hw.config.check_rtl`)."""
+    bidirectional or causal), or None when it can."""
     reason = _layer_refusal(g, r)
     causal = causal_mask_node(r)
     if reason and causal:

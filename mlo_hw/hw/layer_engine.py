@@ -41,9 +41,12 @@ and ``op``, which every datapath multiplexer selects on, is decoded from it::
     O         CTX -> Y (int16);  LN1: LayerNorm(X + Y) -> Y (int16, in place)
     FFN_UP    Y (narrowed) -> GELU table -> F [S, I] (uint8);  FFN_DOWN: F -> X (int16);
     LN2       LayerNorm(Y + X) -> X (int16, in place): the next layer's input
+A pre-LN (GPT-2) layer (``model.norm: pre``, ``docs/engine.md``): LN1 LayerNorm(X) -> R; Q, K, V from R; the
+heads as above; O added into X (:class:`~mlo_hw.hw.engine.residual_add.ResidualAdd`, int16 saturation); LN2
+LayerNorm(X) -> R; FFN up from R; FFN down added into X: the next layer's input.
 
 Buffers (words of ``simd`` elements, row-major ``[rows, cols]`` at word ``row * cols/simd + col/simd``),
-reused by phase so that only four exist (sizes: :func:`mlo_hw.perf.onchip_plan`):
+reused by phase so that only four exist, five for pre-LN layers (sizes: :func:`mlo_hw.perf.onchip_plan`):
     X [S, H]     int16: the layer input; FFN down's output; LN2 writes the next layer's input in place
     Y [S, H]     int16: Q (int8 values) during attention, then O's output, LN1's output in place (FFN
                  input, LN2's residual)
@@ -51,7 +54,8 @@ reused by phase so that only four exist (sizes: :func:`mlo_hw.perf.onchip_plan`)
     WORK         ``pe`` banks: K (bank = token % pe) and V^T (bank = channel % pe) side by side, so
                  one word of every bank is one MVAU weight word; CTX row-major (word a in bank a % pe);
                  then the FFN intermediate [S, I] (uint8 GELU codes) over all of it.
-P and WORK hold bytes; X and Y hold int16 elements.
+    R [S, H]     int16, pre-LN layers only: LN1's output (Q, K, V's input), then LN2's (FFN up's)
+P and WORK hold bytes; X, Y and R hold int16 elements.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadArbiter
 from .buffers import ParamGeometry
-from ..config import ConfigError, check_rtl
+from ..config import ConfigError
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
 from .engine.vector_io import Serializer, VectorReader
@@ -77,6 +81,7 @@ from .engine.layernorm_lanes import LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
 from .engine.attention_weights import AttentionWeights
 from .engine.param_copier import ParamCopier
+from .engine.residual_add import ResidualAdd
 from .engine.result_writer import ResultWriter
 from .engine.tile_params import TileParamLatch
 from .gelu import GeluTable
@@ -287,12 +292,12 @@ class LayerEngine(wiring.Component):
 
     def __init__(self, cfg, trace: bool = False):
         self.cfg, self.trace = cfg, trace
-        check_rtl(cfg)                   # ConfigError: a layer kind the RTL does not run (every RTL user builds this)
         self.plan = plan(cfg)            # ConfigError with the numbers when no plan fits
         self.g = EngineGeometry.from_config(cfg, self.plan.block)
         # the port: one more ID bit than the masters inside (the read arbiter tags each burst with its master)
         self.axi = AxiParams.from_config(cfg, id_bits=2)
         self.mvau_params = MVAUParams.from_config(cfg)
+        self.pre_ln = cfg.model.norm == "pre"
         super().__init__({
             **axi_read_master_members(self.axi), **axi_write_master_members(self.axi),
             **axil_slave_members(AXIL_ADDR_BITS), "irq": Out(1),
@@ -385,8 +390,9 @@ class LayerEngine(wiring.Component):
         wsh = g.words(g.rows * g.hidden)
         d.K_LOCAL, d.V_LOCAL = 0, wsh // g.pe                     # bank-local word offsets of K and V^T
         d.CTX_BASE, d.F_BASE = (0 if g.tiled else 2 * wsh), 0     # row-major word offsets inside WORK
+        r = (("r", wsh, nx.RES_BITS),) if self.pre_ln else ()     # pre-LN: the LayerNorms' outputs
         d.bufs = {name: _Buffer(m, f"buf_{name}", n, g.simd, lane_bits) for name, n, lane_bits in (
-            ("x", wsh, nx.RES_BITS), ("y", wsh, nx.RES_BITS), ("p", g.words(g.rows * g.seq), 8))}
+            ("x", wsh, nx.RES_BITS), ("y", wsh, nx.RES_BITS), *r, ("p", g.words(g.rows * g.seq), 8))}
         d.work = _Banks(m, "buf_work", g.work_words // g.pe, g.simd, g.pe)
         for b in list(d.bufs.values()) + d.work.banks:
             m.d.comb += b.w.en.eq(0)
@@ -426,7 +432,9 @@ class LayerEngine(wiring.Component):
         def spread(byte_word):
             return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(simd)))
 
-        src = {Op.Q: "x", Op.K: "x", Op.V: "x", Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: "y"}
+        ln_out = "r" if self.pre_ln else "y"      # FFN up's input: LN2's output (pre-LN), LN1's (post-LN)
+        qkv_in = "r" if self.pre_ln else "x"      # Q, K, V's: LN1's output (pre-LN), the layer input (post-LN)
+        src = {Op.Q: qkv_in, Op.K: qkv_in, Op.V: qkv_in, Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: ln_out}
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
@@ -464,10 +472,18 @@ class LayerEngine(wiring.Component):
         for i, b in enumerate(d.work.banks):
             m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
                          b.w.en.eq(writer.banks[i].en)]
-        for o, name in {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}.items():
+        for o, name in ({Op.Q: "y"} if self.pre_ln else {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}).items():
             with m.If(op == o):
                 b = bufs[name]
                 m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
+        if self.pre_ln:        # O's and FFN down's results added into the residual stream in X, saturated
+            m.submodules.residual_add = add = ResidualAdd(writer.max_words, simd)
+            x = bufs["x"]
+            with m.If((op == Op.O) | (op == Op.FFN_DOWN)):
+                m.d.comb += [add.i.eq(writer.rows), x.r.addr.eq(add.rd_addr), x.r.en.eq(add.rd_en)]
+            m.d.comb += add.rd_data.eq(x.r.data)
+            with m.If(add.o.en.any()):          # a cycle after the beat (op is still the matrix's)
+                m.d.comb += [x.w.addr.eq(add.o.addr), x.w.data.eq(add.o.data), x.w.en.eq(add.o.en)]
 
     def _softmax_layernorm_params(self, m, d):
         """Scores -> softmax -> P; the LayerNorm lanes on (X, Y) pairs, written back in place; the mover's buffer
@@ -512,7 +528,15 @@ class LayerEngine(wiring.Component):
         m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail),
                      ln_lanes.shift.eq(Mux(ln_op == Op.LN2, d.hdr["ln2_shift"], d.hdr["ln1_shift"])),
                      ln_lanes.w.ready.eq(~d.writer.rows.en)]
-        for o, a_buf, b_buf in ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
+        if self.pre_ln:        # pre-LN: LN1 and LN2 of the residual stream alone (X, b = 0) -> R
+            with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2)):
+                x, r = bufs["x"], bufs["r"]
+                m.d.comb += [x.r.addr.eq(ln_lanes.rd_addr), x.r.en.eq(ln_lanes.rd_en),
+                             ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))]
+                with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
+                    m.d.comb += [r.w.addr.eq(ln_lanes.w.payload.addr), r.w.data.eq(ln_lanes.w.payload.data),
+                                 r.w.en.eq((1 << simd) - 1)]
+        for o, a_buf, b_buf in () if self.pre_ln else ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
             with m.If(ln_op == o):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]

@@ -83,7 +83,7 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
     sc, head = scratch_layout(cfg), cfg.seq_padded * cfg.head_dim
     if head % b:
         raise ConfigError(f"memory.axi_data_bits: a head's K ({head} bytes) is not a whole number of {b}-byte beats")
-    small = [section(n) for n in SECTION_ORDER if not lay[n].tile_rows]
+    small = [section(s.name) for s in lay.sections if not s.tile_rows]
     pass1 = len(small)
     pass2 = pass1 + 3
     raw = dict(beats=head // b, count=1, step=0, tile=True, weight_beats=head // b, scratch=True, per_head=True)

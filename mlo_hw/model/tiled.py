@@ -122,8 +122,6 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
     unit = np.lcm(pe, simd)
     if block <= 0 or s % block or block % unit:
         raise ValueError(f"block: {block} rows must divide seq {s} and be a multiple of lcm(pe, simd) = {unit}")
-    if any(p.norm != "post" for p in layers):
-        raise ValueError("tiled_stack: the DRAM-tiled schedule is the RTL's, which runs post-LN layers only")
     x = np.asarray(x, np.int64)
     assert x.shape == (s, h), (x.shape, (s, h))
     lay, sc = layout(cfg), scratch_layout(cfg)
@@ -145,7 +143,9 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
             for name in ("q", "k", "v"):
                 dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
             xt = np.frombuffer(dram.read("x", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
-            x8 = nx.narrow(xt, p.narrow_in)
+            pre = p.norm == "pre"         # pre-LN: LN1 of the block's rows before Q, K, V
+            x8 = nx.narrow(nx.layernorm(xt, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS) if pre else xt,
+                           p.narrow_in)
             q, k, v = (_linear(x8, getattr(p, n)) for n in ("q", "k", "v"))
             dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
             for hh in range(heads):
@@ -172,10 +172,17 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
                 dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
             attn = _linear(ctx, p.o, nx.RES_BITS)
             xt = np.frombuffer(dram.read("residual", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
-            ln1 = nx.layernorm(xt + attn, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS)
-            act_ = nx.table_lookup(_linear(nx.narrow(ln1, p.narrow_ln1), p.ffn_up), p.gelu)
+            if p.norm == "pre":           # saturating int16 adds around LN2 (golden._pre_ln)
+                res = nx.saturate(xt + attn, nx.RES_BITS)
+                ffn_in = nx.layernorm(res, p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS)
+            else:
+                res = ffn_in = nx.layernorm(xt + attn, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS)
+            act_ = nx.table_lookup(_linear(nx.narrow(ffn_in, p.narrow_ln1), p.ffn_up), p.gelu)
             down = _linear(act_, p.ffn_down, nx.RES_BITS)
-            y = nx.layernorm(ln1 + down, p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS)
+            if p.norm == "pre":
+                y = nx.saturate(res + down, nx.RES_BITS)
+            else:
+                y = nx.layernorm(res + down, p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS)
             dram.write("out" if dst == out else "x", rows(dst, t, 2 * h)[0], _i16(y))
     y = np.frombuffer(bytes(dram.mem[out:out + 2 * s * h]), "<i2").reshape(s, h).astype(np.int64)
     return TiledRun(y, dram.log, dram.mem, inp, out, scratch)

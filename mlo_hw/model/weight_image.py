@@ -14,6 +14,8 @@ Layout (see ``docs/architecture.md``, "Memory layout")::
       ffn_up         matrix section
       ffn_down       matrix section
       ln2            gain int32 [H], bias int32 [H]
+    a pre-LN layer (``model.norm: pre``): header, narrow, ln1, q, k, v, o, ln2, gelu, ffn_up, ffn_down
+    (:data:`PRE_LN_SECTION_ORDER`); the manifest's ``norm`` says which
 
 Weights in a tile: word ``j = nf * SF + sf`` (SF = cols / simd) holds PE x SIMD bytes,
 ``W[t*tile_rows + nf*pe + p, sf*simd + s]`` at byte ``p*simd + s`` of the word.
@@ -30,7 +32,8 @@ import numpy as np
 from . import numerics as nx
 from .golden import IntLayer, IntMatrix
 
-__all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "Section", "Layout", "layout", "pack_image",
+__all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "SECTION_ORDER", "PRE_LN_SECTION_ORDER", "section_order", "Section",
+           "Layout", "layout", "pack_image",
            "unpack_image", "image_layers", "manifest", "pack_tile_weights", "unpack_tile_weights"]
 
 ALIGN = 64            # every section and tile starts at a multiple of this (covers a 512-bit beat)
@@ -40,6 +43,14 @@ HEADER_FIELDS = ("q_shift", "k_shift", "v_shift", "o_shift", "ffn_up_shift", "ff
                  "ln1_shift", "ln2_shift")
 # GELU's table precedes ffn_up: it is applied to FFN-up's outputs while FFN-up's tiles still stream.
 SECTION_ORDER = ("header", "narrow", "q", "k", "v", "o", "ln1", "gelu", "ffn_up", "ffn_down", "ln2")
+# A pre-LN layer uses LN1 before Q and LN2 before FFN up: the engine streams the sections in this order, so a
+# LayerNorm's parameters arrive before the tiles that wait for it (the tile buffer holds two tiles).
+PRE_LN_SECTION_ORDER = ("header", "narrow", "ln1", "q", "k", "v", "o", "ln2", "gelu", "ffn_up", "ffn_down")
+
+
+def section_order(cfg) -> tuple[str, ...]:
+    """The weight image's sections of ``cfg``'s layer kind (``model.norm``) in the order the engine consumes them."""
+    return PRE_LN_SECTION_ORDER if cfg.model.norm == "pre" else SECTION_ORDER
 
 
 def _align(n: int, a: int = ALIGN) -> int:
@@ -92,7 +103,7 @@ def layout(cfg) -> Layout:
     mats = {m.name: m for m in cfg.matrices}
     sizes = {"header": 4 * len(HEADER_FIELDS), "narrow": 2 * h, "ln1": 8 * h, "ln2": 8 * h, "gelu": 1 << cfg.numerics.act_bits}
     sections, off = [], 0
-    for name in SECTION_ORDER:
+    for name in section_order(cfg):
         if name in mats:
             m = mats[name]
             tile_bytes = _align(tr * m.cols + 8 * tr)
@@ -251,7 +262,7 @@ def manifest(cfg, base: int = 0) -> dict:
                 tensors.append({"name": "gelu.table", "shape": [n], "dtype": "uint8",
                                 "offset": lbase + sec.offset, "bytes": n})
         layers.append({"index": l, "offset": lbase, "tensors": tensors})
-    return {"config": cfg.name, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
+    return {"config": cfg.name, "norm": cfg.model.norm, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
             "total_bytes": lay.total_bytes, "alignment": ALIGN,
             "folding": {"pe": cfg.folding.pe, "simd": cfg.folding.simd, "tile_rows": cfg.folding.tile_rows},
             "sections": [{"name": s.name, "offset": s.offset, "bytes": s.bytes,

@@ -4,8 +4,9 @@ The small per-layer sections (:data:`mlo_hw.hw.buffers.PARAM_SECTIONS`) stream f
 (:mod:`mlo_hw.hw.loop_ctrl`) ahead of the layer; before a phase needs them, they are copied into their block:
 LN1's and LN2's gains and biases into the LayerNorm lanes, the GELU table into the table, the narrowing
 shifts (one 4-bit shift per channel: the layer input's, then LN1's output's) into the operand side's shift
-memory. A copy is requested while its destination idles (LN1's during O, GELU's during LN1, LN2's during FFN
-down, the shifts after the header) and runs as soon as its section has arrived.
+memory. A copy is requested while its destination idles and runs as soon as its section has arrived. Post-LN:
+the shifts after the header, LN1's during O, GELU's during LN1, LN2's during FFN down. Pre-LN: LN1's after the
+header (tiled: during each pass-1 block's load), the shifts during LN1, LN2's during O, GELU's during LN2.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ class ParamCopier(wiring.Component):
         request (pulse) with kind (:class:`CopyKind`): start a copy (a request while a copy runs restarts it);
         flush (pulse): abandon it (``busy`` and ``done`` fall).
         busy; done (from the copy's end until the next request or flush); waiting (``busy`` while the section
-        has not arrived from DRAM: the engine counts it as a DMA stall); release (pulse, the end of LN2's copy:
-        the slot is done with, its ``loaded`` bits may clear).
+        has not arrived from DRAM: the engine counts it as a DMA stall); release (pulse, the end of a copy of
+        kind ``last``, the layer's last: LN2's for post-LN, the GELU table's for pre-LN; the slot is done with,
+        its ``loaded`` bits may clear).
         ParamStore side: ``param_addr`` (32-bit word in the slot, from a register) -> ``param_data`` one cycle
         later;
         ``loaded`` (the slot's bits, one per :data:`PARAM_SECTIONS`).
@@ -61,8 +63,9 @@ class ParamCopier(wiring.Component):
     n elements takes n + 1 cycles from the first read to ``done``.
     """
 
-    def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8):
-        self.hidden, self.lanes, self.pgeo, self.act_bits = hidden, lanes, pgeo, act_bits
+    def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8,
+                 last: CopyKind = CopyKind.LN2):
+        self.hidden, self.lanes, self.pgeo, self.act_bits, self.last = hidden, lanes, pgeo, act_bits, last
         self.count = {CopyKind.LN1: 2 * hidden, CopyKind.GELU: 1 << act_bits, CopyKind.LN2: 2 * hidden,
                       CopyKind.NARROW: 2 * hidden}
         super().__init__({
@@ -77,7 +80,9 @@ class ParamCopier(wiring.Component):
 
     @classmethod
     def from_config(cls, cfg) -> "ParamCopier":
-        return cls(cfg.model.hidden, cfg.folding.simd, ParamGeometry.from_config(cfg), cfg.numerics.act_bits)
+        # a layer's last copy: LN2's after FFN down (post-LN), the GELU table's after LN2 (pre-LN)
+        last = CopyKind.GELU if cfg.model.norm == "pre" else CopyKind.LN2
+        return cls(cfg.model.hidden, cfg.folding.simd, ParamGeometry.from_config(cfg), cfg.numerics.act_bits, last)
 
     def elaborate(self, platform):
         m = Module()
@@ -111,7 +116,7 @@ class ParamCopier(wiring.Component):
                 m.d.sync += [lane.eq(0), word.eq(word + 1)]
 
         m.d.comb += [self.waiting.eq(self.busy & ~loaded),
-                     self.release.eq(self.busy & loaded & last & (kind == CopyKind.LN2))]
+                     self.release.eq(self.busy & loaded & last & (kind == self.last))]
         with m.If(self.busy & loaded):
             with m.If(last):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...model import numerics as nx
 
-__all__ = ["Placement", "result_layout", "start_layout", "bank_write_layout", "ResultWriter"]
+__all__ = ["Placement", "result_layout", "start_layout", "rows_write_layout", "bank_write_layout", "ResultWriter"]
 
 
 class Placement(enum.Enum, shape=2):
@@ -33,6 +33,11 @@ def start_layout(max_words: int, max_beats: int) -> data.StructLayout:
     return data.StructLayout({
         "placement": Placement, "beats": range(max_beats + 1), "row_step": range(max_words + 1),
         "chan_word": range(max_words + 1), "base": range(max_words + 1), "tiles": 1})
+
+
+def rows_write_layout(words: int, simd: int) -> data.StructLayout:
+    """A write of one word of ``simd`` int16 lanes: ``addr``, ``data`` (lane i in bits 16 i ..), per-lane ``en``."""
+    return data.StructLayout({"addr": range(max(words, 2)), "data": nx.RES_BITS * simd, "en": simd})
 
 
 def bank_write_layout(bank_words: int, simd: int) -> data.StructLayout:
@@ -67,8 +72,7 @@ class ResultWriter(wiring.Component):
         super().__init__({
             "start": In(1), "cfg": In(start_layout(self.max_words, self.max_beats)),
             "i": In(stream.Signature(result_layout(pe))),
-            "rows": Out(data.StructLayout({"addr": range(self.max_words), "data": nx.RES_BITS * simd,
-                                           "en": simd})),
+            "rows": Out(rows_write_layout(self.max_words, simd)),
             "banks": Out(data.ArrayLayout(bank_write_layout(bank_words, simd), pe)),
             "count": Out(range(seq * max(seq, intermediate, hidden) // pe + 1)),
         })

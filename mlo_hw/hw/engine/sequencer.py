@@ -12,6 +12,8 @@ per layer (``docs/engine.md``, ``docs/tiling.md``)::
     tiled:    pass 1 per block: P1_LOAD_X, Q, K, V, P1_STORE_Q/K/VT
               pass 2 per block: P2_LOAD_Q, P2_LOAD_X, per head SCORES, PV (K_h/V_h^T tiles), O, LN1, FFN_UP,
               FFN_DOWN, LN2, P2_STORE_X -> (next layer | IDLE)
+    pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
+              FFN_DOWN, the layer's end (``model.norm: pre``: ``docs/engine.md``, "Pre-LN layers")
 
 A weight matrix is four states per tile (``*_TILE_WAIT``, ``*_LATCH``, ``*_JOB``, ``*_WAIT``); CTRL.soft_reset,
 a weight read error or an activation transfer error abandons the run in any state (the blocks are flushed; the
@@ -53,9 +55,9 @@ class Sequencer:
         self.tiles = Signal.like(self.tile, name="tiles")
         self.last_tile = Signal(name="last_tile")        # tile == tiles, registered (it gates the overlap logic)
         self.head = Signal(range(g.heads + 1), name="head")
-        self.hdr_idx = Signal(range(len(HEADER_FIELDS) + 2), name="hdr_idx")
         # the parameter store's read port: the header's word (hdr_addr) while hdr_sel, else the copier's; both
-        # registers, so that no state decode sits in front of the store's address adder
+        # registers, so that no state decode sits in front of the store's address adder. hdr_addr also counts
+        # the header's fields (header_states).
         self.hdr_sel = Signal(name="hdr_sel")
         self.hdr_addr = Signal.like(d.ws.param_addr, name="hdr_addr")
         self.expected = Signal.like(d.writer.count, name="expected")
@@ -66,7 +68,8 @@ class Sequencer:
         self.ln_early, self.ln_partial = Signal(name="ln_early"), Signal(name="ln_partial")
         self.ln_early_op = Signal(ops, name="ln_early_op")
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
-        self.overlap_layernorm = layernorm_overlaps(cfg.folding)
+        self.overlap_layernorm = layernorm_overlaps(cfg)
+        self.pre_ln = cfg.model.norm == "pre"      # the layer kind: LayerNorm before (GPT-2) or after (BERT)
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
@@ -80,11 +83,15 @@ class Sequencer:
         self.m.d.comb += [c.base.eq(base), c.stride.eq(stride), c.words.eq(n_words), c.vectors.eq(self.g.rows),
                           c.passes.eq(passes), c.narrowed.eq(narrowed), c.shift_base.eq(shift_base)]
 
+    def result_beats(self, o):
+        """The result writer's beats of matrix ``o``: ``pe`` output channels of a row a beat."""
+        return self.g.rows * self.mat_rows[o] // self.g.pe
+
     def start_matrix(self, o):
         m, d, g = self.m, self.d, self.g
         m.d.sync += [self.tile.eq(0), self.tiles.eq(self.mat_rows[o] // g.tile_rows - 1),
                      self.last_tile.eq(self.mat_rows[o] == g.tile_rows),
-                     self.expected.eq(g.rows * self.mat_rows[o] // g.pe), self.ahead_started.eq(0), self.ahead.eq(0),
+                     self.expected.eq(self.result_beats(o)), self.ahead_started.eq(0), self.ahead.eq(0),
                      self.ln_early.eq(0)]
         m.d.comb += d.tparams.clear.eq(1)
         self.start_writer(self.placement[o], g.tile_rows // g.pe, g.words(self.dst_cols.get(o, g.hidden)),
@@ -182,17 +189,20 @@ class Sequencer:
                 with m.If(d.writer.count == self.expected):
                     m.d.comb += d.ws.tile_release.eq(1)
                     m.d.sync += [self.tile.eq(self.tile + 1), self.ln_partial.eq(0)]
-                    with m.If(self.ln_early):
-                        m.next = "LN1_RUN" if o == Op.O else "LN2_RUN"
-                    with m.Else():
+                    if o in (Op.O, Op.FFN_DOWN) and self.overlap_layernorm:
+                        with m.If(self.ln_early):
+                            m.next = "LN1_RUN" if o == Op.O else "LN2_RUN"
+                        with m.Else():
+                            then()
+                    else:
                         then()
             self.abort()
 
     def start_layernorm(self, o):
-        """Start the lanes on LayerNorm ``o`` (its gains and biases are in); LN1 hands the copier on to the GELU
-        table, which FFN up needs next."""
+        """Start the lanes on LayerNorm ``o`` (its gains and biases are in); the LayerNorm before FFN up (LN1
+        post-LN, LN2 pre-LN) hands the copier on to the GELU table, which FFN up needs next."""
         self.m.d.comb += self.d.ln_lanes.start.eq(1)
-        if o == self.Op.LN1:
+        if o == (self.Op.LN2 if self.pre_ln else self.Op.LN1):
             self.request_copy(CopyKind.GELU)
 
     def early_layernorm(self, ln):
@@ -210,7 +220,9 @@ class Sequencer:
         ``tile_rows / pe`` a row, from the last tile's first beat on)."""
         m, d, g = self.m, self.d, self.g
         groups = g.tile_rows // g.pe
-        first = g.rows * (g.hidden // g.pe - groups)        # O's and FFN down's last tile's first beat
+        Op = self.Op
+        assert self.result_beats(Op.O) == self.result_beats(Op.FFN_DOWN)
+        first = self.result_beats(Op.O) - g.rows * groups       # O's and FFN down's last tile's first beat
         since = Signal(signed(len(d.writer.count) + 1), name="ln_since")
         m.d.comb += since.eq(d.writer.count - first)
         with m.If(self.ln_partial):
@@ -266,7 +278,7 @@ class Sequencer:
                      d.head_vrow.eq(d.head_vrow + (g.head_dim // g.pe) * g.words(g.seq))]
         with m.If(self.head == g.heads - 1):
             self.start_matrix(self.Op.O)
-            self.request_copy(CopyKind.LN1)
+            self.request_copy(CopyKind.LN2 if self.pre_ln else CopyKind.LN1)
         with m.Else():
             self.first_attention_step()
 
@@ -325,16 +337,23 @@ class Sequencer:
         with m.FSM(name="seq"):
             self.start_states()
             self.header_states()
+            if self.pre_ln:        # LN1 before Q, K, V (tiled: of every block in pass 1)
+                self.layernorm_states(Op.LN1, lambda: self.start_matrix(Op.Q))
             if g.tiled:
                 self.tiled_states()
-                after_ln2 = self.store_block
+                after_layer = self.store_block
             else:
-                self.params_state(Op.Q, lambda: self.start_matrix(Op.Q))
+                self.params_state(Op.Q, self.pre_ln_first if self.pre_ln else lambda: self.start_matrix(Op.Q))
                 self.matrix_states(Op.Q, lambda: self.start_matrix(Op.K))
                 self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
                 self.matrix_states(Op.V, self.to_attention)
-                after_ln2 = self.end_of_layer
-            self.layer_tail_states(after_ln2)
+                after_layer = self.end_of_layer
+            self.layer_tail_states(after_layer)
+
+    def pre_ln_first(self):
+        """Pre-LN, on chip: once the narrowing shifts are in, LN1's gains and biases, then LN1."""
+        self.request_copy(CopyKind.LN1)
+        self.m.next = "LN1_PARAMS"
 
     def blocks_setup(self):
         """The block counter's companions: each block's offsets in DRAM, the layer's source and destination."""
@@ -422,21 +441,22 @@ class Sequencer:
     def header_states(self):
         """The layer's header fields from the parameter store, then the narrowing shifts' copy."""
         m, d = self.m, self.d
+        header = d.pgeo.word("header")
         with m.State("HEADER_WAIT"):
             m.d.comb += [d.busy.eq(1), d.stall.eq(1)]
-            m.d.sync += [self.hdr_idx.eq(0), self.hdr_sel.eq(1), self.hdr_addr.eq(d.pgeo.word("header")),
-                         d.scratch_ready.eq(0)]
+            m.d.sync += [self.hdr_sel.eq(1), self.hdr_addr.eq(header), d.scratch_ready.eq(0)]
             with m.If(d.ws.param_loaded[d.slot][PARAM_SECTIONS.index("header")]):
                 m.next = "HEADER_READ"
             self.abort()
         with m.State("HEADER_READ"):
             m.d.comb += d.busy.eq(1)
-            m.d.sync += [self.hdr_idx.eq(self.hdr_idx + 1), self.hdr_addr.eq(self.hdr_addr + 1)]
-            with m.Switch(self.hdr_idx):
+            m.d.sync += self.hdr_addr.eq(self.hdr_addr + 1)
+            # the store's read data is a cycle behind its address: field i arrives while hdr_addr is header + i + 1
+            with m.Switch(self.hdr_addr):
                 for i, f in enumerate(HEADER_FIELDS):
-                    with m.Case(i + 1):
+                    with m.Case(header + i + 1):
                         m.d.sync += d.hdr[f].eq(d.ws.param_data)
-            with m.If(self.hdr_idx == len(HEADER_FIELDS)):
+            with m.If(self.hdr_addr == header + len(HEADER_FIELDS)):
                 # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                 self.request_copy(CopyKind.NARROW)
                 m.d.sync += self.hdr_sel.eq(0)
@@ -453,8 +473,13 @@ class Sequencer:
         with m.State("P1_LOAD_X"):
             m.d.comb += [d.op.eq(Op.LOAD), d.busy.eq(1)]
             self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
+            if self.pre_ln:        # LN1's gains and biases while the block loads
+                self.request_copy(CopyKind.LN1)
             m.next = "P1_LOAD_X_WAIT"
-        self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, lambda: self.start_matrix(Op.Q))
+
+        def to_ln1():
+            m.next = "LN1_PARAMS"
+        self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1 if self.pre_ln else lambda: self.start_matrix(Op.Q))
 
         def store_q():
             self.transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
@@ -494,14 +519,14 @@ class Sequencer:
         self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_LOAD_Q", self.end_of_layer))
 
     def store_block(self):
-        """Tiled: after LN2, the block's output rows to the next layer's input (or the output)."""
+        """Tiled: after the layer's last phase, the block's output rows to the next layer's input (or the output)."""
         self.transfer(Transfer.STORE_X, self.dst + self.x_off,
                       Mux(self.last_layer, self.io_block, self.block_words))
         self.m.next = "P2_STORE_X"
 
-    def layer_tail_states(self, after_ln2):
-        """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2, then ``after_ln2()``; on chip also
-        the output store after the last layer."""
+    def layer_tail_states(self, after_layer):
+        """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2 (pre-LN: O, LN2, FFN up, FFN down),
+        then ``after_layer()``; on chip also the output store after the last layer."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
 
         def to_pv():
@@ -515,18 +540,24 @@ class Sequencer:
 
         def to_ffn_down():
             self.start_matrix(Op.FFN_DOWN)
-            self.request_copy(CopyKind.LN2)
+            if not self.pre_ln:
+                self.request_copy(CopyKind.LN2)
 
         def to_ln2():
             m.next = "LN2_PARAMS"
         self.attention_states(Op.SCORES, g.seq, g.head_dim, to_pv)
         self.attention_states(Op.PV, g.head_dim, g.seq, self.next_head)
-        self.matrix_states(Op.O, to_ln1)
-        self.layernorm_states(Op.LN1, to_ffn_up)
         self.params_state(Op.FFN_UP, lambda: self.start_matrix(Op.FFN_UP))
         self.matrix_states(Op.FFN_UP, to_ffn_down)
-        self.matrix_states(Op.FFN_DOWN, to_ln2)
-        self.layernorm_states(Op.LN2, after_ln2)
+        if self.pre_ln:
+            self.matrix_states(Op.O, to_ln2)
+            self.layernorm_states(Op.LN2, to_ffn_up)
+            self.matrix_states(Op.FFN_DOWN, after_layer)
+        else:
+            self.matrix_states(Op.O, to_ln1)
+            self.layernorm_states(Op.LN1, to_ffn_up)
+            self.matrix_states(Op.FFN_DOWN, to_ln2)
+            self.layernorm_states(Op.LN2, after_layer)
         if not g.tiled:
             def stored():
                 m.d.comb += d.done.eq(1)
