@@ -39,7 +39,7 @@ from .perf import bram36, buffer_group, layer_bound, layernorm_visible_cycles, m
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
-__all__ = ["Buffer", "Plan", "plan", "block_choices", "tiled_memories", "format_plan", "main"]
+__all__ = ["Buffer", "Plan", "KVCache", "plan", "kv_cache", "block_choices", "tiled_memories", "format_plan", "main"]
 
 SMALL_SECTIONS = ("header", "narrow", "ln1", "gelu", "ln2")
 
@@ -185,6 +185,31 @@ def _onchip_plan(cfg, budget: float) -> Plan:
     return Plan("on-chip", s, 1, budget, _buffers(onchip_memories(cfg)), 0, layout(cfg).layer_bytes, 0, 0, io,
                 per_layer, cfg.model.layers * per_layer + io // beat, beat, cfg.target.clock_mhz,
                 layernorm_visible_cycles(cfg), cfg.model.layers)
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """A decoder's KV cache in the DRAM-tiled engine (``docs/decode.md``): every layer's K and V^T in the scratch,
+    ``capacity`` keys; a run's first token (CACHE_LEN) a multiple of ``unit``; a run after a prefill at most
+    ``block`` tokens (one block)."""
+    capacity: int
+    unit: int
+    block: int
+
+
+def kv_cache(cfg) -> KVCache | None:
+    """The KV cache of ``cfg``'s engine: a causal model whose activations live in DRAM, else None."""
+    if not cfg.model.causal:
+        return None
+    p = plan(cfg)
+    if p.blocks == 1:
+        return None
+    unit = math.lcm(cfg.folding.pe, cfg.folding.simd)
+    if unit & (unit - 1):
+        raise ConfigError(f"folding.simd: a decoder's KV cache appends whole MVAU weight words (lcm(pe, simd) keys), "
+                          f"which the engine addresses by shifts: lcm(pe={cfg.folding.pe}, simd={cfg.folding.simd}) = "
+                          f"{unit} must be a power of two")
+    return KVCache(cfg.seq_padded, unit, p.block)
 
 
 def plan(cfg) -> Plan:

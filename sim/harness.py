@@ -36,6 +36,7 @@ from mlo_hw.hw.mvau import MVAUParams
 from mlo_hw.model.golden import int_stack
 from mlo_hw.model.numerics import RES_BITS, attention_mask
 from mlo_hw.model.quantize import DRAM_DTYPE, dram_bytes, from_dram, random_inputs
+from mlo_hw.model.tiled import scratch_layout
 from mlo_hw.hw.regs import register_map
 from mlo_hw.plan import plan
 from mlo_hw.model.weight_image import layout, pack_image
@@ -152,6 +153,19 @@ def small_tiled_config(seq: int = 64, budget: float = 9.5, base=None):
     from mlo_hw.config import load_config
     from mlo_hw.hw.layer_engine import with_seq_len
     return with_seq_len(load_config("small") if base is None else base, seq, bram36_budget=budget)
+
+
+def gpt2_like(cfg):
+    """``cfg``'s sizes as GPT-2 layers: pre-LN, causal, tanh GELU."""
+    return dataclasses.replace(cfg, name=cfg.name + "_pre",
+                               model=dataclasses.replace(cfg.model, norm="pre", causal=True, gelu="tanh"))
+
+
+def small_gpt2_tiled_config():
+    """small as GPT-2 layers at 64 tokens through the DRAM-tiled schedule in two blocks of 32 rows (a pre-LN layer's
+    extra [block, H] int16 buffer needs a budget of 10.5 BRAM36 where post-LN fits 9.5): a KV cache of 64 keys."""
+    from mlo_hw.config import load_config
+    return small_tiled_config(budget=10.5, base=gpt2_like(load_config("small")))
 
 
 def _width(member) -> int:
@@ -292,6 +306,7 @@ class RunResult:
     profile: list[dict]         # per (layer, op): cycles, compute, stall
     stats: dict                 # DRAM model counters and the simulated cycles of the whole script
     wall_s: float               # the harness process (all runs of its script), loads and dumps included
+    scratch: bytes | None = None  # the scratch region after the run (Run.dump_scratch)
 
 
 @dataclass
@@ -306,6 +321,8 @@ class Run:
     soft_reset_first: bool = False
     drain_cycles: int = 2000
     scratch_base: int | None = None     # SCRATCH_BASE for this run (None: the DRAM map's)
+    cache_len: int | None = None        # CACHE_LEN for this run (a KV cache engine; None: not written)
+    dump_scratch: bool = False          # read the scratch region (its SCRATCH_BYTES) back after the run
 
 
 class EngineSim:
@@ -379,12 +396,16 @@ class EngineSim:
                            f"write {h.reg('LAYERS')} {cfg.model.layers if r.layers is None else r.layers}",
                            f"write {h.reg('TOKENS')} {r.tokens}", "profile /dev/null",
                            f"write {h.reg('SCRATCH_BASE_LO')} {d.scratch_base if r.scratch_base is None else r.scratch_base}",
+                           *([f"write {h.reg('CACHE_LEN')} {r.cache_len}"] if r.cache_len is not None else []),
                            f"trace {tmp / f'trace{i}'}" if r.trace else "trace off",
                            f"write {h.reg('CTRL')} {h.bit('CTRL', 'irq_enable') | h.bit('CTRL', 'start')}",
                            f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / f'profile{i}.txt'}",
                            *(f"read {h.reg(n)}" for n in ("STATUS", "ERROR_CODE", "ERROR_ADDR_LO", "CYCLES",
                                                           "COMPUTE_CYCLES", "STALL_CYCLES")),
                            "stats", f"dump {d.output_base} {act_bytes} {tmp / f'output{i}.bin'}"]
+                if r.dump_scratch:
+                    base = d.scratch_base if r.scratch_base is None else r.scratch_base
+                    script += [f"dump {base} {scratch_layout(cfg).bytes} {tmp / f'scratch{i}.bin'}"]
             t0 = time.time()
             lines = h.run(script)
             wall = time.time() - t0
@@ -410,6 +431,7 @@ class EngineSim:
         profile = [dict(zip(("layer", "op", "cycles", "compute", "stall"), map(int, line.split())))
                    for line in (tmp / f"profile{i}.txt").read_text().splitlines()]
         output = from_dram((tmp / f"output{i}.bin").read_bytes(), cfg.model.seq_len, cfg.model.hidden)
+        scratch = (tmp / f"scratch{i}.bin").read_bytes() if run.dump_scratch else None
         return RunResult(output, reads[h.reg("STATUS")], reads[h.reg("ERROR_CODE")], reads[h.reg("ERROR_ADDR_LO")],
                          reads[h.reg("CYCLES")], reads[h.reg("COMPUTE_CYCLES")], reads[h.reg("STALL_CYCLES")],
-                         any(line.startswith("irq ") for line in lines), tr, profile, stats, wall)
+                         any(line.startswith("irq ") for line in lines), tr, profile, stats, wall, scratch)

@@ -25,6 +25,7 @@ async def commands_follow_the_program(dut):
         rng = random.Random(seed)
         p_ready, p_claim = rng.choice([1.0, 0.6, 0.3]), rng.choice([1.0, 0.5])
         dut.layers.value, dut.weight_base.value, dut.scratch_base.value = P["layers"], P["weight_base"], P["scratch_base"]
+        dut.run_blocks.value = P["run_blocks"]
         dut.start.value = 1
         await RisingEdge(dut.clk)
         dut.start.value = 0

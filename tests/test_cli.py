@@ -41,7 +41,7 @@ def _bench(name):
     return mod
 
 
-BENCH = {name: _bench(name) for name in ("accuracy", "cycles", "dma", "synth_blocks")}
+BENCH = {name: _bench(name) for name in ("accuracy", "cycles", "decode", "dma", "synth_blocks")}
 COMMANDS = {"elaborate": elaborate.main, "frontend": frontend, "boards": boards.main, "synth": synth.main,
             "regs": regs.main, **{f"bench/{n}": m.main for n, m in BENCH.items()}}
 
@@ -287,6 +287,11 @@ CASES = [
     ("dma-base-beyond", "bench/dma", ["--base", "0xffffffc0"], {}, "exceeds the 32-bit address space"),
     ("dma-base-text", "bench/dma", ["--base", "zz"], {}, "argument --base: invalid address value: 'zz'"),
     ("dma-config-missing", "bench/dma", ["--config", "/nonexistent/small.yaml"], {}, "--config: no such file"),
+    ("decode-no-cache", "bench/decode", ["--config", "small"], {},
+     "--config: small has no KV cache (it needs model.causal: true and activations in DRAM"),
+    ("decode-too-long", "bench/decode", ["--prompt", "200"], {},
+     "--prompt/--steps: 200 + 4 tokens exceed the cache's 128 positions"),
+    ("decode-steps-zero", "bench/decode", ["--steps", "0"], {}, "argument --steps: expected a positive integer, got '0'"),
     ("synth-blocks-unknown", "bench/synth_blocks", ["--block", "nope"], {}, "argument --block: invalid choice: 'nope'"),
 ]
 

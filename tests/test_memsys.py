@@ -201,4 +201,5 @@ def test_fetch_program_commands_match_the_tiled_schedule(blocks):
     tiles = {str(section_id(f.section)): f.tile for f in dut.program}
     simulate(v, top, "tb_fetch", {"commands": want, "addr_bits": dut.p.addr_bits, "beats_bits": BEATS_BITS,
                                   "layers": cfg.model.layers, "weight_base": weight_base, "scratch_base": scratch,
+                                  "run_blocks": blocks,
                                   "tile_tags": tiles})

@@ -1,7 +1,6 @@
 """Pre-LN (GPT-2) layers in the engine RTL: LN1 before Q/K/V, O and FFN down added into the int16 residual stream
 with saturation (the result writer's writes through ResidualAdd), LN2 before FFN up; bit exact against the golden
 model tensor by tensor, on chip and through the DRAM-tiled schedule, causal, under random stalls and DDR3 timing."""
-import dataclasses
 import random
 
 import numpy as np
@@ -13,19 +12,7 @@ from mlo_hw.model.golden import int_stack
 from mlo_hw.model.quantize import build_model, random_inputs
 from mlo_hw.model.tiled import tiled_stack
 from mlo_hw.plan import plan
-
-
-def gpt2_like(cfg, name_suffix="_pre"):
-    """``cfg``'s sizes as GPT-2 layers: pre-LN, causal, tanh GELU."""
-    return dataclasses.replace(cfg, name=cfg.name + name_suffix,
-                               model=dataclasses.replace(cfg.model, norm="pre", causal=True, gelu="tanh"))
-
-
-def tiled_pre_config():
-    """small as GPT-2 layers at 64 tokens, through the DRAM-tiled schedule in two blocks of 32 rows (the extra
-    [block, H] int16 buffer of a pre-LN layer needs a budget of 10.5 BRAM36 where post-LN fits 9.5)."""
-    from sim.harness import small_tiled_config
-    return small_tiled_config(budget=10.5, base=gpt2_like(load_config("small")))
+from sim.harness import gpt2_like, small_gpt2_tiled_config
 
 
 def test_the_plan_counts_the_layernorm_output_buffer():
@@ -33,13 +20,13 @@ def test_the_plan_counts_the_layernorm_output_buffer():
     pre = gpt2_like(post)
     names = lambda p: {b.name: b for b in p.buffers}      # noqa: E731
     assert "r" not in names(plan(post)) and names(plan(pre))["r"].bytes == names(plan(pre))["x"].bytes
-    tiled = plan(tiled_pre_config())
+    tiled = plan(small_gpt2_tiled_config())
     assert (tiled.mode, tiled.block) == ("tiled", 32)
     assert names(tiled)["r"].bytes == 32 * pre.model.hidden * 2
 
 
 def test_tiled_schedule_of_pre_ln_layers_equals_the_golden_model():
-    cfg = tiled_pre_config()
+    cfg = small_gpt2_tiled_config()
     model = build_model(cfg)[1]
     s = cfg.seq_padded
     x, mask = random_inputs(cfg, np.random.default_rng(3), 2)[1]
@@ -82,4 +69,4 @@ def test_rtl_pre_ln_on_chip_bit_exact():
 def test_rtl_pre_ln_through_dram_tiled_blocks_bit_exact(tokens, stall):
     """Pass 1 runs LN1 on each block before Q, K, V; pass 2 adds O into the block's residual, LN2, the FFN, and
     adds FFN down: 45 tokens (a full block and a partial one) under stalls; the full length in -m slow."""
-    _rtl_runs(tiled_pre_config(), [(tokens, stall, 1)])
+    _rtl_runs(small_gpt2_tiled_config(), [(tokens, stall, 1)])

@@ -363,6 +363,12 @@ class LayerEngine(wiring.Component):
         d.bad_scratch = Signal(name="bad_scratch")                  # START with a misaligned or overlapping SCRATCH_BASE (tiled)
         d.scratch_ready = Signal(name="scratch_ready")                # tiled: this layer's K and V^T are in scratch DRAM
         d.blk = Signal(range(max(g.blocks, 2)), name="blk")   # the token block of the pass (tiled)
+        # a decoder's KV cache (tiled): CACHE_LEN, latched at START; the keys a run attends end at key_end
+        # (CACHE_LEN + TOKENS); a run after a prefill (CACHE_LEN > 0) computes one block (run_blocks)
+        d.cache_len = Signal(range(g.seq + 1), name="cache_len")
+        d.key_end = Signal(range(2 * g.seq + 1), name="key_end")
+        d.bad_cache = Signal(name="bad_cache")               # START with a bad CACHE_LEN (sticky until the next)
+        d.run_blocks = Signal(range(g.blocks + 1), name="run_blocks", init=g.blocks)
         d.scratch_bad = Signal(name="scratch_bad")
         if g.tiled:
             sb = regs.scratch_base
@@ -564,7 +570,7 @@ class LayerEngine(wiring.Component):
         m.submodules.copier = d.copier = copier = ParamCopier.from_config(cfg)
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
                      copier.loaded.eq(ws.param_loaded[d.slot]), copier.flush.eq(d.flush),
-                     ws.param_release.eq(copier.release & (d.blk == g.blocks - 1))]   # the last LN2 copy: slot done
+                     ws.param_release.eq(copier.release & (d.blk == d.run_blocks - 1))]   # the last LN2 copy: slot done
         wiring.connect(m, copier.shift, d.operand.shift)
         wiring.connect(m, copier.gelu, d.gelu.table_w)
         wiring.connect(m, copier.ln, ln_lanes.param)
@@ -585,12 +591,13 @@ class LayerEngine(wiring.Component):
         g = self.g
         if not self.cfg.model.causal:
             return Cat(*(key0 + l < d.tokens for l in range(g.pe)))
-        query = Signal(range(g.seq), name="query_row")
+        # the query row's position: CACHE_LEN (0 without a KV cache) + the block's first row + the job's rows
+        query = Signal(range(2 * g.seq), name="query_row")
         with m.If(d.op != Op.SCORES):
-            m.d.sync += query.eq(d.blk * g.rows if g.tiled else 0)
+            m.d.sync += query.eq(d.cache_len + d.blk * g.rows if g.tiled else 0)
         with m.Elif(step & (key0 == g.seq - g.pe)):
             m.d.sync += query.eq(query + 1)
-        return Cat(*((key0 + l < d.tokens) & (key0 + l <= query) for l in range(g.pe)))
+        return Cat(*((key0 + l < d.key_end) & (key0 + l <= query) for l in range(g.pe)))
 
     def _status(self, m, d):
         """STATUS, ERROR_*, the counters' inputs and the weight streamer's and mover's run controls. STATUS.busy: a
@@ -602,13 +609,14 @@ class LayerEngine(wiring.Component):
         drained = Signal(init=1)
         m.d.sync += drained.eq(~self.m_axi_arvalid & ~ws.busy & ~mover.busy)
         m.d.comb += [regs.busy.eq(d.busy | ~drained), regs.done.eq(d.done),
-                     regs.error.eq(ws.error | mover.error | d.bad_tokens | d.bad_scratch),
+                     regs.error.eq(ws.error | mover.error | d.bad_tokens | d.bad_scratch | d.bad_cache),
                      regs.error_addr.eq(Mux(ws.error, ws.error_addr, mover.error_addr)),
                      regs.error_code.eq(Cat(Mux(ws.error, ws.error_code, mover.error_code), d.bad_tokens,
-                                            d.bad_scratch)),
+                                            d.bad_scratch, d.bad_cache)),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(d.mvau.busy), regs.dma_stall.eq(d.stall),
-                     ws.layers.eq(d.layers), ws.weight_base.eq(regs.weight_base), ws.cancel.eq(regs.soft_reset),
+                     ws.layers.eq(d.layers), ws.run_blocks.eq(d.run_blocks), ws.weight_base.eq(regs.weight_base),
+                     ws.cancel.eq(regs.soft_reset),
                      ws.clear.eq(regs.start), mover.cancel.eq(regs.soft_reset | d.abandon),
                      mover.clear.eq(regs.start),
                      ws.scratch_base.eq(regs.scratch_base), ws.scratch_ready.eq(d.scratch_ready)]

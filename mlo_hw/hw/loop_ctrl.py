@@ -100,6 +100,9 @@ class LoopController(wiring.Component):
     an error or ``cancel``). ``dma_error`` stops issuing; ``cancel`` stops at once. One command per cycle
     at most; a tile command waits for ``can_claim`` and pulses ``claim`` when it is taken; a command from
     scratch waits for ``scratch_ready`` (the engine has written what it reads: pass 1's K and V^T).
+    ``run_blocks`` (read at ``start``): the token blocks of this run (``blocks``, or fewer: a decode step after a
+    prefill runs one). The per-head entries read layer l's K_h and V_h^T ``l * kv_stride`` bytes on (a causal
+    model's KV cache, :func:`mlo_hw.model.tiled.scratch_layout`).
     ``cmd.payload.addr`` comes from a register, computed the cycle after a command is taken (or after
     ``start``), so ``cmd.valid`` stays low in that cycle: the first command leaves two cycles after
     ``start``, and back-to-back commands at most every other cycle (the weight DMA takes one at most every
@@ -112,8 +115,11 @@ class LoopController(wiring.Component):
         self.program = fetch_program(cfg, blocks)
         self.stride = layout(cfg).stride
         self.head_bytes = cfg.seq_padded * cfg.head_dim
+        from ..model.tiled import scratch_layout
+        self.kv_stride = scratch_layout(cfg).kv_stride if blocks > 1 else 0
         super().__init__({
             "start": In(1), "cancel": In(1), "layers": In(LAYER_BITS), "weight_base": In(self.p.addr_bits),
+            "run_blocks": In(range(blocks + 1)),
             "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "cmd": Out(stream.Signature(command_layout(self.p, BEATS_BITS, TAG_BITS))),
             "claim": Out(1), "can_claim": In(1), "dma_busy": In(1), "dma_error": In(1),
@@ -127,7 +133,8 @@ class LoopController(wiring.Component):
         entry = Signal(range(n))
         tile = Signal(index_range(max(e.count for e in prog)))
         block, head = Signal(index_range(self.blocks)), Signal(index_range(heads))
-        layer_base, tile_off, head_off = (Signal(self.p.addr_bits) for _ in range(3))
+        layer_base, tile_off, head_off, kv_base = (Signal(self.p.addr_bits) for _ in range(4))
+        last_block = Signal(index_range(self.blocks))          # run_blocks - 1, latched at start
         e = {"offset": Signal(self.p.addr_bits), "beats": Signal(BEATS_BITS), "last": Signal.like(tile),
              "step": Signal(range(max(e.step for e in prog) + 1)), "tile": Signal(), "scratch": Signal(),
              "per_head": Signal(), "loop_heads": Signal(), "loop_blocks": Signal(),
@@ -147,7 +154,7 @@ class LoopController(wiring.Component):
         addr = Signal(self.p.addr_bits, name="cmd_addr")
         fresh = Signal()
         last_layer = Signal()       # layer == layers - 1, registered where the layer changes
-        m.d.sync += [addr.eq(Mux(e["scratch"], self.scratch_base, layer_base) + e["offset"] + tile_off
+        m.d.sync += [addr.eq(Mux(e["scratch"], kv_base, layer_base) + e["offset"] + tile_off
                              + Mux(e["per_head"], head_off, 0)), fresh.eq(1)]
         m.d.comb += [c.addr.eq(addr), c.beats.eq(e["beats"]),
                      c.tag.eq(e["section"] | (self.layer[0] << SECTION_BITS))]
@@ -157,6 +164,7 @@ class LoopController(wiring.Component):
                 with m.If(self.start & ~self.cancel):
                     m.d.sync += [fresh.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
                                  head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
+                                 kv_base.eq(self.scratch_base), last_block.eq(self.run_blocks - 1),
                                  last_layer.eq(self.layers == 1)]
                     with m.If(self.layers == 0):
                         m.next = "FINISH"
@@ -177,7 +185,7 @@ class LoopController(wiring.Component):
                         with m.If(e["loop_heads"] & (head != heads - 1)):
                             m.d.sync += [head.eq(head + 1), head_off.eq(head_off + self.head_bytes),
                                          entry.eq(e["heads_to"])]
-                        with m.Elif(e["loop_blocks"] & (block != self.blocks - 1)):
+                        with m.Elif(e["loop_blocks"] & (block != last_block)):
                             m.d.sync += [block.eq(block + 1), entry.eq(e["blocks_to"])]
                         with m.Else():
                             m.d.sync += entry.eq(entry + 1)
@@ -187,7 +195,7 @@ class LoopController(wiring.Component):
                                 m.d.sync += block.eq(0)
                             with m.If(entry == n - 1):
                                 m.d.sync += [entry.eq(0), self.layer.eq(self.layer + 1),
-                                             layer_base.eq(layer_base + self.stride),
+                                             layer_base.eq(layer_base + self.stride), kv_base.eq(kv_base + self.kv_stride),
                                              last_layer.eq(self.layer + 2 == self.layers)]
                                 with m.If(last_layer):
                                     m.next = "FINISH"
@@ -233,7 +241,7 @@ class WeightStreamer(wiring.Component):
         g = self.tiles
         pg = self.params
         super().__init__({
-            "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS),
+            "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS), "run_blocks": In(range(blocks + 1)),
             "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
@@ -268,6 +276,7 @@ class WeightStreamer(wiring.Component):
         wiring.connect(m, loop.cmd, dma.cmd)
         m.d.comb += [
             loop.start.eq(self.start), loop.cancel.eq(self.cancel), loop.layers.eq(self.layers),
+            loop.run_blocks.eq(self.run_blocks),
             loop.weight_base.eq(self.weight_base), loop.scratch_base.eq(self.scratch_base),
             loop.scratch_ready.eq(self.scratch_ready), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
             loop.dma_busy.eq(dma.busy), loop.dma_error.eq(dma.error),

@@ -22,7 +22,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import RESP_OKAY, RESP_SLVERR, axil_slave_members
-from ..plan import plan
+from ..plan import kv_cache, plan
 
 __all__ = ["ID_VALUE", "Field", "Register", "register_map", "ControlRegs", "write_register_map", "c_header",
            "markdown", "as_dict", "AXIL_ADDR_BITS"]
@@ -69,7 +69,9 @@ def _word(name, offset, access, description, reset=0, width=32):
 
 
 def register_map(cfg) -> tuple[Register, ...]:
-    """Every register of the engine's control interface, in address order."""
+    """Every register of the engine's control interface, in address order (CACHE_LEN and ERROR_CODE.bad_cache only
+    with a KV cache: :func:`mlo_hw.plan.kv_cache`)."""
+    kv = kv_cache(cfg)
     hi_bits = max(cfg.memory.axi_addr_bits - 32, 0)
     lo_bits = min(cfg.memory.axi_addr_bits, 32)
     regs = [
@@ -110,7 +112,10 @@ def register_map(cfg) -> tuple[Register, ...]:
             Field("bad_tokens", 3, 1, "RO", 0, f"START with TOKENS outside 1..{cfg.model.seq_len} (no run)"),
             Field("bad_scratch", 4, 1, "RO", 0, "activations in DRAM: START with SCRATCH_BASE not 4 KiB aligned, or "
                                                  f"its SCRATCH_BYTES overlapping the weight image ({cfg.model.layers} layers), the "
-                                                 "input or the output (no run)"))),
+                                                 "input or the output (no run)"),
+            *([Field("bad_cache", 5, 1, "RO", 0, f"START with CACHE_LEN not a multiple of {kv.unit}, or above 0 with "
+                                                 f"TOKENS above {kv.block}, or CACHE_LEN + TOKENS above the cache's "
+                                                 f"{kv.capacity} keys (no run)")] if kv else []))),
         _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
         _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
         _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for DRAM: a weight tile, a layer header or a "
@@ -128,6 +133,11 @@ def register_map(cfg) -> tuple[Register, ...]:
                    pl.scratch_bytes),
              _word("BLOCK_ROWS", off + 12, "RO", "token rows per block of the DRAM-tiled schedule (the padded sequence: "
                    "on chip)", pl.block)]
+    if kv:
+        regs.append(_word("CACHE_LEN", off + 16, "RW", f"KV cache (a decoder with activations in DRAM): keys already "
+                          f"in every layer's K and V^T in the scratch; the input rows are tokens CACHE_LEN.. (a "
+                          f"multiple of {kv.unit}: tokens from the last multiple on are recomputed), TOKENS of "
+                          f"them; 0: a prefill (docs/decode.md); read at START", 0, TOKEN_BITS))
     return tuple(regs)
 
 
@@ -136,7 +146,8 @@ class ControlRegs(wiring.Component):
 
     Outputs: ``start``, ``soft_reset`` (one-cycle pulses; ``start`` only when CTRL.start is written
     while ``busy`` is low: a START while busy is ignored, and clears nothing), ``layers``,
-    ``weight_base``, ``input_base``, ``output_base``, ``scratch_base``, ``tokens``, ``irq`` (level: irq_enable and (done or
+    ``weight_base``, ``input_base``, ``output_base``, ``scratch_base``, ``tokens``, ``cache_len`` (0 without a KV
+    cache), ``irq`` (level: irq_enable and (done or
     error)).
     Inputs from the engine: ``busy``, ``done`` (pulse), ``error``, ``error_addr``, ``error_code``,
     ``compute_busy``, ``dma_stall``, ``read_beat`` (one AXI read beat of ``cfg.axi_data_bytes``).
@@ -151,8 +162,9 @@ class ControlRegs(wiring.Component):
         super().__init__({
             **axil_slave_members(AXIL_ADDR_BITS),
             "start": Out(1), "soft_reset": Out(1), "irq": Out(1), "layers": Out(LAYER_BITS), "tokens": Out(TOKEN_BITS),
+            "cache_len": Out(TOKEN_BITS),
             "weight_base": Out(a), "input_base": Out(a), "output_base": Out(a), "scratch_base": Out(a),
-            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(5),
+            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(6),
             "compute_busy": In(1), "dma_stall": In(1), "read_beat": In(1),
         })
 
@@ -176,6 +188,7 @@ class ControlRegs(wiring.Component):
             self.layers.eq(store["LAYERS", "value"]), self.tokens.eq(store["TOKENS", "value"]),
             self.weight_base.eq(base("WEIGHT_BASE")), self.input_base.eq(base("INPUT_BASE")),
             self.output_base.eq(base("OUTPUT_BASE")), self.scratch_base.eq(base("SCRATCH_BASE")),
+            self.cache_len.eq(store.get(("CACHE_LEN", "value"), 0)),
             self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
         ]
         ro = {                                  # RO fields driven by the engine (the others read their reset value)
@@ -184,6 +197,7 @@ class ControlRegs(wiring.Component):
             ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
             ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
             ("ERROR_CODE", "bad_tokens"): self.error_code[3], ("ERROR_CODE", "bad_scratch"): self.error_code[4],
+            ("ERROR_CODE", "bad_cache"): self.error_code[5],
             **{(n, "value"): s for n, s in counters.items()},
         }
 

@@ -20,7 +20,8 @@ writes the output buffer); ``q`` int8 [S, H] row-major; ``k`` and ``vt`` head-ma
 [S, dh] (K_h) and [dh, S] (V_h^T) in the MVAU's weight-word order (:func:`mlo_hw.model.weight_image.pack_tile_weights`:
 word (nf, sf) of ``pe * simd`` bytes, byte ``p * simd + s``), so a head streams into the MVAU's weight port
 as a tile. A block's K_h is one contiguous run of ``block * dh`` bytes; its V_h^T is ``dh / pe`` runs of
-``block * pe`` bytes, ``S * pe`` bytes apart.
+``block * pe`` bytes, ``S * pe`` bytes apart. A causal model (a decoder) keeps every layer's ``k`` and ``vt``
+(layer l's ``l * kv_stride`` bytes on): its KV cache (``docs/decode.md``); an encoder's layers share one.
 
 :func:`tiled_stack` runs the layers on a byte-addressed DRAM and returns the output with every transfer
 (:class:`Transfer`): the DRAM traffic the planner's bound counts, and the access pattern an RTL run of the
@@ -48,19 +49,25 @@ def _page(n: int) -> int:
 
 @dataclass(frozen=True)
 class ScratchLayout:
-    """Byte offsets of the scratch regions (see the module docstring) and the total size."""
+    """Byte offsets of the scratch regions (see the module docstring) and the total size; layer l's K and V^T are at
+    ``k + l * kv_stride`` and ``vt + l * kv_stride`` (``kv_stride`` 0: one region for every layer)."""
     x0: int
     x1: int
     q: int
     k: int
     vt: int
     bytes: int
+    kv_stride: int = 0
 
 
 def scratch_layout(cfg) -> ScratchLayout:
+    """A causal model (a decoder) keeps every layer's K and V^T: they are its KV cache (``docs/decode.md``);
+    an encoder's layers reuse one region."""
     s, h = cfg.seq_padded, cfg.model.hidden
     x, a = _page(2 * s * h), _page(s * h)
-    return ScratchLayout(x0=0, x1=x, q=2 * x, k=2 * x + a, vt=2 * x + 2 * a, bytes=2 * x + 3 * a)
+    n = cfg.model.layers if cfg.model.causal else 1
+    return ScratchLayout(x0=0, x1=x, q=2 * x, k=2 * x + a, vt=2 * x + a + n * a, bytes=2 * x + a + 2 * n * a,
+                         kv_stride=a if cfg.model.causal else 0)
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,7 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
     rows = lambda base, t, width: (base + t * block * width, block * width)        # noqa: E731
     for li, p in enumerate(layers):
         dram.layer = li
+        kv = li * sc.kv_stride               # the layer's K and V^T (a causal model's KV cache)
         wbase = weight_base + li * lay.stride
         src = inp if li == 0 else scratch + (sc.x1 if li % 2 else sc.x0)
         dst = out if li == len(layers) - 1 else scratch + (sc.x0 if li % 2 else sc.x1)
@@ -150,18 +158,18 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
             dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
             for hh in range(heads):
                 kh = k[:, hh * dh:(hh + 1) * dh]                    # [block, dh]: rows t*block.. of K_h
-                dram.write("k", scratch + sc.k + hh * s * dh + t * block * dh, _i8(pack_tile_weights(kh, pe, simd)))
+                dram.write("k", scratch + sc.k + kv + hh * s * dh + t * block * dh, _i8(pack_tile_weights(kh, pe, simd)))
                 vt = v[:, hh * dh:(hh + 1) * dh].T                  # [dh, block]: columns of V_h^T
                 packed = pack_tile_weights(vt, pe, simd).reshape(dh // pe, block // simd, pe * simd)
                 for nf in range(dh // pe):
-                    at = scratch + sc.vt + hh * s * dh + nf * s * pe + t * block * pe
+                    at = scratch + sc.vt + kv + hh * s * dh + nf * s * pe + t * block * pe
                     dram.write("vt", at, _i8(packed[nf]))
         for t in range(s // block):                                 # pass 2: the rest, per query block
             q = np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
             ctx = np.zeros((block, h), np.int64)
             for hh in range(heads):
-                kflat = np.frombuffer(dram.read("k", scratch + sc.k + hh * s * dh, s * dh), np.int8)
-                vflat = np.frombuffer(dram.read("vt", scratch + sc.vt + hh * s * dh, s * dh), np.int8)
+                kflat = np.frombuffer(dram.read("k", scratch + sc.k + kv + hh * s * dh, s * dh), np.int8)
+                vflat = np.frombuffer(dram.read("vt", scratch + sc.vt + kv + hh * s * dh, s * dh), np.int8)
                 kh = unpack_tile_weights(kflat, s, dh, pe, simd).astype(np.int64)
                 vth = unpack_tile_weights(vflat, dh, s, pe, simd).astype(np.int64)
                 scores = int_matmul(q[:, hh * dh:(hh + 1) * dh], kh.T)

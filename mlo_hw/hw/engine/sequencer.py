@@ -25,10 +25,11 @@ exposes (``d``, a namespace built there) so that each job's handshake is written
 
 from __future__ import annotations
 
-from amaranth import Mux, Signal, signed
+from amaranth import Const, Mux, Signal, signed
 
 from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
+from ...plan import kv_cache
 from ..buffers import PARAM_SECTIONS
 from ...model.weight_image import HEADER_FIELDS
 from .block_mover import Transfer
@@ -376,11 +377,34 @@ class Sequencer:
             self.src.eq(Mux(self.first_layer, regs.input_base, regs.scratch_base + Mux(d.layer[0], sc.x1, sc.x0))),
             self.dst.eq(Mux(self.last_layer, regs.output_base, regs.scratch_base + Mux(d.layer[0], sc.x0, sc.x1)))]
         m.d.comb += self.io_block.eq(Mux(self.io_left > self.block_words, self.block_words, self.io_left))
+        # the KV cache (kv_cache): the layer's K and V^T regions (kv_layer bytes on), the words of a block's K_h
+        # and of a V_h^T run that fit below the cache's capacity (a block written from key CACHE_LEN on)
+        self.kv_layer = Signal(addr_bits, name="kv_layer")
+        self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
+        self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
+
+    def start_kv(self, cache_len):
+        """At START: the per-block K_h and V_h^T store lengths of a run from key ``cache_len`` on."""
+        g = self.g
+        keys = Signal(range(g.rows + 1), name="kv_keys")
+        self.m.d.comb += keys.eq(Mux(g.seq - cache_len < g.rows, g.seq - cache_len, g.rows))
+        self.m.d.sync += [self.kv_layer.eq(0), self.k_words.eq(keys * (g.head_dim // g.simd)),
+                          self.vt_words.eq(keys >> (g.simd // g.pe).bit_length() - 1)]
+
+    def cache_bad(self, cache_len, tokens):
+        """CACHE_LEN not a multiple of the KV cache's unit, above 0 with more than a block's tokens, or CACHE_LEN +
+        TOKENS beyond its capacity (``ERROR_CODE.bad_cache``); never without a KV cache (CACHE_LEN reads 0)."""
+        kv = kv_cache(self.cfg)
+        if kv is None:
+            return Const(0)
+        return ((cache_len[:kv.unit.bit_length() - 1] != 0) | ((cache_len != 0) & (tokens > kv.block))
+                | (cache_len + tokens > kv.capacity))
 
     def start_pass(self, first):
-        m = self.m
-        m.d.sync += [self.d.blk.eq(0), self.x_off.eq(0), self.q_off.eq(0), self.k_off.eq(0), self.vt_off.eq(0),
-                     self.io_left.eq(self.io_words)]
+        m, d, g = self.m, self.d, self.g
+        # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
+        m.d.sync += [d.blk.eq(0), self.x_off.eq(0), self.q_off.eq(0), self.k_off.eq(d.cache_len * g.head_dim),
+                     self.vt_off.eq(d.cache_len * g.pe), self.io_left.eq(self.io_words)]
         m.next = first
 
     def next_block(self, more, last):
@@ -389,14 +413,15 @@ class Sequencer:
         m.d.sync += [d.blk.eq(d.blk + 1), self.x_off.eq(self.x_off + 2 * R * H), self.q_off.eq(self.q_off + R * H),
                      self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
                      self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0))]
-        with m.If(d.blk == g.blocks - 1):
+        with m.If(d.blk == d.run_blocks - 1):
             last()
         with m.Else():
             m.next = more
 
     def end_of_layer(self):
         m, d = self.m, self.d
-        m.d.sync += [d.layer.eq(d.layer + 1), self.first_layer.eq(0), self.last_layer.eq(d.layer + 2 == d.layers)]
+        m.d.sync += [d.layer.eq(d.layer + 1), self.first_layer.eq(0), self.last_layer.eq(d.layer + 2 == d.layers),
+                     self.kv_layer.eq(self.kv_layer + self.sc.kv_stride)]
         with m.If(self.last_layer):
             if self.g.tiled:
                 m.d.comb += d.done.eq(1)
@@ -415,11 +440,17 @@ class Sequencer:
         with m.State("IDLE"):
             m.d.comb += d.flush.eq(regs.start | regs.soft_reset)
             with m.If(regs.start):
-                m.d.sync += [d.tokens.eq(regs.tokens), d.bad_tokens.eq(0), d.bad_scratch.eq(0)]
+                m.d.sync += [d.tokens.eq(regs.tokens), d.bad_tokens.eq(0), d.bad_scratch.eq(0), d.bad_cache.eq(0),
+                             d.cache_len.eq(regs.cache_len), d.key_end.eq(regs.cache_len + regs.tokens),
+                             d.run_blocks.eq(Mux(regs.cache_len == 0, g.blocks, 1))]
+                if g.tiled:
+                    self.start_kv(regs.cache_len)
                 with m.If((regs.tokens == 0) | (regs.tokens > g.tokens)):
                     m.d.sync += d.bad_tokens.eq(1)
                 with m.Elif(d.scratch_bad):
                     m.d.sync += d.bad_scratch.eq(1)
+                with m.Elif(self.cache_bad(regs.cache_len, regs.tokens)):
+                    m.d.sync += d.bad_cache.eq(1)
                 with m.Else():
                     m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0),
                                  self.first_layer.eq(1), self.last_layer.eq(regs.layers == 1)]
@@ -486,13 +517,13 @@ class Sequencer:
             m.next = "P1_STORE_Q"
 
         def store_k():
-            self.transfer(Transfer.STORE_K, regs.scratch_base + sc.k + self.k_off, words(R * g.head_dim),
+            self.transfer(Transfer.STORE_K, regs.scratch_base + sc.k + self.kv_layer + self.k_off, self.k_words,
                           runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=words(g.head_dim),
                           inner=words(g.head_dim), outer_stride=words(H))
             m.next = "P1_STORE_K"
 
         def store_vt():
-            self.transfer(Transfer.STORE_VT, regs.scratch_base + sc.vt + self.vt_off, words(R * g.pe),
+            self.transfer(Transfer.STORE_VT, regs.scratch_base + sc.vt + self.kv_layer + self.vt_off, self.vt_words,
                           runs=H // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=words(R), inner=words(R))
             m.next = "P1_STORE_VT"
 

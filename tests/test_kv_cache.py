@@ -1,0 +1,52 @@
+"""A decoder's KV cache in the DRAM-tiled engine RTL (docs/decode.md): a prefill (CACHE_LEN 0) writes every layer's K and
+V^T into the scratch; each decode step (CACHE_LEN = the new token's position rounded down to lcm(pe, simd), its input
+the rows from there on) computes one block against the cached keys and appends its own. Greedy generation with a
+random vocabulary (sim/decode_run.py), the golden model's prefill + decode_step as the reference: the RTL's outputs
+and its cache in DRAM are bit exact and its generated tokens the same. CACHE_LEN that is misaligned, too large or
+above 0 with more than a block of tokens is refused with ERROR_CODE.bad_cache and no run."""
+import numpy as np
+
+from mlo_hw.model.quantize import build_model
+from mlo_hw.plan import kv_cache
+from sim.decode_run import check_cache, engine_runs, golden_generation
+from sim.harness import small_gpt2_tiled_config
+
+
+def test_rtl_prefill_then_decode_steps_generate_the_golden_tokens():
+    """Prompt of 45 tokens (a full block and a partial one), then 8 steps: positions 45..52, CACHE_LEN 44, 48 and 52
+    (a step from a multiple of four on recomputes the group's earlier tokens, which the engine's block computes
+    anyway); from CACHE_LEN 36 on a block's 32 keys would pass the 64-key capacity, so K_h and V_h^T are stored up
+    to it. Between the prefill and the steps, three bad CACHE_LEN runs."""
+    from sim.harness import EngineSim, Run
+    prompt_len, steps = 45, 8
+    cfg = small_gpt2_tiled_config()
+    kv = kv_cache(cfg)
+    assert (kv.capacity, kv.unit, kv.block) == (64, 4, 32)
+    model = build_model(cfg)[1]
+    gen = golden_generation(cfg, model, prompt_len, steps, np.random.default_rng(7))
+    runs, starts = engine_runs(cfg, gen, prompt_len, dump_last=True)
+    assert sorted(set(starts)) == [44, 48, 52]
+    zeros = np.zeros((cfg.model.seq_len, cfg.model.hidden), np.int64)
+    bad = [(1, 45), (33, 4), (5, 60)]          # (TOKENS, CACHE_LEN): misaligned, > a block, > the capacity
+    runs[1:1] = [Run(zeros, t, cache_len=c, trace=False) for t, c in bad]
+    sim = EngineSim(cfg, model)
+    results = sim.run_many(runs, stall=0.3, seed=5)
+    bit = sim.h.bit
+    prefill_run = results[0]
+    assert prefill_run.status & bit("STATUS", "done") and not prefill_run.status & bit("STATUS", "error")
+    assert np.array_equal(prefill_run.output[:prompt_len], gen.outputs[0]), "prefill output differs"
+    for (t, c), r in zip(bad, results[1:4]):
+        assert r.status & bit("STATUS", "error") and r.error_code == bit("ERROR_CODE", "bad_cache"), \
+            f"CACHE_LEN {c} TOKENS {t}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+    generated = [gen.next_token(gen.outputs[0][-1])]
+    for i, (a, r) in enumerate(zip(starts, results[4:])):
+        n = prompt_len + i
+        what = f"step {i} (position {n}, CACHE_LEN {a})"
+        assert r.status & bit("STATUS", "done") and not r.status & bit("STATUS", "error"), \
+            f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+        got, want = r.output[n - a], gen.outputs[i + 1][0]
+        assert np.array_equal(got, want), f"{what}: output differs at {np.flatnonzero(got != want)[:5]}"
+        generated.append(gen.next_token(got))
+    assert generated == gen.tokens[prompt_len:] + [gen.next_token(gen.outputs[-1][0])]
+    assert len(set(gen.tokens[prompt_len:])) > 1, "a degenerate generation (one token repeated) tests little"
+    check_cache(cfg, results[-1].scratch, gen.cache)
