@@ -140,6 +140,7 @@ class Target:
     board: str = "arty_a7_35"
     clock_mhz: float = 100.0
     bram36_budget: float | None = None     # block RAM the plan may use (default: the part's; see mlo_hw.plan)
+    block_rows: int | None = None          # the DRAM-tiled plan's token rows per block (default: the planner's choice)
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,9 @@ def _build(section: str, cls, raw: Any):
                                       or not _finite(value)):
                 raise ConfigError(f"{section}.{name}: expected a finite number or null, got {value!r}")
             value = None if value is None else float(value)
+        elif want == "int | None":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{section}.{name}: expected an integer or null, got {value!r}")
         elif want == "str | None":
             if value is not None and not isinstance(value, str):
                 raise ConfigError(f"{section}.{name}: expected a string or null, got {value!r}")

@@ -215,6 +215,18 @@ def kv_cache(cfg) -> KVCache | None:
 def plan(cfg) -> Plan:
     """The plan for ``cfg`` (module docstring); ConfigError with one line when nothing fits the budget."""
     budget = _budget(cfg)
+    forced = cfg.target.block_rows
+    if forced is not None:       # target.block_rows: the DRAM-tiled plan at that block, or an error
+        choices = block_choices(cfg)
+        if forced not in choices:
+            raise ConfigError(f"target.block_rows: {forced} is not a block of the DRAM-tiled schedule at seq_len "
+                              f"{cfg.model.seq_len}: expected one of {', '.join(map(str, choices)) or 'none'} "
+                              f"(multiples of lcm(pe, simd) that divide the padded sequence {cfg.seq_padded})")
+        p = _tiled_plan(cfg, forced, budget)
+        if p.bram36 > budget:
+            raise ConfigError(f"target.block_rows: the DRAM-tiled plan at {forced} rows needs {p.bram36:g} BRAM36, "
+                              f"above the budget of {budget:g}")
+        return p
     onchip = _onchip_plan(cfg, budget)
     if onchip.bram36 <= budget:
         return onchip

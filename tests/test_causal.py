@@ -102,10 +102,12 @@ def _rtl_runs(cfg, runs):
         check_run_rejects_corruption(cfg, r, want, traces, tokens, cfg.model.layers, rng)
 
 
-@pytest.mark.parametrize("tokens, stall", [(45, 0.3), pytest.param(64, 0.0, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("tokens, stall", [(45, 0.3), (64, 0.0)])
 def test_rtl_causal_through_dram_tiled_blocks_bit_exact(tokens, stall):
     """Two blocks of 32 query rows: the second block's rows attend keys up to 32 + its row (the block offset).
-    45 tokens under stalls: a full first block and a partial second one; the full length runs in -m slow."""
+    45 tokens under stalls: a full first block and a partial second one. In -m slow: the default run has the causal
+    DRAM-tiled engine with pre-LN layers (tests/test_prenorm.py, tests/test_kv_cache.py)."""
     from sim.harness import small_tiled_config
     base = small_tiled_config()
     cfg = dataclasses.replace(base, name="small_tiled_causal", model=dataclasses.replace(base.model, causal=True))
