@@ -39,7 +39,7 @@ from .perf import bram36, buffer_group, layer_bound, layernorm_visible_cycles, m
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
-__all__ = ["Buffer", "Plan", "KVCache", "plan", "kv_cache", "block_choices", "tiled_memories", "format_plan", "main"]
+__all__ = ["Buffer", "Plan", "KVCache", "plan", "kv_cache", "DecodeStep", "decode_step", "block_choices", "tiled_memories", "format_plan", "main"]
 
 SMALL_SECTIONS = ("header", "narrow", "ln1", "gelu", "ln2")
 
@@ -150,7 +150,9 @@ def _tiled_traffic(cfg, block: int) -> tuple[int, int, int]:
     return weights, act_read, act_written
 
 
-def _tiled_layer_cycles(cfg, block: int) -> int:
+def _tiled_phases(cfg, block: int) -> tuple:
+    """A layer's phases at ``block`` rows, each (cycles, DRAM bytes): pass 1 of the first block (with the small
+    sections), of another block, the attention and the rest of a block."""
     s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
     lanes, beat = cfg.mac_lanes, cfg.axi_data_bytes
     lay = layout(cfg)
@@ -160,13 +162,38 @@ def _tiled_layer_cycles(cfg, block: int) -> int:
         tiles = sum(costs[mm].tiles * max(costs[mm].compute, costs[mm].dma) for mm in matrices)
         tiles += raw_tiles * max(block * s * dh // lanes, -(-s * dh // beat))
         dram = sum(lay[mm].bytes for mm in matrices) + raw_tiles * s * dh + act_bytes
-        return max(tiles, -(-dram // beat))
+        return max(tiles, -(-dram // beat)), dram
     small = sum(lay[n].bytes for n in SMALL_SECTIONS)
     pass1 = phase(("q", "k", "v"), 0, 5 * block * h)
     attention = phase((), 2 * heads, block * h)
     rest = phase(("o", "ffn_up", "ffn_down"), 0, 4 * block * h)
     first = phase(("q", "k", "v"), 0, 5 * block * h + small)
-    return first + (s // block - 1) * pass1 + (s // block) * (attention + rest)
+    return first, pass1, attention, rest
+
+
+def _tiled_layer_cycles(cfg, block: int) -> int:
+    (first, _), (pass1, _), (attention, _), (rest, _) = _tiled_phases(cfg, block)
+    blocks = cfg.seq_padded // block
+    return first + (blocks - 1) * pass1 + blocks * (attention + rest)
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """The model of a decode step of a KV-cache engine: ``cycles`` the bound (every DRAM byte counted),
+    ``layernorm`` the LayerNorm cycles beyond it, ``bytes`` what it moves over the AXI port."""
+    cycles: int
+    layernorm: int
+    bytes: int
+
+
+def decode_step(cfg) -> DecodeStep:
+    """A decode step of ``cfg``'s KV-cache engine (:func:`kv_cache`): one block through every layer, per layer pass 1
+    with the small sections, the heads over the cache's whole capacity, the rest."""
+    p = plan(cfg)
+    phases = [ph for i, ph in enumerate(_tiled_phases(cfg, p.block)) if i != 1]
+    n = cfg.model.layers
+    return DecodeStep(n * sum(c for c, _ in phases), n * layernorm_visible_cycles(cfg, p.block),
+                      n * sum(b for _, b in phases))
 
 
 def _tiled_plan(cfg, block: int, budget: float) -> Plan:

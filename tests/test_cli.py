@@ -58,6 +58,7 @@ def guard(monkeypatch):
     monkeypatch.setattr(BENCH["dma"], "simulate", _forbidden)
     monkeypatch.setattr(BENCH["cycles"], "measure", _forbidden)
     monkeypatch.setattr(BENCH["synth_blocks"], "synth_verilog", _forbidden)
+    monkeypatch.setattr(BENCH["decode"], "EngineSim", _forbidden)
 
 
 # ---- inputs ----------------------------------------------------------------------------------------
@@ -291,6 +292,8 @@ CASES = [
      "--config: small has no KV cache (it needs model.causal: true and activations in DRAM"),
     ("decode-too-long", "bench/decode", ["--prompt", "200"], {},
      "--prompt/--steps: 200 + 4 tokens exceed the cache's 128 positions"),
+    ("decode-extrapolate-short", "bench/decode", ["--extrapolate", "8"], {},
+     "--extrapolate: at 8 tokens gpt2_tiny's activations stay on chip: no KV cache"),
     ("decode-steps-zero", "bench/decode", ["--steps", "0"], {}, "argument --steps: expected a positive integer, got '0'"),
     ("synth-blocks-unknown", "bench/synth_blocks", ["--block", "nope"], {}, "argument --block: invalid choice: 'nope'"),
 ]

@@ -5,7 +5,9 @@ random vocabulary (sim/decode_run.py), the golden model's prefill + decode_step 
 and its cache in DRAM are bit exact and its generated tokens the same. CACHE_LEN that is misaligned, too large or
 above 0 with more than a block of tokens is refused with ERROR_CODE.bad_cache and no run."""
 import numpy as np
+import pytest
 
+from mlo_hw.config import load_config
 from mlo_hw.model.quantize import build_model
 from mlo_hw.plan import kv_cache
 from sim.decode_run import check_cache, engine_runs, golden_generation
@@ -32,14 +34,23 @@ def test_rtl_prefill_then_decode_steps_generate_the_golden_tokens():
     sim = EngineSim(cfg, model)
     results = sim.run_many(runs, stall=0.3, seed=5)
     bit = sim.h.bit
-    prefill_run = results[0]
-    assert prefill_run.status & bit("STATUS", "done") and not prefill_run.status & bit("STATUS", "error")
-    assert np.array_equal(prefill_run.output[:prompt_len], gen.outputs[0]), "prefill output differs"
     for (t, c), r in zip(bad, results[1:4]):
         assert r.status & bit("STATUS", "error") and r.error_code == bit("ERROR_CODE", "bad_cache"), \
             f"CACHE_LEN {c} TOKENS {t}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+    _check_generation(sim, gen, runs[0], starts, results[:1] + results[4:], prompt_len)
+
+
+def _check_generation(sim, gen, prefill, starts, results, prompt_len: int):
+    """The prefill tensor by tensor, every step's output row and token, and the KV cache after the last step."""
+    from sim.engine_check import check_run
+    bit, cfg = sim.h.bit, sim.cfg
+    prefill_run = results[0]
+    assert prefill_run.status & bit("STATUS", "done") and not prefill_run.status & bit("STATUS", "error")
+    assert np.array_equal(prefill_run.output[:prompt_len], gen.outputs[0]), "prefill output differs"
+    want, traces = sim.golden(prefill.x, prompt_len)
+    check_run(cfg, prefill_run.output, want, traces, prefill_run.trace, cfg.model.seq_len, cfg.model.layers)
     generated = [gen.next_token(gen.outputs[0][-1])]
-    for i, (a, r) in enumerate(zip(starts, results[4:])):
+    for i, (a, r) in enumerate(zip(starts, results[1:])):
         n = prompt_len + i
         what = f"step {i} (position {n}, CACHE_LEN {a})"
         assert r.status & bit("STATUS", "done") and not r.status & bit("STATUS", "error"), \
@@ -50,3 +61,49 @@ def test_rtl_prefill_then_decode_steps_generate_the_golden_tokens():
     assert generated == gen.tokens[prompt_len:] + [gen.next_token(gen.outputs[-1][0])]
     assert len(set(gen.tokens[prompt_len:])) > 1, "a degenerate generation (one token repeated) tests little"
     check_cache(cfg, results[-1].scratch, gen.cache)
+
+
+@pytest.mark.slow
+def test_rtl_gpt2_tiny_decode_prefill_then_eight_steps():
+    """gpt2_tiny_decode (4 layers, hidden 128, 4 heads, blocks of 8): a 60-token prefill, then 8 steps (positions
+    60..67, CACHE_LEN 56 and 64) under random stalls."""
+    from sim.harness import EngineSim
+    cfg = load_config("gpt2_tiny_decode")
+    model = build_model(cfg)[1]
+    gen = golden_generation(cfg, model, 60, 8, np.random.default_rng(3))
+    runs, starts = engine_runs(cfg, gen, 60, dump_last=True)
+    assert sorted(set(starts)) == [56, 64]
+    sim = EngineSim(cfg, model)
+    _check_generation(sim, gen, runs[0], starts, sim.run_many(runs, stall=0.2, seed=2), 60)
+
+
+def test_runtime_decode_on_the_golden_and_rtl_backends(tmp_path):
+    """The host runtime's run(..., cache_len=): the same prefill and decode steps on the golden backend (which models
+    the cache in its DRAM, docs/decode.md) and on the RTL give the golden model's outputs, bit for bit; a bad
+    CACHE_LEN is refused by both with ERROR_CODE.bad_cache; a build without a KV cache refuses cache_len."""
+    from mlo_hw.elaborate import write_build
+    from mlo_hw.runtime import Accelerator, DeviceError, RuntimeInputError
+    cfg = small_gpt2_tiled_config()
+    out = tmp_path / "build"
+    out.mkdir()
+    write_build(cfg, out)
+    model = build_model(cfg)[1]
+    prompt_len = 30
+    gen = golden_generation(cfg, model, prompt_len, 4, np.random.default_rng(11))
+    runs, starts = engine_runs(cfg, gen, prompt_len)
+    with Accelerator(out, backend="golden") as g, Accelerator(out, backend="sim", stall=0.3, seed=4) as s:
+        for acc in (g, s):
+            y = acc.run(runs[0].x, runs[0].tokens, cache_len=0)
+            assert np.array_equal(y[:prompt_len], gen.outputs[0]), acc.backend.name
+            for i, (run, a) in enumerate(zip(runs[1:], starts)):
+                y = acc.run(run.x, run.tokens, cache_len=a)
+                n = prompt_len + i
+                assert np.array_equal(y[n - a], gen.outputs[i + 1][0]), f"{acc.backend.name} step {i}"
+            with pytest.raises(DeviceError, match=rf"^engine ERROR: ERROR_CODE 0x20 \(bad_cache\) \[{acc.backend.name} "):
+                acc.run(runs[0].x, 1, cache_len=6)
+    small = tmp_path / "small"
+    small.mkdir()
+    write_build(load_config("small"), small)
+    with Accelerator(small, backend="golden") as acc:
+        with pytest.raises(RuntimeInputError, match=r"^cache_len: build small has no KV cache"):
+            acc.run(np.zeros((8, 32), np.int64), cache_len=0)

@@ -65,8 +65,10 @@ def test_rtl_pre_ln_on_chip_bit_exact():
     _rtl_runs(cfg, [(cfg.model.seq_len, 0.3, 1), (5, 0.0, 64)])
 
 
-@pytest.mark.parametrize("tokens, stall", [(45, 0.3), pytest.param(64, 0.0, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("tokens, stall", [(45, 0.3), (64, 0.0)])
 def test_rtl_pre_ln_through_dram_tiled_blocks_bit_exact(tokens, stall):
     """Pass 1 runs LN1 on each block before Q, K, V; pass 2 adds O into the block's residual, LN2, the FFN, and
-    adds FFN down: 45 tokens (a full block and a partial one) under stalls; the full length in -m slow."""
+    adds FFN down: 45 tokens (a full block and a partial one) under stalls, and the full length. In -m slow: the
+    default run checks the same engine's 45-token prefill tensor by tensor (tests/test_kv_cache.py)."""
     _rtl_runs(small_gpt2_tiled_config(), [(tokens, stall, 1)])

@@ -46,10 +46,14 @@ def _inputs(cfg, model, seed, count):
     return [model.quantize_input(x) for x, _ in random_inputs(cfg, rng, count, padded=False)]
 
 
-def test_image_layers_is_the_inverse_of_pack_image():
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_image_layers_is_the_inverse_of_pack_image(norm):
+    """Every field, the layer kind too (a pre-LN image has its own section order)."""
     cfg = load_config("small")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, norm=norm, causal=norm == "pre"))
     model = build_model(cfg)[1]
     back = image_layers(cfg, pack_image(cfg, model.layers))
+    assert [p.norm for p in back] == [norm] * cfg.model.layers
     for want, got in zip(model.layers, back):
         for f in dataclasses.fields(want):
             if f.name == "scales":

@@ -223,7 +223,8 @@ def image_layers(cfg, img: bytes) -> list[IntLayer]:
                             ctx_mult=d["ctx_mult"], ctx_shift=d["ctx_shift"],
                             ln1_gain=d["ln1.gain"], ln1_bias=d["ln1.bias"], ln1_shift=d["ln1_shift"], gelu=d["gelu"],
                             narrow_in=d["narrow_in"], narrow_ln1=d["narrow_ln1"],
-                            ln2_gain=d["ln2.gain"], ln2_bias=d["ln2.bias"], ln2_shift=d["ln2_shift"]))
+                            ln2_gain=d["ln2.gain"], ln2_bias=d["ln2.bias"], ln2_shift=d["ln2_shift"],
+                            norm=cfg.model.norm))       # the layer kind is the config's (the manifest records it)
     return out
 
 

@@ -234,14 +234,27 @@ class Accelerator:
         return a, int(tokens), int(layers)
 
     def run(self, x, tokens: int | None = None, *, layers: int | None = None, per_layer: bool = False,
-            timeout: float | None = None) -> np.ndarray:
+            timeout: float | None = None, cache_len: int | None = None) -> np.ndarray:
         """Run the first ``layers`` layers (default all) on the int16 input ``x`` [seq_len, hidden] with
         ``tokens`` valid tokens (default seq_len; keys beyond are masked); returns the int16 output
         [seq_len, hidden] (as int64). ``per_layer``: one engine run per layer (LAYERS = 1, the weight base
         advanced by the layer stride, the activations ping-ponged in DRAM), so that :meth:`profile` has a
         row per layer. ``timeout``: seconds of the device's time per engine run (default
-        :meth:`default_timeout`)."""
+        :meth:`default_timeout`). ``cache_len`` (a build with a KV cache: register CACHE_LEN, ``docs/decode.md``):
+        the keys already in the cache; ``x``'s rows are then the tokens from position ``cache_len`` on (a multiple
+        of lcm(pe, simd): a decode step recomputes the tokens from there to its own), and only the first block of
+        output rows is written. None or 0: a prefill, which fills the cache."""
         x, tokens, layers = self._check_x(x, tokens, layers)
+        if cache_len is not None:
+            if not self.regs.has("CACHE_LEN"):
+                raise RuntimeInputError(f"cache_len: build {self.cfg.name} has no KV cache (a causal model with "
+                                        f"activations in DRAM has one)")
+            if isinstance(cache_len, (bool, np.bool_)) or not isinstance(cache_len, (int, np.integer)) \
+                    or cache_len < 0:
+                raise RuntimeInputError(f"cache_len: expected a non-negative integer, got {cache_len!r}")
+            if per_layer:
+                raise RuntimeInputError("cache_len: a KV cache run keeps every layer's keys at the layer's own place; "
+                                        "per_layer runs each layer as layer 0")
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise RuntimeInputError(f"timeout: expected a positive number of seconds, got {timeout!r}")
         if not self.weights_loaded:
@@ -253,7 +266,8 @@ class Accelerator:
         rows, phases = [], []
         for i, (first, count) in enumerate(steps):
             row, ph = self.execute(self.weight_base + first * stride, a, b, count, tokens,
-                                   timeout if timeout is not None else self.default_timeout(count))
+                                   timeout if timeout is not None else self.default_timeout(count),
+                                   int(cache_len or 0))
             rows.append(ProfileRow(range(first, first + count), *row))
             phases += [dict(p, run=i) for p in ph or ()]
             a, b = b, a
@@ -263,7 +277,7 @@ class Accelerator:
                          self.cfg.model.hidden)
 
     def execute(self, weight_base: int, input_base: int, output_base: int, layers: int, tokens: int,
-                timeout: float):
+                timeout: float, cache_len: int = 0):
         """One engine run on data already in DRAM (the register sequence of :meth:`run`): returns the
         counters (cycles, compute, stall, bytes_read) and the backend's per-phase profile (or None)."""
         status = self.read("STATUS")
@@ -275,6 +289,8 @@ class Accelerator:
             self._set_base("SCRATCH_BASE", self.scratch[0])
         self.write("LAYERS", layers)
         self.write("TOKENS", tokens)
+        if self.regs.has("CACHE_LEN"):       # always written: a prefill after a decode step starts at 0
+            self.write("CACHE_LEN", cache_len)
         self.backend.phase_profile_begin()
         self.write("CTRL", self.regs.bit("CTRL", "irq_enable") | self.regs.bit("CTRL", "start"))
         finished = self.backend.wait(timeout)
@@ -286,7 +302,8 @@ class Accelerator:
             self.reset()
             resp = RESP_NAMES.get(self.regs.get("ERROR_CODE", "rresp", code))
             what = ", ".join(f"rresp={resp}" if f == "rresp" and resp else f for f in fields)
-            # ERROR_ADDR is the failing beat's or the bad command's; a START check (bad_tokens, bad_scratch) sets none
+            # ERROR_ADDR is the failing beat's or the bad command's; a START check (bad_tokens, bad_scratch,
+            # bad_cache) sets none
             where = f" ERROR_ADDR {addr:#x}{self._where(addr)}" if {"rresp", "bad_command"} & set(fields) else ""
             raise DeviceError(f"engine ERROR: ERROR_CODE {code:#x} ({what or 'no field set'}){where} "
                               f"[{self.backend.name} backend]", status, code, fields, addr)

@@ -13,6 +13,11 @@ int16 input read at INPUT_BASE, :func:`mlo_hw.model.golden.int_stack` with keys 
 int16 output written at OUTPUT_BASE; then STATUS.done. Nothing is taken from anywhere but the DRAM and
 the registers, so a run here and a run on the RTL see the same bytes.
 
+With a KV cache (a causal model with activations in DRAM: register CACHE_LEN, ``docs/decode.md``) it runs what the
+engine runs: CACHE_LEN checked (ERROR_CODE.bad_cache), the block's rows (all of them at CACHE_LEN 0) through each
+layer against the keys before CACHE_LEN read from the layer's K_h and V_h^T in the scratch, its own K and V written
+there from key CACHE_LEN on (cut at the capacity), and the rows the engine stores written at OUTPUT_BASE.
+
 It has no clock: CYCLES, COMPUTE_CYCLES, STALL_CYCLES and BYTES_READ read 0.
 """
 
@@ -22,10 +27,12 @@ import dataclasses
 
 import numpy as np
 
-from ..model.golden import int_stack
+from ..model.golden import int_layer, int_stack
 from ..model.numerics import attention_mask
 from ..model.quantize import dram_bytes, from_dram
-from ..model.weight_image import image_layers, layout
+from ..model.tiled import scratch_layout
+from ..model.weight_image import image_layers, layout, pack_tile_weights, unpack_tile_weights
+from ..plan import kv_cache
 from .backend import PAGE, Backend
 
 __all__ = ["GoldenBackend"]
@@ -139,6 +146,10 @@ class GoldenBackend(Backend):
             return self._error("bad_tokens")
         if self._scratch_bad():
             return self._error("bad_scratch")
+        kv, cache_len = kv_cache(cfg), self.values.get("CACHE_LEN", 0)
+        if kv is not None and (cache_len % kv.unit or (cache_len and tokens > kv.block)
+                               or cache_len + tokens > kv.capacity):
+            return self._error("bad_cache")
         if layers == 0:
             raise ValueError("golden backend: LAYERS = 0 is not modelled")
         for base in ("INPUT_BASE", "WEIGHT_BASE", "OUTPUT_BASE"):       # the order the engine issues them
@@ -148,7 +159,47 @@ class GoldenBackend(Backend):
         run_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, layers=layers))
         image = self.read_dram(self._base("WEIGHT_BASE"), lay.stride * layers)
         x = from_dram(self.read_dram(self._base("INPUT_BASE"), self.build.act_bytes), seq, hidden)
-        mask = attention_mask(np.arange(seq) < tokens, cfg.model.causal)
-        y = int_stack(x, image_layers(run_cfg, image), mask, cfg.model.heads)
+        if kv is None:
+            mask = attention_mask(np.arange(seq) < tokens, cfg.model.causal)
+            y = int_stack(x, image_layers(run_cfg, image), mask, cfg.model.heads)
+        else:
+            y = self._cached_stack(image_layers(run_cfg, image), x, tokens, cache_len, kv.block)
         self.write_dram(self._base("OUTPUT_BASE"), dram_bytes(y))
         self._set("STATUS", "done", 1)
+
+    def _cached_stack(self, layers, x, tokens: int, cache_len: int, block: int):
+        """The layers of a KV-cache engine's run (module docstring): the output rows it stores."""
+        cfg = self.build.cfg
+        s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
+        pe, simd = cfg.folding.pe, cfg.folding.simd
+        sc, scratch = scratch_layout(cfg), self._base("SCRATCH_BASE")
+        rows = s if cache_len == 0 else block                      # a step after a prefill computes one block
+        xr = np.zeros((rows, h), np.int64)
+        n = min(rows, len(x))
+        xr[:n] = x[:n]
+        keys = np.arange(cache_len + rows)
+        mask = (keys[None, :] < cache_len + tokens) & (keys[None, :] <= cache_len + np.arange(rows)[:, None])
+        stored = min(rows, s - cache_len)                          # K and V rows that fit below the capacity
+        for li, p in enumerate(layers):
+            kv_base = [scratch + base + li * sc.kv_stride for base in (sc.k, sc.vt)]
+            past = None
+            if cache_len:
+                k_heads, vt_heads = ([unpack_tile_weights(np.frombuffer(self.read_dram(b + hh * s * dh, s * dh), np.int8),
+                                                          *shape, pe, simd).astype(np.int64) for hh in range(heads)]
+                                     for b, shape in zip(kv_base, ((s, dh), (dh, s))))
+                past = (np.concatenate([k[:cache_len] for k in k_heads], axis=1),
+                        np.concatenate([vt[:, :cache_len].T for vt in vt_heads], axis=1))
+            t: dict = {}
+            xr = int_layer(xr, p, mask, heads, t, past)
+            for hh in range(heads):
+                kh, vth = t["k"][:stored, hh * dh:(hh + 1) * dh], t["v"][:stored, hh * dh:(hh + 1) * dh].T
+                self.write_dram(kv_base[0] + hh * s * dh + cache_len * dh,
+                                pack_tile_weights(kh, pe, simd).astype(np.int8).tobytes())
+                packed = pack_tile_weights(vth, pe, simd).reshape(dh // pe, stored // simd, pe * simd)
+                for nf in range(dh // pe):
+                    self.write_dram(kv_base[1] + hh * s * dh + nf * s * pe + cache_len * pe,
+                                    packed[nf].astype(np.int8).tobytes())
+        y = np.zeros((len(x), h), np.int64)          # rows the engine does not store keep what DRAM held
+        y[:] = from_dram(self.read_dram(self._base("OUTPUT_BASE"), self.build.act_bytes), len(x), h)
+        y[:min(rows, len(x))] = xr[:min(rows, len(x))]
+        return y
