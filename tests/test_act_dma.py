@@ -88,6 +88,7 @@ def test_bad_parameters_are_rejected():
         ActReader(AxiParams(), 0)
 
 
+@pytest.mark.slow       # the DRAM-tiled full-stack runs drive the same reader and writer under stalls and DDR3 timing
 @pytest.mark.parametrize("cfg_name", ["bert_tiny"])
 def test_activation_reader_and_writer_against_axi_ram(cfg_name):
     cfg = load_config(cfg_name)

@@ -80,7 +80,7 @@ def test_rtl_gpt2_tiny_decode_prefill_then_eight_steps():
 def test_runtime_decode_on_the_golden_and_rtl_backends(tmp_path):
     """The host runtime's run(..., cache_len=): the same prefill and decode steps on the golden backend (which models
     the cache in its DRAM, docs/decode.md) and on the RTL give the golden model's outputs, bit for bit; a bad
-    CACHE_LEN is refused by both with ERROR_CODE.bad_cache; a build without a KV cache refuses cache_len."""
+    CACHE_LEN is refused by both with ERROR_CODE.bad_cache (a build without a KV cache refusing cache_len: test_runtime)."""
     from mlo_hw.elaborate import write_build
     from mlo_hw.runtime import Accelerator, DeviceError, RuntimeInputError
     cfg = small_gpt2_tiled_config()
@@ -101,9 +101,8 @@ def test_runtime_decode_on_the_golden_and_rtl_backends(tmp_path):
                 assert np.array_equal(y[n - a], gen.outputs[i + 1][0]), f"{acc.backend.name} step {i}"
             with pytest.raises(DeviceError, match=rf"^engine ERROR: ERROR_CODE 0x20 \(bad_cache\) \[{acc.backend.name} "):
                 acc.run(runs[0].x, 1, cache_len=6)
-    small = tmp_path / "small"
-    small.mkdir()
-    write_build(load_config("small"), small)
-    with Accelerator(small, backend="golden") as acc:
-        with pytest.raises(RuntimeInputError, match=r"^cache_len: build small has no KV cache"):
-            acc.run(np.zeros((8, 32), np.int64), cache_len=0)
+        for kw, message in (({"cache_len": -4}, r"^cache_len: expected a non-negative integer, got -4$"),
+                            ({"cache_len": 4.0}, r"^cache_len: expected a non-negative integer, got 4.0$"),
+                            ({"cache_len": 0, "per_layer": True}, r"^cache_len: a KV cache run keeps every layer's")):
+            with pytest.raises(RuntimeInputError, match=message):
+                g.run(runs[0].x, 4, **kw)

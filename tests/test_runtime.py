@@ -190,6 +190,7 @@ def test_a_timeout_names_the_timeout_and_the_status_bits(sim, golden):
     (lambda a: a.run(np.zeros((8, 32), np.int16), True), r"^tokens: .* got True$"),
     (lambda a: a.run(np.zeros((8, 32), np.int16), layers=3), r"^layers: expected an integer 1..2, got 3$"),
     (lambda a: a.run(np.zeros((8, 32), np.int16), timeout=-1), r"^timeout: expected a positive number"),
+    (lambda a: a.run(np.zeros((8, 32), np.int16), cache_len=0), r"^cache_len: build small has no KV cache \("),
 ])
 def test_bad_arguments_are_one_line(golden, call, message):
     with pytest.raises(RuntimeInputError, match=message) as e:

@@ -29,7 +29,9 @@ def test_port_names_follow_axi_conventions():
     assert "input m_axi_rlast;" in v and "output [31:0] m_axi_araddr;" in v
 
 
-@pytest.mark.parametrize("cfg_name,seeds,trials", [("small", range(12), 8), ("bert_tiny", range(100, 102), 3)])
+@pytest.mark.parametrize("cfg_name,seeds,trials", [
+    pytest.param("small", range(12), 8, marks=pytest.mark.slow),   # small's weights stream in every default full-stack run
+    ("bert_tiny", range(100, 102), 3)])
 def test_dma_against_axi_ram(cfg_name, seeds, trials):
     p, dma = _dma(cfg_name)
     v = to_verilog(dma, f"weight_dma_{cfg_name}")
