@@ -106,3 +106,19 @@ def test_runtime_decode_on_the_golden_and_rtl_backends(tmp_path):
                             ({"cache_len": 0, "per_layer": True}, r"^cache_len: a KV cache run keeps every layer's")):
             with pytest.raises(RuntimeInputError, match=message):
                 g.run(runs[0].x, 4, **kw)
+
+
+@pytest.mark.slow
+def test_rtl_post_ln_decoder_decode_steps():
+    """The KV cache does not depend on the layer kind: a post-LN causal model (a BERT decoder; small at 64 tokens in
+    blocks of 32) through a 45-token prefill and 4 steps."""
+    import dataclasses
+    from sim.harness import EngineSim, small_tiled_config
+    base = small_tiled_config()
+    cfg = dataclasses.replace(base, name="small_tiled_causal", model=dataclasses.replace(base.model, causal=True))
+    assert kv_cache(cfg) is not None and cfg.model.norm == "post"
+    model = build_model(cfg)[1]
+    gen = golden_generation(cfg, model, 45, 4, np.random.default_rng(9))
+    runs, starts = engine_runs(cfg, gen, 45, dump_last=True)
+    sim = EngineSim(cfg, model)
+    _check_generation(sim, gen, runs[0], starts, sim.run_many(runs, stall=0.3, seed=6), 45)
