@@ -223,6 +223,12 @@ class KVCache:
     unit: int
     block: int
 
+    def refuses(self, cache_len: int, tokens: int) -> bool:
+        """START's check (``ERROR_CODE.bad_cache``): CACHE_LEN not a multiple of ``unit``, above 0 with more than a
+        block of tokens, or CACHE_LEN + TOKENS above the capacity. The engine's own is
+        :meth:`mlo_hw.hw.engine.sequencer.Sequencer.cache_bad`."""
+        return bool(cache_len % self.unit or (cache_len and tokens > self.block) or cache_len + tokens > self.capacity)
+
 
 def kv_cache(cfg) -> KVCache | None:
     """The KV cache of ``cfg``'s engine: a causal model whose activations live in DRAM, else None."""

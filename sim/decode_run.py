@@ -4,7 +4,8 @@
 random vocabulary (an embedding table with random positions, an untied unembedding table: tied random tables
 make the model repeat a token); :func:`engine_runs` turns it into the engine's runs (the prefill with CACHE_LEN 0,
 then per step CACHE_LEN = the position rounded down to lcm(pe, simd) and the input rows from there on);
-:func:`check_cache` compares the KV cache an engine left in its scratch with the golden one.
+:func:`check_cache` compares the KV cache an engine left in its scratch with the golden one, and
+:func:`check_generation` checks a whole generation's runs (the test's and ``bench/decode.py``'s).
 """
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlo_hw.model.decode import KVCache, decode_step, prefill
-from mlo_hw.model.tiled import scratch_layout
-from mlo_hw.model.weight_image import unpack_tile_weights
+from mlo_hw.model.tiled import kv_head, scratch_layout
 from mlo_hw.plan import kv_cache
 
-__all__ = ["Generation", "golden_generation", "engine_runs", "check_cache"]
+__all__ = ["Generation", "golden_generation", "engine_runs", "check_cache", "check_generation"]
 
 VOCAB = 50
 
@@ -76,15 +76,37 @@ def engine_runs(cfg, gen: Generation, prompt_len: int, dump_last: bool = False):
 
 def check_cache(cfg, scratch: bytes, cache: KVCache):
     """Every layer's K_h and V_h^T in the scratch (MVAU weight-word order) against the golden cache, key by key."""
-    sc, s, dh, pe, simd = scratch_layout(cfg), cfg.seq_padded, cfg.head_dim, cfg.folding.pe, cfg.folding.simd
-    mem = np.frombuffer(scratch, np.int8)
+    sc, s, dh = scratch_layout(cfg), cfg.seq_padded, cfg.head_dim
     n = cache.length
     for layer in range(cfg.model.layers):
         for hh in range(cfg.model.heads):
             at = layer * sc.kv_stride + hh * s * dh
-            k = unpack_tile_weights(mem[sc.k + at:][:s * dh], s, dh, pe, simd)[:n]
-            vt = unpack_tile_weights(mem[sc.vt + at:][:s * dh], dh, s, pe, simd)[:, :n]
+            k, vt = kv_head(cfg, scratch[sc.k + at:][:s * dh], scratch[sc.vt + at:][:s * dh])
+            k, vt = k[:n], vt[:, :n]
             for name, got, want in (("K", k, cache.k[layer][:, hh * dh:(hh + 1) * dh]),
                                     ("V^T", vt, cache.v[layer][:, hh * dh:(hh + 1) * dh].T)):
                 bad = np.argwhere(got != want)
                 assert len(bad) == 0, f"layer {layer} head {hh}: cached {name} differs first at {tuple(bad[0])}"
+
+
+def check_generation(sim, gen: Generation, prefill, starts, results, prompt_len: int):
+    """AssertionError unless the engine's runs of ``gen`` (the prefill's :class:`sim.harness.Run` and result first,
+    then one result per step, the last with its scratch dumped) equal the golden model: the prefill tensor by
+    tensor, every step's output row and generated token, and the KV cache after the last step."""
+    from sim.engine_check import check_run
+    bit, cfg = sim.h.bit, sim.cfg
+    for i, r in enumerate(results):
+        assert r.status & bit("STATUS", "done") and not r.status & bit("STATUS", "error"), \
+            f"run {i} (CACHE_LEN {([0] + list(starts))[i]}): STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
+    assert np.array_equal(results[0].output[:prompt_len], gen.outputs[0]), "prefill output differs"
+    want, traces = sim.golden(prefill.x, prompt_len)
+    check_run(cfg, results[0].output, want, traces, results[0].trace, cfg.model.seq_len, cfg.model.layers)
+    generated = [gen.next_token(gen.outputs[0][-1])]
+    for i, (a, r) in enumerate(zip(starts, results[1:])):
+        n = prompt_len + i
+        got, want_row = r.output[n - a], gen.outputs[i + 1][0]
+        assert np.array_equal(got, want_row), \
+            f"step {i} (position {n}, CACHE_LEN {a}): output differs at {np.flatnonzero(got != want_row)[:5]}"
+        generated.append(gen.next_token(got))
+    assert generated == gen.tokens[prompt_len:] + [gen.next_token(gen.outputs[-1][0])], "the generated tokens differ"
+    check_cache(cfg, results[-1].scratch, gen.cache)

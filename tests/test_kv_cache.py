@@ -10,7 +10,7 @@ import pytest
 from mlo_hw.config import load_config
 from mlo_hw.model.quantize import build_model
 from mlo_hw.plan import kv_cache
-from sim.decode_run import check_cache, engine_runs, golden_generation
+from sim.decode_run import check_generation, engine_runs, golden_generation
 from sim.harness import small_gpt2_tiled_config
 
 
@@ -37,30 +37,8 @@ def test_rtl_prefill_then_decode_steps_generate_the_golden_tokens():
     for (t, c), r in zip(bad, results[1:4]):
         assert r.status & bit("STATUS", "error") and r.error_code == bit("ERROR_CODE", "bad_cache"), \
             f"CACHE_LEN {c} TOKENS {t}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-    _check_generation(sim, gen, runs[0], starts, results[:1] + results[4:], prompt_len)
-
-
-def _check_generation(sim, gen, prefill, starts, results, prompt_len: int):
-    """The prefill tensor by tensor, every step's output row and token, and the KV cache after the last step."""
-    from sim.engine_check import check_run
-    bit, cfg = sim.h.bit, sim.cfg
-    prefill_run = results[0]
-    assert prefill_run.status & bit("STATUS", "done") and not prefill_run.status & bit("STATUS", "error")
-    assert np.array_equal(prefill_run.output[:prompt_len], gen.outputs[0]), "prefill output differs"
-    want, traces = sim.golden(prefill.x, prompt_len)
-    check_run(cfg, prefill_run.output, want, traces, prefill_run.trace, cfg.model.seq_len, cfg.model.layers)
-    generated = [gen.next_token(gen.outputs[0][-1])]
-    for i, (a, r) in enumerate(zip(starts, results[1:])):
-        n = prompt_len + i
-        what = f"step {i} (position {n}, CACHE_LEN {a})"
-        assert r.status & bit("STATUS", "done") and not r.status & bit("STATUS", "error"), \
-            f"{what}: STATUS {r.status:#x} ERROR_CODE {r.error_code:#x}"
-        got, want = r.output[n - a], gen.outputs[i + 1][0]
-        assert np.array_equal(got, want), f"{what}: output differs at {np.flatnonzero(got != want)[:5]}"
-        generated.append(gen.next_token(got))
-    assert generated == gen.tokens[prompt_len:] + [gen.next_token(gen.outputs[-1][0])]
+    check_generation(sim, gen, runs[0], starts, results[:1] + results[4:], prompt_len)
     assert len(set(gen.tokens[prompt_len:])) > 1, "a degenerate generation (one token repeated) tests little"
-    check_cache(cfg, results[-1].scratch, gen.cache)
 
 
 @pytest.mark.slow
@@ -74,7 +52,8 @@ def test_rtl_gpt2_tiny_decode_prefill_then_eight_steps():
     runs, starts = engine_runs(cfg, gen, 60, dump_last=True)
     assert sorted(set(starts)) == [56, 64]
     sim = EngineSim(cfg, model)
-    _check_generation(sim, gen, runs[0], starts, sim.run_many(runs, stall=0.2, seed=2), 60)
+    check_generation(sim, gen, runs[0], starts, sim.run_many(runs, stall=0.2, seed=2), 60)
+    assert len(set(gen.tokens[60:])) > 1, "a degenerate generation (one token repeated) tests little"
 
 
 def test_runtime_decode_on_the_golden_and_rtl_backends(tmp_path):
@@ -121,4 +100,5 @@ def test_rtl_post_ln_decoder_decode_steps():
     gen = golden_generation(cfg, model, 45, 4, np.random.default_rng(9))
     runs, starts = engine_runs(cfg, gen, 45, dump_last=True)
     sim = EngineSim(cfg, model)
-    _check_generation(sim, gen, runs[0], starts, sim.run_many(runs, stall=0.3, seed=6), 45)
+    check_generation(sim, gen, runs[0], starts, sim.run_many(runs, stall=0.3, seed=6), 45)
+    assert len(set(gen.tokens[45:])) > 1, "a degenerate generation (one token repeated) tests little"

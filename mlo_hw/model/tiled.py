@@ -38,7 +38,8 @@ from . import numerics as nx
 from .golden import IntLayer, int_matmul
 from .weight_image import layout, pack_tile_weights, unpack_tile_weights
 
-__all__ = ["PAGE", "ScratchLayout", "scratch_layout", "Transfer", "TiledRun", "tiled_stack", "layer_traffic"]
+__all__ = ["PAGE", "ScratchLayout", "scratch_layout", "kv_writes", "kv_head", "Transfer", "TiledRun", "tiled_stack",
+           "layer_traffic"]
 
 PAGE = 4096
 
@@ -68,6 +69,27 @@ def scratch_layout(cfg) -> ScratchLayout:
     n = cfg.model.layers if cfg.model.causal else 1
     return ScratchLayout(x0=0, x1=x, q=2 * x, k=2 * x + a, vt=2 * x + a + n * a, bytes=2 * x + a + 2 * n * a,
                          kv_stride=a if cfg.model.causal else 0)
+
+
+def kv_writes(cfg, k, v, first_key: int):
+    """The scratch writes of a layer's int8 K and V rows [n, H] for keys ``first_key``.. (a multiple of pe and simd):
+    (region ``"k"`` or ``"vt"``, byte offset inside the layer's region, bytes), K_h one run per head, V_h^T one run
+    per ``pe`` channels of a head (the module docstring's layout)."""
+    s, dh, pe, simd = cfg.seq_padded, cfg.head_dim, cfg.folding.pe, cfg.folding.simd
+    n = len(k)
+    out = []
+    for hh in range(cfg.model.heads):
+        out.append(("k", hh * s * dh + first_key * dh, _i8(pack_tile_weights(k[:, hh * dh:(hh + 1) * dh], pe, simd))))
+        packed = pack_tile_weights(v[:, hh * dh:(hh + 1) * dh].T, pe, simd).reshape(dh // pe, n // simd, pe * simd)
+        out += [("vt", hh * s * dh + nf * s * pe + first_key * pe, _i8(packed[nf])) for nf in range(dh // pe)]
+    return out
+
+
+def kv_head(cfg, k_bytes: bytes, vt_bytes: bytes):
+    """A head's K_h [S, dh] and V_h^T [dh, S] (int64) from its ``S * dh`` bytes of each region."""
+    s, dh, pe, simd = cfg.seq_padded, cfg.head_dim, cfg.folding.pe, cfg.folding.simd
+    return (unpack_tile_weights(np.frombuffer(k_bytes, np.int8), s, dh, pe, simd).astype(np.int64),
+            unpack_tile_weights(np.frombuffer(vt_bytes, np.int8), dh, s, pe, simd).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -156,22 +178,14 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
                            p.narrow_in)
             q, k, v = (_linear(x8, getattr(p, n)) for n in ("q", "k", "v"))
             dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
-            for hh in range(heads):
-                kh = k[:, hh * dh:(hh + 1) * dh]                    # [block, dh]: rows t*block.. of K_h
-                dram.write("k", scratch + sc.k + kv + hh * s * dh + t * block * dh, _i8(pack_tile_weights(kh, pe, simd)))
-                vt = v[:, hh * dh:(hh + 1) * dh].T                  # [dh, block]: columns of V_h^T
-                packed = pack_tile_weights(vt, pe, simd).reshape(dh // pe, block // simd, pe * simd)
-                for nf in range(dh // pe):
-                    at = scratch + sc.vt + kv + hh * s * dh + nf * s * pe + t * block * pe
-                    dram.write("vt", at, _i8(packed[nf]))
+            for region, off, data in kv_writes(cfg, k, v, t * block):
+                dram.write(region, scratch + getattr(sc, region) + kv + off, data)
         for t in range(s // block):                                 # pass 2: the rest, per query block
             q = np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
             ctx = np.zeros((block, h), np.int64)
             for hh in range(heads):
-                kflat = np.frombuffer(dram.read("k", scratch + sc.k + kv + hh * s * dh, s * dh), np.int8)
-                vflat = np.frombuffer(dram.read("vt", scratch + sc.vt + kv + hh * s * dh, s * dh), np.int8)
-                kh = unpack_tile_weights(kflat, s, dh, pe, simd).astype(np.int64)
-                vth = unpack_tile_weights(vflat, dh, s, pe, simd).astype(np.int64)
+                kh, vth = kv_head(cfg, dram.read("k", scratch + sc.k + kv + hh * s * dh, s * dh),
+                                  dram.read("vt", scratch + sc.vt + kv + hh * s * dh, s * dh))
                 scores = int_matmul(q[:, hh * dh:(hh + 1) * dh], kh.T)
                 rows_mask = mask[t * block:(t + 1) * block] if mask.ndim == 2 else mask   # the block's query rows
                 probs = nx.softmax(scores[None], nx.per_head(rows_mask), p.softmax_mult, p.softmax_shift)[0]

@@ -30,8 +30,8 @@ import numpy as np
 from ..model.golden import int_layer, int_stack
 from ..model.numerics import attention_mask
 from ..model.quantize import dram_bytes, from_dram
-from ..model.tiled import scratch_layout
-from ..model.weight_image import image_layers, layout, pack_tile_weights, unpack_tile_weights
+from ..model.tiled import kv_head, kv_writes, scratch_layout
+from ..model.weight_image import image_layers, layout
 from ..plan import kv_cache
 from .backend import PAGE, Backend
 
@@ -147,8 +147,7 @@ class GoldenBackend(Backend):
         if self._scratch_bad():
             return self._error("bad_scratch")
         kv, cache_len = kv_cache(cfg), self.values.get("CACHE_LEN", 0)
-        if kv is not None and (cache_len % kv.unit or (cache_len and tokens > kv.block)
-                               or cache_len + tokens > kv.capacity):
+        if kv is not None and kv.refuses(cache_len, tokens):
             return self._error("bad_cache")
         if layers == 0:
             raise ValueError("golden backend: LAYERS = 0 is not modelled")
@@ -171,7 +170,6 @@ class GoldenBackend(Backend):
         """The layers of a KV-cache engine's run (module docstring): the output rows it stores."""
         cfg = self.build.cfg
         s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
-        pe, simd = cfg.folding.pe, cfg.folding.simd
         sc, scratch = scratch_layout(cfg), self._base("SCRATCH_BASE")
         rows = s if cache_len == 0 else block                      # a step after a prefill computes one block
         xr = np.zeros((rows, h), np.int64)
@@ -181,24 +179,17 @@ class GoldenBackend(Backend):
         mask = (keys[None, :] < cache_len + tokens) & (keys[None, :] <= cache_len + np.arange(rows)[:, None])
         stored = min(rows, s - cache_len)                          # K and V rows that fit below the capacity
         for li, p in enumerate(layers):
-            kv_base = [scratch + base + li * sc.kv_stride for base in (sc.k, sc.vt)]
+            base = {region: scratch + getattr(sc, region) + li * sc.kv_stride for region in ("k", "vt")}
             past = None
             if cache_len:
-                k_heads, vt_heads = ([unpack_tile_weights(np.frombuffer(self.read_dram(b + hh * s * dh, s * dh), np.int8),
-                                                          *shape, pe, simd).astype(np.int64) for hh in range(heads)]
-                                     for b, shape in zip(kv_base, ((s, dh), (dh, s))))
-                past = (np.concatenate([k[:cache_len] for k in k_heads], axis=1),
-                        np.concatenate([vt[:, :cache_len].T for vt in vt_heads], axis=1))
+                heads_kv = [kv_head(cfg, self.read_dram(base["k"] + hh * s * dh, s * dh),
+                                    self.read_dram(base["vt"] + hh * s * dh, s * dh)) for hh in range(heads)]
+                past = (np.concatenate([k[:cache_len] for k, _ in heads_kv], axis=1),
+                        np.concatenate([vt[:, :cache_len].T for _, vt in heads_kv], axis=1))
             t: dict = {}
             xr = int_layer(xr, p, mask, heads, t, past)
-            for hh in range(heads):
-                kh, vth = t["k"][:stored, hh * dh:(hh + 1) * dh], t["v"][:stored, hh * dh:(hh + 1) * dh].T
-                self.write_dram(kv_base[0] + hh * s * dh + cache_len * dh,
-                                pack_tile_weights(kh, pe, simd).astype(np.int8).tobytes())
-                packed = pack_tile_weights(vth, pe, simd).reshape(dh // pe, stored // simd, pe * simd)
-                for nf in range(dh // pe):
-                    self.write_dram(kv_base[1] + hh * s * dh + nf * s * pe + cache_len * pe,
-                                    packed[nf].astype(np.int8).tobytes())
+            for region, off, data in kv_writes(cfg, t["k"][:stored], t["v"][:stored], cache_len):
+                self.write_dram(base[region] + off, data)
         y = np.zeros((len(x), h), np.int64)          # rows the engine does not store keep what DRAM held
         y[:] = from_dram(self.read_dram(self._base("OUTPUT_BASE"), self.build.act_bytes), len(x), h)
         y[:min(rows, len(x))] = xr[:min(rows, len(x))]
