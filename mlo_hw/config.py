@@ -30,8 +30,9 @@ class ConfigError(BadInput):
 # The layer kinds (model.norm): "post" x -> LN1(x + Attn(x)) -> LN2(. + FFN(.)) (BERT); "pre"
 # x -> x + Attn(LN1(x)) -> . + FFN(LN2(.)) (GPT-2; its final LayerNorm runs on the host).
 NORMS = ("post", "pre")
-# The GELU flavours (model.gelu): the exact erf form (BERT) and the tanh approximation (GPT-2's gelu_new).
-GELUS = ("erf", "tanh")
+# The FFN's activation table (model.gelu): the exact erf GELU (BERT), the tanh approximation (GPT-2's gelu_new),
+# or T5's ReLU: a table over the int8 input like the others, so any of them runs in RTL.
+GELUS = ("erf", "tanh", "relu")
 
 
 # FPGA parts we know the resources of (AMD DS180, 7-series overview): LUT, FF, DSP48E1, BRAM36 (a
@@ -98,7 +99,7 @@ class Model:
     layernorm_eps: float = 1e-12
     causal: bool = False        # a decoder's self-attention: query row i attends keys 0..i (prefill mode)
     norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2)
-    gelu: str = "erf"           # the FFN's GELU: "erf" (exact) or "tanh" (GPT-2's approximation): a different table
+    gelu: str = "erf"           # the FFN's activation table: GELU "erf" (exact), "tanh" (GPT-2's) or "relu" (T5's)
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,8 @@ def _validate(cfg: Config):
     _require(m.layernorm_eps > 0, f"model.layernorm_eps: expected > 0, got {m.layernorm_eps}")
     _require(m.norm in NORMS, f"model.norm: expected 'post' (BERT: LayerNorm after each residual add) or 'pre' "
                               f"(GPT-2: LayerNorm before attention and FFN), got {m.norm!r}")
-    _require(m.gelu in GELUS, f"model.gelu: expected 'erf' (exact) or 'tanh' (GPT-2's approximation), got {m.gelu!r}")
+    _require(m.gelu in GELUS, f"model.gelu: expected 'erf' (exact GELU), 'tanh' (GPT-2's approximation) or 'relu', "
+                              f"got {m.gelu!r}")
     _require(2 <= n.weight_bits <= 8, f"numerics.weight_bits: expected 2..8, got {n.weight_bits}")
     _require(n.act_bits == 8, f"numerics.act_bits: expected 8 (int8 matrix inputs, int16 residual stream), "
                               f"got {n.act_bits}")

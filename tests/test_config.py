@@ -64,7 +64,7 @@ def test_derived_figures():
     (("extra",), 1, "extra: unknown top-level key"),
     (("model", "norm"), "mid", "model.norm: expected 'post' (BERT: LayerNorm after each residual add) or 'pre'"),
     (("model", "norm"), 1, "model.norm: expected a string, got 1"),
-    (("model", "gelu"), "relu", "model.gelu: expected 'erf' (exact) or 'tanh' (GPT-2's approximation), got 'relu'"),
+    (("model", "gelu"), "swish", "model.gelu: expected 'erf' (exact GELU), 'tanh' (GPT-2's approximation) or 'relu', got 'swish'"),
 ])
 def test_validation_names_the_field(path, value, needle):
     with pytest.raises(ConfigError) as e:

@@ -64,10 +64,21 @@ class Frontend:
         """One line saying why the layer engine cannot run this model, or None."""
         if len(self.groups) != 1:
             names = ", ".join(g.prefix for g in self.groups)
+            if len(self.groups) == 2 and self._is_seq2seq():
+                return (f"2 layer groups ({names}): an encoder-decoder model; the engine has no cross-attention "
+                        "yet (--check runs it in the float and integer golden models)")
             return (f"{len(self.groups)} layer groups ({names}); the engine runs one encoder stack "
                     + self._group_reasons())
         reason = engine_refusal(self.graph, self.roles(0)[0])
         return f"{self.groups[0].prefix}: {reason}" if reason else None
+
+    def _is_seq2seq(self) -> bool:
+        from .seq2seq import seq2seq_model
+        try:
+            seq2seq_model(self)
+        except FrontendError:
+            return False
+        return True
 
     def _group_reasons(self) -> str:
         for k, grp in enumerate(self.groups):

@@ -1,11 +1,13 @@
-"""``python -m mlo_hw.frontend MODEL.onnx [--hierarchy H] [--json] [--export-weights DIR] [--engine DIR]``
+"""``python -m mlo_hw.frontend MODEL.onnx [--hierarchy H] [--json] [--export-weights DIR] [--engine DIR] [--check]``
 
 Prints the layer groups found in an ONNX model (scope prefix, layer count, nodes per layer) and, for each
 layer, every weight's role and shape; says whether the layer engine can run the model, or why not.
 ``--export-weights DIR`` writes ``layer_<group>_<i>.npz`` (float32, keyed by role, matrices [out, in]).
 ``--engine DIR`` (engine-runnable models) writes a config for the model, then the DRAM weight image and a
 golden test vector as ``python -m mlo_hw.elaborate`` does, and checks the float reference against
-onnxruntime on the same inputs.
+onnxruntime on the same inputs. ``--check`` runs an encoder-decoder model (T5, BART; two layer groups) through the
+float reference, against onnxruntime, and through the integer golden model, against the float reference
+(:func:`mlo_hw.frontend.seq2seq.check`); the engine does not run such models in RTL yet.
 """
 
 from __future__ import annotations
@@ -89,6 +91,9 @@ def main(argv=None) -> int:
                     help="sequence length for --engine (default: the model's fixed input length, else the longest "
                          "of 128, 64, 32, 16, 8 tokens it runs at)")
     ap.add_argument("--name", help="config name for --engine (default: the model file's stem)")
+    ap.add_argument("--check", action="store_true",
+                    help="encoder-decoder models: check the float reference against onnxruntime and the integer "
+                         "golden model against the float reference (--seq-len encoder tokens, default 16)")
     args = ap.parse_args(argv)
     hierarchy = _hierarchy(args.hierarchy) if args.hierarchy is not None else None
     if args.engine:
@@ -106,6 +111,12 @@ def main(argv=None) -> int:
         if reason:
             raise FrontendError(f"--engine: not runnable on the engine: {reason}")
         print(_engine(fe, args.model, args.engine, args.seq_len, name))
+    if args.check:
+        from .seq2seq import check
+        if len(fe.groups) != 2:
+            raise FrontendError(f"--check: {len(fe.groups)} layer group(s); it checks encoder-decoder models (two "
+                                "groups); for one stack use --engine, which checks the float reference")
+        print(check(fe, args.seq_len or 16))
     return 0
 
 

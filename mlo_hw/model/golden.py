@@ -3,8 +3,10 @@
 :class:`IntLayer` holds every integer parameter of one layer, exactly what the DRAM weight image
 carries (plus its kind, :attr:`IntLayer.norm`). :func:`int_layer` runs one layer on an int16 [S, H] input
 (the residual stream) and can record every intermediate tensor, so an RTL mismatch can be located to a layer
-and a tensor. A post-LN (BERT) layer is what the RTL runs; a pre-LN (GPT-2) layer runs here only, built from
-the same operations (``docs/decode.md``).
+and a tensor. The RTL runs post-LN (BERT) and pre-LN (GPT-2) layers (``docs/decode.md``). An encoder-decoder
+model's decoder layer adds a cross-attention block (:class:`IntCross`, reading an :class:`IntMemory`); T5's
+layers normalise by RMS (:attr:`IntLayer.rms`) and add a relative position bias to the scores: these run here
+only so far (:mod:`mlo_hw.model.seq2seq`, ``docs/seq2seq.md``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from . import numerics as nx
 
-__all__ = ["IntMatrix", "IntLayer", "int_matmul", "int_layer", "int_stack", "TRACE_ORDER", "PRE_LN_TRACE_ORDER"]
+__all__ = ["IntMatrix", "IntLayer", "IntCross", "IntMemory", "int_matmul", "int_layer", "int_stack", "TRACE_ORDER", "PRE_LN_TRACE_ORDER"]
 
 # The intermediates of one (post-LN) layer in the order the engine produces them.
 TRACE_ORDER = ("x8", "q", "k", "v", "scores", "probs", "ctx", "attn_out", "res1", "ln1", "ln1_8", "ffn_up",
@@ -56,9 +58,40 @@ class IntLayer:
     ln2_bias: np.ndarray
     ln2_shift: int
     scales: dict = field(default_factory=dict)   # float scales of every activation (for reports)
-    norm: str = "post"        # the layer kind (model.norm): "post" (BERT, the RTL's) or "pre" (GPT-2)
+    norm: str = "post"        # the layer kind (model.norm): "post" (BERT) or "pre" (GPT-2)
+    cross: "IntCross | None" = None   # an encoder-decoder model's decoder layer: its cross-attention block
+    rms: bool = False         # the norms are RMSNorms (T5): LayerNorm without the mean
 
     MATRICES = ("q", "k", "v", "o", "ffn_up", "ffn_down")
+
+
+@dataclass
+class IntCross:
+    """A decoder layer's cross-attention block: Q from the decoder's int8 ``narrow_q(t)`` (t: LN1's output
+    post-LN, the residual's norm ``ln`` pre-LN), K and V from the memory narrowed per channel
+    (``narrow_mem``), O into the residual, and the block's norm (``ln_*``)."""
+    q: IntMatrix
+    k: IntMatrix
+    v: IntMatrix
+    o: IntMatrix
+    softmax_mult: int
+    softmax_shift: int
+    ctx_mult: int
+    ctx_shift: int
+    narrow_q: np.ndarray
+    narrow_mem: np.ndarray
+    ln_gain: np.ndarray
+    ln_bias: np.ndarray
+    ln_shift: int
+
+
+@dataclass
+class IntMemory:
+    """What a decoder layer's cross-attention reads: the encoder's output as int16 ``x`` [M, H], the keys a query
+    may attend (``mask`` [M] or [S, M]) and a score ``bias`` in the softmax's units, or None."""
+    x: np.ndarray
+    mask: np.ndarray
+    bias: np.ndarray | None = None
 
 
 def int_matmul(a, b) -> np.ndarray:
@@ -74,16 +107,18 @@ def _linear(x, m: IntMatrix, bits: int = 8):
     return nx.requant(int_matmul(x, m.w.T) + m.bias, m.mult, m.shift, bits)
 
 
-def _attention(x8, p: IntLayer, mask, heads: int, past) -> dict:
-    """Q, K, V of int8 x8, the attention over ``past`` keys then x8's, and the O projection (int16)."""
+def _attention(x8, p, mask, heads: int, past, kv8=None, bias=None) -> dict:
+    """Q, K, V of int8 x8 (K and V of ``kv8`` when given: cross-attention), the attention over ``past`` keys
+    then these, and the O projection (int16); ``p`` an :class:`IntLayer` or :class:`IntCross`."""
     s_len, h = x8.shape
     dh = h // heads
-    q, k, v = (_linear(x8, getattr(p, n)) for n in ("q", "k", "v"))
+    kv8 = x8 if kv8 is None else kv8
+    q, k, v = _linear(x8, p.q), _linear(kv8, p.k), _linear(kv8, p.v)
     k_all, v_all = (k, v) if past is None else (np.concatenate([past[0], k]), np.concatenate([past[1], v]))
     split = lambda t: t.reshape(len(t), heads, dh).transpose(1, 0, 2)   # noqa: E731
     qh, kh, vh = split(q), split(k_all), split(v_all)
     scores = np.stack([int_matmul(qh[i], kh[i].T) for i in range(heads)])
-    probs = nx.softmax(scores, nx.per_head(mask), p.softmax_mult, p.softmax_shift)
+    probs = nx.softmax(scores, nx.per_head(mask), p.softmax_mult, p.softmax_shift, bias)
     ctx_acc = np.stack([int_matmul(probs[i], vh[i]) for i in range(heads)])
     ctx = nx.requant(ctx_acc, p.ctx_mult, p.ctx_shift).transpose(1, 0, 2).reshape(s_len, h)
     return dict(q=q, k=k, v=v, scores=scores, probs=probs, ctx=ctx, attn_out=_linear(ctx, p.o, nx.RES_BITS))
@@ -96,35 +131,53 @@ def _ffn(x8, p: IntLayer) -> dict:
     return dict(ffn_up=up, gelu=act, ffn_down=_linear(act, p.ffn_down, nx.RES_BITS))
 
 
-def _post_ln(x, p: IntLayer, mask, heads: int, past) -> dict:
+def _cross(t: dict, x, p: IntLayer, memory: IntMemory, heads: int) -> np.ndarray:
+    """The cross-attention block on int16 ``x`` (its trace names ``x_``-prefixed): the O output."""
+    c = p.cross
+    t["x_x8"] = nx.narrow(x, c.narrow_q)
+    kv8 = nx.narrow(memory.x, c.narrow_mem)
+    t.update({"x_" + k: v for k, v in _attention(t["x_x8"], c, memory.mask, heads, None, kv8, memory.bias).items()})
+    return t["x_attn_out"]
+
+
+def _post_ln(x, p: IntLayer, mask, heads: int, past, bias, memory) -> dict:
+    ln = lambda r, g, b, s: nx.layernorm(r, g, b, s, nx.RES_BITS, p.rms)  # noqa: E731
     t = {"x8": nx.narrow(x, p.narrow_in)}
-    t.update(_attention(t["x8"], p, mask, heads, past))
+    t.update(_attention(t["x8"], p, mask, heads, past, bias=bias))
     t["res1"] = x + t["attn_out"]
-    t["ln1"] = nx.layernorm(t["res1"], p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS)
-    t["ln1_8"] = nx.narrow(t["ln1"], p.narrow_ln1)
+    t["ln1"] = a = ln(t["res1"], p.ln1_gain, p.ln1_bias, p.ln1_shift)
+    if p.cross is not None:
+        t["resx"] = a + _cross(t, a, p, memory, heads)
+        t["lnx"] = a = ln(t["resx"], p.cross.ln_gain, p.cross.ln_bias, p.cross.ln_shift)
+    t["ln1_8"] = nx.narrow(a, p.narrow_ln1)
     t.update(_ffn(t["ln1_8"], p))
-    t["res2"] = t["ln1"] + t["ffn_down"]
-    t["out"] = nx.layernorm(t["res2"], p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS)
+    t["res2"] = a + t["ffn_down"]
+    t["out"] = ln(t["res2"], p.ln2_gain, p.ln2_bias, p.ln2_shift)
     return t
 
 
-def _pre_ln(x, p: IntLayer, mask, heads: int, past) -> dict:
+def _pre_ln(x, p: IntLayer, mask, heads: int, past, bias, memory) -> dict:
     """The residual stream stays int16 (one scale for the whole stack): each add saturates to it."""
-    t = {"ln1": nx.layernorm(x, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS)}
+    ln = lambda r, g, b, s: nx.layernorm(r, g, b, s, nx.RES_BITS, p.rms)  # noqa: E731
+    t = {"ln1": ln(x, p.ln1_gain, p.ln1_bias, p.ln1_shift)}
     t["x8"] = nx.narrow(t["ln1"], p.narrow_in)
-    t.update(_attention(t["x8"], p, mask, heads, past))
-    t["res1"] = nx.saturate(x + t["attn_out"], nx.RES_BITS)
-    t["ln2"] = nx.layernorm(t["res1"], p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS)
+    t.update(_attention(t["x8"], p, mask, heads, past, bias=bias))
+    t["res1"] = r = nx.saturate(x + t["attn_out"], nx.RES_BITS)
+    if p.cross is not None:
+        t["lnx"] = ln(r, p.cross.ln_gain, p.cross.ln_bias, p.cross.ln_shift)
+        t["resx"] = r = nx.saturate(r + _cross(t, t["lnx"], p, memory, heads), nx.RES_BITS)
+    t["ln2"] = ln(r, p.ln2_gain, p.ln2_bias, p.ln2_shift)
     t["ln2_8"] = nx.narrow(t["ln2"], p.narrow_ln1)
     t.update(_ffn(t["ln2_8"], p))
-    t["out"] = nx.saturate(t["res1"] + t["ffn_down"], nx.RES_BITS)
+    t["out"] = nx.saturate(r + t["ffn_down"], nx.RES_BITS)
     return t
 
 
 _LAYER_KINDS = {"post": _post_ln, "pre": _pre_ln}
 
 
-def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=None):
+def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=None, bias=None,
+              memory: IntMemory | None = None):
     """One integer layer of kind ``p.norm``: int16 x [S, H] -> int16 [S, H]; ``mask`` an
     :func:`~mlo_hw.model.numerics.attention_mask` ([S] keys, or [S, S] rows x keys; true = attend).
 
@@ -136,18 +189,25 @@ def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=
     Post-LN (:data:`TRACE_ORDER`): LN1(x + O), LN2(LN1 + FFN down), the LayerNorm inputs up to 20 bits.
     Pre-LN (:data:`PRE_LN_TRACE_ORDER`): the LayerNorms read the residual alone; x + O and res1 + FFN down
     saturate to int16.
+
+    ``bias`` (int, broadcast to the scores) is added to the self-attention's scores in the softmax's units
+    (:func:`~mlo_hw.model.numerics.softmax`). A layer with a cross-attention block (``p.cross``) reads
+    ``memory``; its block sits between the self-attention and the FFN (``resx``, ``lnx``, ``x_q`` ..).
     """
-    t = _LAYER_KINDS[p.norm](np.asarray(x, np.int64), p, mask, heads, past)
+    if (p.cross is None) != (memory is None):
+        raise ValueError("int_layer: a cross-attention block and a memory go together")
+    t = _LAYER_KINDS[p.norm](np.asarray(x, np.int64), p, mask, heads, past, bias, memory)
     if trace is not None:
         trace.update(t)
     return t["out"]
 
 
-def int_stack(x, layers, mask, heads: int, traces: list | None = None):
-    """Every layer in turn; ``traces`` (a list) receives one dict of intermediates per layer."""
+def int_stack(x, layers, mask, heads: int, traces: list | None = None, bias=None, memory: IntMemory | None = None):
+    """Every layer in turn (``bias``, ``memory`` as :func:`int_layer`); ``traces`` (a list) receives one dict of
+    intermediates per layer."""
     for p in layers:
         t = {} if traces is not None else None
-        x = int_layer(x, p, mask, heads, t)
+        x = int_layer(x, p, mask, heads, t, bias=bias, memory=memory if p.cross is not None else None)
         if traces is not None:
             traces.append(t)
     return x

@@ -88,8 +88,8 @@ def isqrt(v) -> np.ndarray:
     return np.array([math.isqrt(int(x)) for x in v.ravel()], dtype=np.int64).reshape(v.shape)
 
 
-def layernorm(r, gain, bias, shift: int, bits: int = 8) -> np.ndarray:
-    """Integer LayerNorm over the last axis (H elements).
+def layernorm(r, gain, bias, shift: int, bits: int = 8, rms: bool = False) -> np.ndarray:
+    """Integer LayerNorm over the last axis (H elements); ``rms``: T5's RMSNorm, the same with ``m = 0``.
 
     ::
 
@@ -112,7 +112,7 @@ def layernorm(r, gain, bias, shift: int, bits: int = 8) -> np.ndarray:
         raise ValueError(f"layernorm: input exceeds {LN_INPUT_BITS} bits")
     h = r.shape[-1]
     total = r.sum(axis=-1, keepdims=True)
-    mean = np.floor_divide((2 << LN_MEAN_FRAC_BITS) * total + h, 2 * h)
+    mean = 0 if rms else np.floor_divide((2 << LN_MEAN_FRAC_BITS) * total + h, 2 * h)
     d = np.left_shift(r, LN_MEAN_FRAC_BITS) - mean
     dd = (d * d).sum(axis=-1, keepdims=True)
     k = np.maximum(0, (LN_SQRT_NORM_BITS - bit_length(dd)) // 2)
@@ -145,14 +145,16 @@ def per_head(mask) -> np.ndarray:
     return mask[None] if mask.ndim == 2 else mask[None, None, :]
 
 
-def softmax(scores, mask, mult: int, shift: int) -> np.ndarray:
+def softmax(scores, mask, mult: int, shift: int, bias=None) -> np.ndarray:
     """Integer softmax over the last axis; returns unsigned probabilities in units of 2**-8.
 
     ``scores`` are the int accumulators of Q.K^T; ``mask`` (broadcast to scores) is true where a key
-    may be attended. ``mult / 2**shift`` converts a score difference to units of 2**-8 of log2::
+    may be attended. ``mult / 2**shift`` converts a score difference to units of 2**-8 of log2; ``bias``
+    (broadcast to scores; T5's relative position bias) is added in those units, ``a = score * mult + bias *
+    2**shift`` (``a = score * mult`` without one)::
 
-        mx  = max(scores where mask)
-        u   = floor((mx - score) * mult / 2**shift)          # >= 0
+        mx  = max(a where mask)
+        u   = floor((mx - a) / 2**shift)                      # >= 0
         q   = min(u >> 8, 16); f = u & 255
         e   = table[f] >> q        (0 where masked or q == 16)
         sum = sum(e)                                         # >= 2**15 unless all masked
@@ -162,9 +164,11 @@ def softmax(scores, mask, mult: int, shift: int) -> np.ndarray:
     s = _i64(scores)
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), s.shape)
     lowest = np.iinfo(np.int64).min
-    mx = np.where(mask, s, lowest).max(axis=-1, keepdims=True)
-    z = np.where(mask, mx - s, 0)
-    u = np.right_shift(z * int(mult), int(shift))
+    a = s * int(mult)
+    if bias is not None:
+        a = a + np.left_shift(np.broadcast_to(_i64(bias), s.shape), int(shift))
+    mx = np.where(mask, a, lowest).max(axis=-1, keepdims=True)
+    u = np.right_shift(np.where(mask, mx - a, 0), int(shift))
     q = np.minimum(np.right_shift(u, EXP_FRAC_BITS), 16)
     f = np.bitwise_and(u, EXP_TABLE_SIZE - 1)
     e = np.where(mask & (q < 16), np.right_shift(_EXP2[f], np.minimum(q, 15)), 0)
@@ -180,7 +184,7 @@ def table_lookup(x, table, bits: int = 8) -> np.ndarray:
 
 
 def gelu_table(scale_in: float, scale_out: float, zero_point: int, bits: int = 8, flavour: str = "erf") -> np.ndarray:
-    """GELU (``flavour`` "erf": the exact form; "tanh": GPT-2's approximation) as a table over every signed
+    """GELU (``flavour`` "erf": the exact form; "tanh": GPT-2's approximation; "relu": T5's ReLU) as a table over every signed
     ``bits``-bit input, made at build time.
 
     The output is unsigned ``bits``-bit with a zero point (GELU's range is [-0.17, inf): a symmetric
@@ -194,8 +198,10 @@ def gelu_table(scale_in: float, scale_out: float, zero_point: int, bits: int = 8
     elif flavour == "tanh":
         from .reference import gelu_tanh
         y = gelu_tanh(x)
+    elif flavour == "relu":
+        y = np.maximum(x, 0.0)
     else:
-        raise ValueError(f"gelu_table: flavour {flavour!r} is neither 'erf' nor 'tanh'")
+        raise ValueError(f"gelu_table: flavour {flavour!r} is not 'erf', 'tanh' or 'relu'")
     return saturate(np.floor(y / scale_out + 0.5).astype(np.int64) + int(zero_point), bits, signed=False)
 
 

@@ -32,7 +32,9 @@ __all__ = ["QuantModel", "quantize", "random_inputs", "build_model", "RES_HEADRO
 RES_HEADROOM = 2.0       # int16 residual scale = RES_HEADROOM * calibration absmax / 32767
 GELU_MIN = -0.17         # min over x of x * Phi(x) is -0.16997 (at x = -0.7518)
 _CALIB_SAMPLES = 1 << 16  # values per tensor kept for the clipping search
-_CLIPPED = ("q", "k", "v", "ctx", "ffn_up", "gelu")   # int8 per tensor: range from the clipping search
+_CLIPPED = ("q", "k", "v", "ctx", "ffn_up", "gelu",   # int8 per tensor: range from the clipping search
+            "x_q", "x_k", "x_v", "x_ctx")            # (and a decoder layer's cross-attention's)
+_ACT_MIN = {"erf": GELU_MIN, "tanh": GELU_MIN, "relu": 0.0}   # the FFN activation's lower bound (by model.gelu)
 _INT8 = 127
 _INT16 = (1 << (nx.RES_BITS - 1)) - 1
 
@@ -107,6 +109,13 @@ def _narrow_shifts(channel_absmax, s_res: float) -> tuple[np.ndarray, np.ndarray
     return k, s_res * 2.0 ** k
 
 
+def _attention_multipliers(s_q: float, s_k: float, s_v: float, s_ctx: float, dh: int) -> tuple[int, int, int, int]:
+    """The softmax's score multiplier (to units of 2**-8 of log2) and the context's requantization."""
+    sm_mult, sm_shift = nx.quantize_multiplier(s_q * s_k / math.sqrt(dh) / math.log(2) * nx.EXP_TABLE_SIZE)
+    ctx_mult, ctx_shift = nx.quantize_multiplier(s_v / (1 << nx.PROB_BITS) / s_ctx)
+    return int(sm_mult[0]), sm_shift, int(ctx_mult[0]), ctx_shift
+
+
 def _layernorm_params(gamma, beta, s_out: float, hidden: int):
     g_real = gamma * math.sqrt(hidden) / s_out            # gain per unit of 2**-15 in t, before 2**shift
     b_real = beta / s_out
@@ -148,12 +157,17 @@ class _Stats:
 def _calibrate(float_layers: list[FloatLayer], calib, cfg) -> list[_Stats]:
     """Statistics of every layer's float intermediates (and its input, ``in``) over the calibration inputs."""
     m = cfg.model
+    return _calibrate_stack(float_layers, [(x, nx.attention_mask(mask, m.causal), None, None) for x, mask in calib],
+                            m.heads, m.layernorm_eps, m.norm, m.gelu)
+
+
+def _calibrate_stack(float_layers, calib, heads: int, eps: float, norm: str, gelu: str, rms: bool = False):
+    """As :func:`_calibrate` over ``calib`` [(x, mask, score bias, memory)] (an encoder-decoder's stacks)."""
     rng = np.random.default_rng(0)          # one generator for every layer's value sample
     stats = [_Stats(rng) for _ in float_layers]
-    for x, mask in calib:
+    for x, mask, bias, memory in calib:
         traces: list = []
-        float_stack(np.asarray(x, np.float64), float_layers, nx.attention_mask(mask, m.causal), m.heads,
-                    m.layernorm_eps, traces, norm=m.norm, gelu=m.gelu)
+        float_stack(np.asarray(x, np.float64), float_layers, mask, heads, eps, traces, norm, gelu, rms, bias, memory)
         for l, tr in enumerate(traces):
             stats[l].add("in", np.asarray(x if l == 0 else traces[l - 1]["out"]))
             for name, t in tr.items():
@@ -201,13 +215,12 @@ def _quantize_layer(p: FloatLayer, st: _Stats, r: dict, cfg) -> IntLayer:
     h, i, dh, wb, acc = cfg.model.hidden, cfg.model.intermediate, cfg.head_dim, cfg.numerics.weight_bits, cfg.acc_bits
     k_in, s_in8 = _narrow_shifts(st.channel[r["qkv_from"][0]], r["qkv_from"][1])
     k_ffn, s_ffn8 = _narrow_shifts(st.channel[r["ffn_from"][0]], r["ffn_from"][1])
-    s = {n: _mse_range(np.abs(st.sample(n))) / _INT8 for n in _CLIPPED if n != "gelu"}
-    g_lo = min(GELU_MIN, st.minimum["gelu"])
+    s = {n: _mse_range(np.abs(st.sample(n))) / _INT8 for n in ("q", "k", "v", "ctx", "ffn_up")}
+    g_lo = min(_ACT_MIN[cfg.model.gelu], st.minimum["gelu"])
     s["gelu"] = (_mse_range(st.sample("gelu"), lo=g_lo, levels=255) - g_lo) / 255
     g_zero = int(math.floor(-g_lo / s["gelu"] + 0.5))
     s.update(r["report"])
-    sm_mult, sm_shift = nx.quantize_multiplier(s["q"] * s["k"] / math.sqrt(dh) / math.log(2) * nx.EXP_TABLE_SIZE)
-    ctx_mult, ctx_shift = nx.quantize_multiplier(s["v"] / (1 << nx.PROB_BITS) / s["ctx"])
+    sm_mult, sm_shift, ctx_mult, ctx_shift = _attention_multipliers(s["q"], s["k"], s["v"], s["ctx"], dh)
     ln1 = _layernorm_params(p.ln1_g, p.ln1_b, r["ln1_out"], h)
     ln2 = _layernorm_params(p.ln2_g, p.ln2_b, r["ln2_out"], h)
     return IntLayer(
@@ -217,8 +230,7 @@ def _quantize_layer(p: FloatLayer, st: _Stats, r: dict, cfg) -> IntLayer:
         o=_matrix(p.o_w, p.o_b, s["ctx"], r["o_out"], wb, acc(h)),
         ffn_up=_matrix(p.ffn_up_w, p.ffn_up_b, s_ffn8, s["ffn_up"], wb, acc(h)),
         ffn_down=_matrix(p.ffn_down_w, p.ffn_down_b, s["gelu"], r["down_out"], wb, acc(i), zero_point=g_zero),
-        softmax_mult=int(sm_mult[0]), softmax_shift=sm_shift,
-        ctx_mult=int(ctx_mult[0]), ctx_shift=ctx_shift,
+        softmax_mult=sm_mult, softmax_shift=sm_shift, ctx_mult=ctx_mult, ctx_shift=ctx_shift,
         ln1_gain=ln1[0], ln1_bias=ln1[1], ln1_shift=ln1[2],
         gelu=nx.gelu_table(s["ffn_up"], s["gelu"], g_zero, flavour=cfg.model.gelu),
         narrow_in=k_in, narrow_ln1=k_ffn,

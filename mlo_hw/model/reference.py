@@ -9,7 +9,18 @@ and pre-LayerNorm (GPT-2, ``norm="pre"``; its final LayerNorm ln_f runs on the h
 
     r = x + Attn(LN1(x)) ; y = r + FFN(LN2(r))
 
-GELU is the exact erf form (``gelu="erf"``) or GPT-2's tanh approximation (``gelu="tanh"``).
+GELU is the exact erf form (``gelu="erf"``) or GPT-2's tanh approximation (``gelu="tanh"``); T5's FFN has a
+ReLU (``gelu="relu"``: the engine's activation table holds any of them).
+
+Encoder-decoder models (T5, BART; :mod:`mlo_hw.model.seq2seq`) add to a decoder layer a *cross-attention*
+block (:class:`FloatCross`) whose keys and values come from the encoder's output (:class:`Memory`), between
+the self-attention and the FFN, with its own norm; post-LN::
+
+    a = LN1(x + Attn(x)) ; c = LNX(a + Cross(a, mem)) ; y = LN2(c + FFN(c))
+
+pre-LN: ``r = x + Attn(LN1(x)) ; r2 = r + Cross(LNX(r), mem) ; y = r2 + FFN(LN2(r2))``. T5 normalises by the
+root mean square alone (``rms=True``: no mean, no bias) and adds a relative position bias to the scores
+(``bias``: [heads, S, keys], in the units of the scaled scores).
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ import numpy as np
 
 from .numerics import per_head
 
-__all__ = ["FloatLayer", "random_float_layers", "float_layer", "float_stack", "gelu", "gelu_tanh", "GELU", "erf"]
+__all__ = ["FloatLayer", "FloatCross", "Memory", "random_float_layers", "float_layer", "float_stack", "gelu", "gelu_tanh", "GELU", "erf"]
 
 
 @dataclass
@@ -42,14 +53,48 @@ class FloatLayer:
     ffn_down_b: np.ndarray
     ln2_g: np.ndarray
     ln2_b: np.ndarray
+    cross: "FloatCross | None" = None     # an encoder-decoder model's decoder layer: its cross-attention block
 
     @classmethod
     def from_dict(cls, d: dict) -> "FloatLayer":
-        names = [f.name for f in fields(cls)]
-        missing = [n for n in names if n not in d]
-        if missing:
-            raise ValueError(f"layer weights: missing {missing[0]!r}")
-        return cls(**{n: np.asarray(d[n], dtype=np.float64) for n in names})
+        return cls(**_arrays(cls, d, "layer weights"))
+
+
+@dataclass
+class FloatCross:
+    """The cross-attention block of a decoder layer: Q from the decoder, K and V from the encoder's output, and
+    the norm that goes with the block (``ln_g``, ``ln_b``)."""
+    q_w: np.ndarray
+    q_b: np.ndarray
+    k_w: np.ndarray
+    k_b: np.ndarray
+    v_w: np.ndarray
+    v_b: np.ndarray
+    o_w: np.ndarray
+    o_b: np.ndarray
+    ln_g: np.ndarray
+    ln_b: np.ndarray
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FloatCross":
+        return cls(**_arrays(cls, d, "cross-attention weights"))
+
+
+@dataclass
+class Memory:
+    """What a decoder layer's cross-attention reads: the encoder's output ``x`` [M, H], the keys a query may
+    attend (``mask`` [M] or [S, M]) and an additive score ``bias`` ([heads, S, M], or None)."""
+    x: np.ndarray
+    mask: np.ndarray
+    bias: np.ndarray | None = None
+
+
+def _arrays(cls, d: dict, what: str) -> dict:
+    names = [f.name for f in fields(cls) if f.name != "cross"]
+    missing = [n for n in names if n not in d]
+    if missing:
+        raise ValueError(f"{what}: missing {missing[0]!r}")
+    return {n: np.asarray(d[n], dtype=np.float64) for n in names}
 
 
 def random_float_layers(cfg, rng: np.random.Generator) -> list[FloatLayer]:
@@ -92,11 +137,16 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-GELU = {"erf": gelu, "tanh": gelu_tanh}     # by model.gelu
+def relu(x):
+    return np.maximum(np.asarray(x, np.float64), 0.0)
 
 
-def _layernorm(x, g, b, eps):
-    mu = x.mean(-1, keepdims=True)
+GELU = {"erf": gelu, "tanh": gelu_tanh, "relu": relu}     # by model.gelu: the FFN's activation
+
+
+def _layernorm(x, g, b, eps, rms: bool = False):
+    """LayerNorm over the last axis, or (``rms``) T5's RMSNorm: ``x / sqrt(mean(x**2) + eps) * g + b``."""
+    mu = 0.0 if rms else x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
     return (x - mu) / np.sqrt(var + eps) * g + b
 
@@ -109,15 +159,20 @@ def _softmax(s, mask):
     return np.divide(e, tot, out=np.zeros_like(e), where=tot > 0)
 
 
-def _attention(x, p: FloatLayer, mask, heads: int) -> dict:
-    """Multi-head self-attention of x [S, H] and its output projection: the intermediates by trace name."""
+def _attention(x, p, mask, heads: int, kv=None, bias=None) -> dict:
+    """Multi-head attention of x [S, H] over the keys and values of ``kv`` [M, H] (x itself: self-attention) and
+    its output projection (``p`` a :class:`FloatLayer` or :class:`FloatCross`): the intermediates by trace
+    name; ``bias`` is added to the scaled scores."""
     s_len, h = x.shape
     dh = h // heads
+    kv = x if kv is None else kv
     q = x @ p.q_w.T + p.q_b
-    k = x @ p.k_w.T + p.k_b
-    v = x @ p.v_w.T + p.v_b
-    split = lambda t: t.reshape(s_len, heads, dh).transpose(1, 0, 2)   # noqa: E731
+    k = kv @ p.k_w.T + p.k_b
+    v = kv @ p.v_w.T + p.v_b
+    split = lambda t: t.reshape(len(t), heads, dh).transpose(1, 0, 2)   # noqa: E731
     scores = split(q) @ split(k).transpose(0, 2, 1) / math.sqrt(dh)
+    if bias is not None:
+        scores = scores + bias
     probs = _softmax(scores, per_head(mask))
     ctx = (probs @ split(v)).transpose(1, 0, 2).reshape(s_len, h)
     return dict(q=q, k=k, v=v, probs=probs, ctx=ctx, attn_out=ctx @ p.o_w.T + p.o_b)
@@ -130,36 +185,53 @@ def _ffn(x, p: FloatLayer, gelu: str) -> dict:
 
 
 def float_layer(x, p: FloatLayer, mask, heads: int, eps: float = 1e-12, trace: dict | None = None,
-                norm: str = "post", gelu: str = "erf"):
+                norm: str = "post", gelu: str = "erf", rms: bool = False, bias=None, memory: Memory | None = None):
     """One layer on x [S, H]; ``mask`` (:func:`~mlo_hw.model.numerics.attention_mask`: [S] keys or
     [S, S] rows x keys) is true where a key may be attended; ``norm`` "post" (BERT) or "pre" (GPT-2), ``gelu``
-    "erf" or "tanh" (a key of :data:`GELU`)."""
-    t = {}
-    if norm == "pre":
-        t["ln1"] = _layernorm(x, p.ln1_g, p.ln1_b, eps)
-        t.update(_attention(t["ln1"], p, mask, heads))
-        t["res1"] = x + t["attn_out"]
-        t["ln2"] = _layernorm(t["res1"], p.ln2_g, p.ln2_b, eps)
-        t.update(_ffn(t["ln2"], p, gelu))
-        t["out"] = t["res1"] + t["ffn_down"]
-    elif norm == "post":
-        t.update(_attention(x, p, mask, heads))
-        t["ln1"] = _layernorm(x + t["attn_out"], p.ln1_g, p.ln1_b, eps)
-        t.update(_ffn(t["ln1"], p, gelu))
-        t["out"] = _layernorm(t["ln1"] + t["ffn_down"], p.ln2_g, p.ln2_b, eps)
-    else:
+    a key of :data:`GELU`; ``rms`` RMSNorm for LayerNorm; ``bias`` added to the self-attention's scores.
+    A layer with a cross-attention block (``p.cross``) reads ``memory``; its intermediates are traced as
+    ``x_q`` .. ``x_attn_out``, its norm as ``lnx`` (and its residual sum, pre-LN, as ``resx``)."""
+    if norm not in ("post", "pre"):
         raise ValueError(f"float_layer: norm {norm!r} is neither 'post' nor 'pre'")
+    if (p.cross is None) != (memory is None):
+        raise ValueError("float_layer: a cross-attention block and a memory go together")
+    ln = lambda v, g, b: _layernorm(v, g, b, eps, rms)  # noqa: E731
+    t = {}
+
+    def cross(v):
+        m = memory
+        t.update({"x_" + k: a for k, a in _attention(v, p.cross, m.mask, heads, m.x, m.bias).items()})
+        return t["x_attn_out"]
+
+    if norm == "pre":
+        t["ln1"] = ln(x, p.ln1_g, p.ln1_b)
+        t.update(_attention(t["ln1"], p, mask, heads, bias=bias))
+        t["res1"] = r = x + t["attn_out"]
+        if p.cross is not None:
+            t["lnx"] = ln(r, p.cross.ln_g, p.cross.ln_b)
+            t["resx"] = r = r + cross(t["lnx"])
+        t["ln2"] = ln(r, p.ln2_g, p.ln2_b)
+        t.update(_ffn(t["ln2"], p, gelu))
+        t["out"] = r + t["ffn_down"]
+    else:
+        t.update(_attention(x, p, mask, heads, bias=bias))
+        t["ln1"] = a = ln(x + t["attn_out"], p.ln1_g, p.ln1_b)
+        if p.cross is not None:
+            t["lnx"] = a = ln(a + cross(a), p.cross.ln_g, p.cross.ln_b)
+        t.update(_ffn(a, p, gelu))
+        t["out"] = ln(a + t["ffn_down"], p.ln2_g, p.ln2_b)
     if trace is not None:
         trace.update(t)
     return t["out"]
 
 
 def float_stack(x, layers, mask, heads: int, eps: float = 1e-12, traces: list | None = None,
-                norm: str = "post", gelu: str = "erf"):
-    """All layers; ``traces`` (a list) receives one dict of intermediates per layer."""
+                norm: str = "post", gelu: str = "erf", rms: bool = False, bias=None, memory: Memory | None = None):
+    """All layers (arguments as :func:`float_layer`); ``traces`` (a list) receives one dict of intermediates
+    per layer."""
     for p in layers:
         t = {} if traces is not None else None
-        x = float_layer(x, p, mask, heads, eps, t, norm, gelu)
+        x = float_layer(x, p, mask, heads, eps, t, norm, gelu, rms, bias, memory if p.cross is not None else None)
         if traces is not None:
             traces.append(t)
     return x
