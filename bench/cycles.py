@@ -17,6 +17,11 @@ the total bound: every DRAM byte is counted). The last three lines:
 run's cycles with a beat on it, and the share of the DRAM's data time they took),
 ``throughput: inferences/s=I GMAC/s=G dsp_peak_fraction=F`` (at the config's clock, said so: not a routed one) and
 ``total: measured=N bound=M ratio=R memory=ideal|ddr3|litedram``.
+
+An encoder-decoder config (``model.encoder_layers``, ``docs/seq2seq.md``) runs the encoder's run, then the decoder's
+prefill (every token valid, the memory all of the encoder's), both checked against the golden model in DRAM; the
+layers are printed per stack against their own bounds (a decoder layer's includes pass 0 and the cross block), and
+the totals count both runs.
 """
 from __future__ import annotations
 
@@ -47,7 +52,9 @@ def throughput(cfg, cycles: int) -> str:
     they deliver (every matrix and attention product of every layer, at ``seq_len`` tokens) and their share of the
     part's DSP peak (two int8 MACs per DSP a cycle)."""
     m, mhz = cfg.model, cfg.target.clock_mhz
-    macs = m.layers * m.seq_len * (4 * m.hidden ** 2 + 2 * m.hidden * m.intermediate + 2 * m.seq_len * m.hidden)
+    layer = 4 * m.hidden ** 2 + 2 * m.hidden * m.intermediate + 2 * m.seq_len * m.hidden
+    cross = 4 * m.hidden ** 2 + 2 * m.seq_len * m.hidden      # a decoder layer's cross-attention block
+    macs = m.seq_len * (m.encoder_layers * layer + m.layers * (layer + (cross if cfg.seq2seq else 0)))
     per_s = mhz * 1e6 / cycles
     dsp = PARTS[_part_family(cfg.target.part)]["DSP"]
     peak = 2 * dsp * mhz / 1e3
@@ -57,9 +64,34 @@ def throughput(cfg, cycles: int) -> str:
 
 
 def measure(cfg, memory: str):
-    """The result of one run of every layer with all tokens valid, checked against the golden model."""
+    """The result of one run of every layer with all tokens valid, checked against the golden model (an
+    encoder-decoder: the results of the encoder's run and the decoder's prefill, checked in DRAM)."""
+    if cfg.seq2seq:
+        return measure_seq2seq(cfg, memory)
     sim = EngineSim(cfg, build_model(cfg)[1], backend=backend_of(memory))
-    return sim.run_checked(random_input(cfg, sim.model, 1), cfg.model.seq_len, memory=memory)[0]
+    return [sim.run_checked(random_input(cfg, sim.model, 1), cfg.model.seq_len, memory=memory)[0]]
+
+
+def measure_seq2seq(cfg, memory: str):
+    import numpy as np
+    from mlo_hw.model import numerics as nx
+    from mlo_hw.model.seq2seq import IntScores
+    from sim.harness import Run
+    _, q = build_model(cfg)
+    m = cfg.model
+    sim = EngineSim(cfg, q, backend=backend_of(memory))
+    rng = np.random.default_rng(1)
+    x, y = q.quantize_input(rng.normal(0, 1, (m.seq_len, m.hidden))), q.quantize(rng.normal(0, 1, (m.seq_len, m.hidden)),
+                                                                                  q.decoder_scale)
+    res = sim.run_many([Run(x, m.seq_len, m.encoder_layers, memory_tokens=0, output_to_memory=True, trace=False),
+                        Run(y, m.seq_len, m.layers, memory_tokens=m.seq_len, weight_layer=m.encoder_layers,
+                            cache_len=0, trace=False)], memory=memory)
+    keys = np.ones(m.seq_len, bool)
+    enc = q.encode(x, IntScores(keys, None))
+    dec = q.decode(y, IntScores(nx.attention_mask(keys, True), None), enc, IntScores(keys, None))
+    for r, want, what in zip(res, (enc, dec), ("encoder", "decoder")):
+        assert r.status & sim.h.bit("STATUS", "done") and np.array_equal(r.output, want), f"the {what}'s run differs"
+    return res
 
 
 @command()
@@ -75,46 +107,54 @@ def main(argv=None) -> int:
     if args.seq is not None or args.bram36_budget is not None:
         cfg = with_seq_len(cfg, cfg.model.seq_len if args.seq is None else args.seq, args.bram36_budget)
     t0 = time.time()
-    r = measure(cfg, args.memory)
+    results = measure(cfg, args.memory)
     wall = time.time() - t0
     p = plan(cfg)
-    bound = p.layer_cycles
+    # (label, layers, bound per layer) of each run: the one stack's, or the encoder's and the decoder's
+    stacks = ([("encoder", cfg.model.encoder_layers, p.encoder_layer_cycles), ("decoder", cfg.model.layers,
+                                                                                p.layer_cycles)]
+              if cfg.seq2seq else [("", cfg.model.layers, p.layer_cycles)])
     io_ops = ("LOAD", "STORE", "IDLE") if p.mode == "on-chip" else ("IDLE",)
     per_layer = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
     per_op = defaultdict(lambda: {"cycles": 0, "compute": 0, "stall": 0})
-    for ph in r.profile:
-        op = Op(ph["op"]).name
-        for k in ("cycles", "compute", "stall"):
-            if op not in io_ops:
-                per_layer[ph["layer"]][k] += ph[k]
-            per_op[op][k] += ph[k]
+    for (label, _, _), r in zip(stacks, results):
+        for ph in r.profile:
+            op = Op(ph["op"]).name
+            for k in ("cycles", "compute", "stall"):
+                if op not in io_ops:
+                    per_layer[label, ph["layer"]][k] += ph[k]
+                per_op[op][k] += ph[k]
     mem = memory_model(cfg, args.memory)
     print(f"config {cfg.name}: layers={cfg.model.layers} seq={cfg.model.seq_len} (padded {cfg.seq_padded}) "
           f"hidden={cfg.model.hidden} pe x simd={cfg.folding.pe}x{cfg.folding.simd} "
           f"bus={cfg.memory.axi_data_bits} bits memory={mem} plan={p.mode} block={p.block}   "
           f"(built, simulated and checked in {wall:.0f} s)")
-    print(f"{'layer':>6} {'measured':>10} {'bound':>10} {'ratio':>6} {'compute-busy':>13} {'dma-stall':>10}")
-    for layer in sorted(k for k in per_layer if k < cfg.model.layers):
-        row = per_layer[layer]
-        print(f"{layer:>6} {row['cycles']:>10} {bound:>10} {row['cycles'] / bound:>6.3f} {row['compute']:>13} "
-              f"{row['stall']:>10}")
+    print(f"{'layer':>10} {'measured':>10} {'bound':>10} {'ratio':>6} {'compute-busy':>13} {'dma-stall':>10}")
+    for label, layers, bound in stacks:
+        for layer in range(layers):
+            row = per_layer[label, layer]
+            print(f"{(label[:3] + ' ' if label else '') + str(layer):>10} {row['cycles']:>10} {bound:>10} "
+                  f"{row['cycles'] / bound:>6.3f} {row['compute']:>13} {row['stall']:>10}")
     print("phases (all layers):")
     for op, row in per_op.items():
         print(f"  {op:>9}: cycles={row['cycles']:>9} compute-busy={row['compute']:>9} dma-stall={row['stall']:>8}")
     print("bound per matrix (per layer): " + ", ".join(f"{c.matrix}={c.bound}" for c in matrix_costs(cfg)))
     total = total_bound(cfg)
-    print(f"counters: CYCLES={r.cycles} COMPUTE_CYCLES={r.compute_cycles} STALL_CYCLES={r.stall_cycles}")
+    cycles = sum(r.cycles for r in results)
+    print("counters: " + "; ".join(f"CYCLES={r.cycles} COMPUTE_CYCLES={r.compute_cycles} STALL_CYCLES={r.stall_cycles}"
+                                   for r in results))
+    r = results[-1]               # the DRAM model's counters count every run of the simulation
     beats = r.stats["rd_beats"] + r.stats["wr_beats"]
     if args.memory == "litedram":
         from sim.litedram_model import peak_bytes_per_cycle
         peak = peak_bytes_per_cycle()
-        dram = f"dram_fraction={beats * cfg.axi_data_bytes / peak / r.cycles:.3f} " \
-               f"read_fraction={r.stats['rd_beats'] * cfg.axi_data_bytes / peak / r.cycles:.3f} (peak {peak} B/cycle)"
+        dram = f"dram_fraction={beats * cfg.axi_data_bytes / peak / cycles:.3f} " \
+               f"read_fraction={r.stats['rd_beats'] * cfg.axi_data_bytes / peak / cycles:.3f} (peak {peak} B/cycle)"
     else:
-        dram = f"dram_fraction={beats * mem.beat_cost / 256 / r.cycles:.3f}"
-    print(f"dma: bytes={beats * cfg.axi_data_bytes} beats={beats} bus_fraction={beats / r.cycles:.3f} {dram}")
-    print(throughput(cfg, r.cycles))
-    print(f"total: measured={r.cycles} bound={total} ratio={r.cycles / total:.3f} memory={args.memory}")
+        dram = f"dram_fraction={beats * mem.beat_cost / 256 / cycles:.3f}"
+    print(f"dma: bytes={beats * cfg.axi_data_bytes} beats={beats} bus_fraction={beats / cycles:.3f} {dram}")
+    print(throughput(cfg, cycles))
+    print(f"total: measured={cycles} bound={total} ratio={cycles / total:.3f} memory={args.memory}")
     return 0
 
 

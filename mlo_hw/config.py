@@ -100,6 +100,9 @@ class Model:
     causal: bool = False        # a decoder's self-attention: query row i attends keys 0..i (prefill mode)
     norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2)
     gelu: str = "erf"           # the FFN's activation table: GELU "erf" (exact), "tanh" (GPT-2's) or "relu" (T5's)
+    # an encoder-decoder (BART): the encoder's layers (run first, self-attention only, not causal); then ``layers``
+    # decoder layers, each with a cross-attention block over the encoder's output (docs/seq2seq.md)
+    encoder_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -176,11 +179,23 @@ class Config:
         return self.model.hidden // self.model.heads
 
     @property
+    def seq2seq(self) -> bool:
+        """An encoder-decoder: ``model.encoder_layers`` encoder layers, then decoder layers with cross-attention."""
+        return self.model.encoder_layers > 0
+
+    @property
+    def image_layers(self) -> int:
+        """Layers in the weight image: the encoder's, then the decoder's (or the one stack's)."""
+        return self.model.encoder_layers + self.model.layers
+
+    @property
     def matrices(self) -> tuple[Matrix, ...]:
-        """The layer's weight matrices in the order the engine consumes them."""
+        """The layer's weight matrices in the order the engine consumes them (an encoder-decoder's layer: the
+        cross-attention's last, ``xq`` .. ``xo``; an encoder layer leaves them zero)."""
         h, i = self.model.hidden, self.model.intermediate
+        cross = tuple(Matrix(n, h, h) for n in ("xq", "xk", "xv", "xo")) if self.seq2seq else ()
         return (Matrix("q", h, h), Matrix("k", h, h), Matrix("v", h, h), Matrix("o", h, h),
-                Matrix("ffn_up", i, h), Matrix("ffn_down", h, i))
+                Matrix("ffn_up", i, h), Matrix("ffn_down", h, i)) + cross
 
     def acc_bits(self, k: int) -> int:
         """Signed accumulator width for a K-term dot product plus a bias of the same range."""
@@ -289,6 +304,12 @@ def _validate(cfg: Config):
                               f"(GPT-2: LayerNorm before attention and FFN), got {m.norm!r}")
     _require(m.gelu in GELUS, f"model.gelu: expected 'erf' (exact GELU), 'tanh' (GPT-2's approximation) or 'relu', "
                               f"got {m.gelu!r}")
+    _require(m.encoder_layers >= 0, f"model.encoder_layers: expected 0 (one stack) or the encoder's layer count, got "
+                                    f"{m.encoder_layers}")
+    if m.encoder_layers:
+        _require(m.norm == "post", "model.encoder_layers: an encoder-decoder runs post-LN layers (BART) in the engine; "
+                                   "T5's pre-RMSNorm layers run in the golden model only (docs/seq2seq.md)")
+        _require(m.causal, "model.causal: an encoder-decoder's decoder self-attention is causal: expected true")
     _require(2 <= n.weight_bits <= 8, f"numerics.weight_bits: expected 2..8, got {n.weight_bits}")
     _require(n.act_bits == 8, f"numerics.act_bits: expected 8 (int8 matrix inputs, int16 residual stream), "
                               f"got {n.act_bits}")

@@ -26,6 +26,7 @@ from .perf import layer_bound, matrix_costs
 from .plan import format_plan, plan
 from .model.quantize import build_model, dram_bytes, random_inputs, run_int
 from .model.weight_image import layout, pack_image, write_manifest
+from .runtime.build import write_runtime_json
 
 __all__ = ["main", "report", "write_build", "BUILD_MARKS"]
 
@@ -36,7 +37,8 @@ def report(cfg, rtl_note: str) -> str:
     lay = layout(cfg)
     m, f = cfg.model, cfg.folding
     lines = [f"# mlo_hw report: {cfg.name}", "",
-             f"Model: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, intermediate {m.intermediate}, "
+             f"Model: {f'{m.encoder_layers} encoder layers, then {m.layers} decoder layers with cross-attention' if cfg.seq2seq else f'{m.layers} layers'}, "
+             f"hidden {m.hidden}, {m.heads} heads, intermediate {m.intermediate}, "
              f"seq {m.seq_len} (padded to {cfg.seq_padded}), "
              f"{'causal self-attention (row i attends keys 0..i)' if m.causal else 'bidirectional self-attention'}.  ",
              f"Numerics: int{cfg.numerics.weight_bits} weights, int{cfg.numerics.act_bits} matrix inputs, "
@@ -81,27 +83,52 @@ def write_build(cfg, out: Path, model=None):
     from amaranth.back import verilog
     from .hw.layer_engine import engine_top
     from .hw.regs import write_register_map
-    from .runtime.build import write_runtime_json
     if model is None:
         _, model = build_model(cfg)
-    if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
+    if cfg.seq2seq:
+        _write_seq2seq_vectors(cfg, out, model)
+    elif cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
         from .frontend.host import onnx_inputs
         x, mask = onnx_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
     else:
         x, mask = random_inputs(cfg, np.random.default_rng(cfg.weights.seed + 1), 1)[0]
-    x_int = model.quantize_input(x)
-    y = run_int(model, x_int, mask, cfg)
+    if not cfg.seq2seq:
+        x_int = model.quantize_input(x)
+        y = run_int(model, x_int, mask, cfg)
+        (out / "golden_input.bin").write_bytes(dram_bytes(x_int))
+        (out / "golden_output.bin").write_bytes(dram_bytes(y))
+        write_runtime_json(out, cfg, model.input_scale, model.output_scale)
     (out / "mlo_engine.v").write_text(verilog.convert(engine_top(cfg), name="mlo_engine", emit_src=False))
     (out / "files.f").write_text("mlo_engine.v\n")
     write_register_map(out, cfg)
     (out / "weights.bin").write_bytes(pack_image(cfg, model.layers))
     write_manifest(out / "manifest.json", cfg)
-    write_runtime_json(out, cfg, model.input_scale, model.output_scale)
-    (out / "golden_input.bin").write_bytes(dram_bytes(x_int))
-    (out / "golden_output.bin").write_bytes(dram_bytes(y))
     rtl_note = ("mlo_engine.v (top level `mlo_engine`: aclk, aresetn, m_axi_*, s_axil_*, irq), "
                 "file list files.f, register map regs.json / mlo_hw_regs.h.")
     (out / "report.md").write_text(report(cfg, rtl_note))
+
+
+def _write_seq2seq_vectors(cfg, out: Path, model):
+    """An encoder-decoder's test vector (``docs/seq2seq.md``): ``golden_input.bin`` the encoder's input (all tokens),
+    ``golden_memory.bin`` its output (the memory), ``golden_decoder_input.bin`` and ``golden_output.bin`` the
+    decoder's prefill over every token; ``runtime.json`` with the decoder's input and the memory's scales."""
+    from .model.seq2seq import IntScores
+    rng = np.random.default_rng(cfg.weights.seed + 1)
+    s, h = cfg.model.seq_len, cfg.model.hidden
+    if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
+        from .frontend.host import seq2seq_vectors
+        x, y = seq2seq_vectors(cfg, rng)
+    else:
+        x, y = rng.normal(0.0, 1.0, (s, h)), rng.normal(0.0, 1.0, (s, h))
+    keys = np.ones(s, bool)
+    x_int, y_int = model.quantize_input(x), model.quantize(y, model.decoder_scale)
+    memory = model.encode(x_int, IntScores(keys, None))
+    y_out = model.decode(y_int, IntScores(nx.attention_mask(keys, True), None), memory, IntScores(keys, None))
+    for name, t in (("golden_input", x_int), ("golden_memory", memory), ("golden_decoder_input", y_int),
+                    ("golden_output", y_out)):
+        (out / f"{name}.bin").write_bytes(dram_bytes(t))
+    write_runtime_json(out, cfg, model.input_scale, model.output_scale, decoder_input_scale=model.decoder_scale,
+                       memory_scale=model.memory_scale)
 
 
 @command()

@@ -74,6 +74,9 @@ class Plan:
     clock_mhz: float
     layernorm_cycles: int       # per layer: the two LayerNorm phases of every block (not in the bound)
     layers: int
+    # an encoder-decoder: the bound of an encoder layer (``layer_cycles`` is a decoder layer's; ``cycles`` counts
+    # the encoder's run and the decoder's prefill; ``layers`` both stacks' layers)
+    encoder_layer_cycles: int = 0
 
     @property
     def expected_cycles(self) -> int:
@@ -147,12 +150,16 @@ def _tiled_traffic(cfg, block: int) -> tuple[int, int, int]:
     weights = small + t * sum(lay[m.name].bytes for m in cfg.matrices)
     act_read = 2 * s * h + s * h + t * 2 * s * h + 2 * s * h      # X, Q, K/V^T per query block, X again
     act_written = 3 * s * h + 2 * s * h                           # Q, K, V^T, X'
+    if cfg.seq2seq:       # a decoder layer: the memory in, its cross K/V^T out, read again per query block
+        act_read += 2 * s * h + t * 2 * s * h
+        act_written += 2 * s * h
     return weights, act_read, act_written
 
 
-def _tiled_phases(cfg, block: int) -> tuple:
+def _tiled_phases(cfg, block: int, cross: bool | None = None) -> tuple:
     """A layer's phases at ``block`` rows, each (cycles, DRAM bytes): pass 1 of the first block (with the small
-    sections), of another block, the attention and the rest of a block."""
+    sections), of another block, the attention and the rest of a block; an encoder-decoder's decoder layer's
+    (``cross``, default ``cfg.seq2seq``) with pass 0 and the cross-attention block."""
     s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
     lanes, beat = cfg.mac_lanes, cfg.axi_data_bytes
     lay = layout(cfg)
@@ -164,6 +171,12 @@ def _tiled_phases(cfg, block: int) -> tuple:
         dram = sum(lay[mm].bytes for mm in matrices) + raw_tiles * s * dh + act_bytes
         return max(tiles, -(-dram // beat)), dram
     small = sum(lay[n].bytes for n in SMALL_SECTIONS)
+    if cfg.seq2seq if cross is None else cross:       # a decoder layer: pass 0 (the memory's cross K, V) joins pass 1; the cross block the rest
+        pass1 = phase(("xk", "xv", "q", "k", "v"), 0, 9 * block * h)
+        attention = phase((), 4 * heads, block * h)
+        rest = phase(("o", "xq", "xo", "ffn_up", "ffn_down"), 0, 4 * block * h)
+        first = phase(("xk", "xv", "q", "k", "v"), 0, 9 * block * h + small)
+        return first, pass1, attention, rest
     pass1 = phase(("q", "k", "v"), 0, 5 * block * h)
     attention = phase((), 2 * heads, block * h)
     rest = phase(("o", "ffn_up", "ffn_down"), 0, 4 * block * h)
@@ -171,8 +184,8 @@ def _tiled_phases(cfg, block: int) -> tuple:
     return first, pass1, attention, rest
 
 
-def _tiled_layer_cycles(cfg, block: int) -> int:
-    (first, _), (pass1, _), (attention, _), (rest, _) = _tiled_phases(cfg, block)
+def _tiled_layer_cycles(cfg, block: int, cross: bool | None = None) -> int:
+    (first, _), (pass1, _), (attention, _), (rest, _) = _tiled_phases(cfg, block, cross)
     blocks = cfg.seq_padded // block
     return first + (blocks - 1) * pass1 + blocks * (attention + rest)
 
@@ -199,10 +212,12 @@ def decode_step(cfg) -> DecodeStep:
 def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     w, ar, aw = _tiled_traffic(cfg, block)
     layer_cycles = _tiled_layer_cycles(cfg, block)
+    m = cfg.model
+    enc = _tiled_layer_cycles(cfg, block, cross=False) if cfg.seq2seq else 0
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
-                scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, cfg.model.layers * layer_cycles,
+                scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.model.layers)
+                cfg.image_layers, enc)
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -261,7 +276,7 @@ def plan(cfg) -> Plan:
                               f"above the budget of {budget:g}")
         return p
     onchip = _onchip_plan(cfg, budget)
-    if onchip.bram36 <= budget:
+    if onchip.bram36 <= budget and not cfg.seq2seq:     # an encoder-decoder's cross K/V live in the scratch
         return onchip
     tiled = [_tiled_plan(cfg, b, budget) for b in block_choices(cfg)]
     fits = [p for p in tiled if p.bram36 <= budget]
@@ -291,6 +306,10 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
               f"| activations written | {p.activations_written} |"]
     if p.io_bytes:
         lines.append(f"| input read + output written (once per run) | {p.io_bytes} |")
+    if p.encoder_layer_cycles:
+        lines += ["", f"An encoder-decoder: an encoder layer's bound is {p.encoder_layer_cycles} cycles, a decoder "
+                      f"layer's (pass 0's cross K/V and the cross-attention block included) {p.layer_cycles}; the run "
+                      "below is the encoder's run plus the decoder's prefill."]
     lines += ["", f"Bound: {p.layer_cycles} cycles per layer, {p.cycles} per run (every DRAM byte counted); it "
                   f"needs {p.bytes_per_cycle:.2f} bytes per cycle ({need:.0f} MB/s at {p.clock_mhz:g} MHz) of the "
                   f"port's {p.beat_bytes} ({port:.0f} MB/s).",

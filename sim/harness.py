@@ -125,6 +125,7 @@ class DramMap:
     weight_base: int
     scratch_base: int
     size: int              # bytes, a power of two
+    memory_base: int = 0   # an encoder-decoder: the memory (the encoder's output) the decoder runs read
 
     @classmethod
     def for_config(cls, cfg) -> "DramMap":
@@ -138,7 +139,9 @@ class DramMap:
         weights = up(out + act) + page
         scratch = up(weights + layout(cfg).total_bytes) + page
         end = scratch + plan(cfg).scratch_bytes
-        return cls(inp, out, weights, scratch, 1 << (end - 1).bit_length())
+        memory = up(end) + page if cfg.seq2seq else 0
+        end = memory + act if cfg.seq2seq else end
+        return cls(inp, out, weights, scratch, 1 << (end - 1).bit_length(), memory)
 
 
 def random_input(cfg, model, seed: int) -> np.ndarray:
@@ -159,6 +162,14 @@ def gpt2_like(cfg):
     """``cfg``'s sizes as GPT-2 layers: pre-LN, causal, tanh GELU."""
     return dataclasses.replace(cfg, name=cfg.name + "_pre",
                                model=dataclasses.replace(cfg.model, norm="pre", causal=True, gelu="tanh"))
+
+
+def small_seq2seq_tiled_config(encoder_layers: int = 2):
+    """small as an encoder-decoder (BART's post-LN layers: ``encoder_layers`` encoder layers, then small's two decoder
+    layers with causal self-attention and cross-attention) at 64 tokens, in two blocks of 32 rows."""
+    base = small_tiled_config()
+    return dataclasses.replace(base, name=f"small_s2s{encoder_layers}",
+                               model=dataclasses.replace(base.model, encoder_layers=encoder_layers, causal=True))
 
 
 def small_gpt2_tiled_config():
@@ -323,6 +334,11 @@ class Run:
     scratch_base: int | None = None     # SCRATCH_BASE for this run (None: the DRAM map's)
     cache_len: int | None = None        # CACHE_LEN for this run (a KV cache engine; None: not written)
     dump_scratch: bool = False          # read the scratch region (its SCRATCH_BYTES) back after the run
+    # an encoder-decoder: MEMORY_TOKENS (0: an encoder run; None: not written), the first layer of the image this
+    # run reads (WEIGHT_BASE), and the run's output into the memory region instead (the encoder's run)
+    memory_tokens: int | None = None
+    weight_layer: int = 0
+    output_to_memory: bool = False
 
 
 class EngineSim:
@@ -390,9 +406,15 @@ class EngineSim:
                 script += [f"echo run {i}"]
                 if r.soft_reset_first:
                     script += [f"write {h.reg('CTRL')} {h.bit('CTRL', 'soft_reset')}", f"wait {r.drain_cycles}"]
+                out_base = d.memory_base if r.output_to_memory else d.output_base
+                seq2seq = [f"write {h.reg('WEIGHT_BASE_LO')} {d.weight_base + r.weight_layer * layout(cfg).stride}",
+                           f"write {h.reg('OUTPUT_BASE_LO')} {out_base}",
+                           f"write {h.reg('MEMORY_BASE_LO')} {d.memory_base}",
+                           f"write {h.reg('MEMORY_TOKENS')} {r.memory_tokens}"] if r.memory_tokens is not None else []
                 script += [f"dram err_en {int(r.err_addr is not None)}", f"dram err_addr {r.err_addr or 0}",
                            f"load {d.input_base} {tmp / f'input{i}.bin'}",
-                           f"load {d.output_base} {tmp / f'garbage{i}.bin'}",
+                           f"load {out_base} {tmp / f'garbage{i}.bin'}",
+                           *seq2seq,
                            f"write {h.reg('LAYERS')} {cfg.model.layers if r.layers is None else r.layers}",
                            f"write {h.reg('TOKENS')} {r.tokens}", "profile /dev/null",
                            f"write {h.reg('SCRATCH_BASE_LO')} {d.scratch_base if r.scratch_base is None else r.scratch_base}",
@@ -402,7 +424,8 @@ class EngineSim:
                            f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / f'profile{i}.txt'}",
                            *(f"read {h.reg(n)}" for n in ("STATUS", "ERROR_CODE", "ERROR_ADDR_LO", "CYCLES",
                                                           "COMPUTE_CYCLES", "STALL_CYCLES")),
-                           "stats", f"dump {d.output_base} {act_bytes} {tmp / f'output{i}.bin'}"]
+                           "stats", f"dump {d.memory_base if r.output_to_memory else d.output_base} {act_bytes} "
+                                    f"{tmp / f'output{i}.bin'}"]
                 if r.dump_scratch:
                     base = d.scratch_base if r.scratch_base is None else r.scratch_base
                     script += [f"dump {base} {scratch_layout(cfg).bytes} {tmp / f'scratch{i}.bin'}"]

@@ -324,15 +324,26 @@ def test_t5_and_bart_roles(frontends):
 
 
 @pytest.mark.parametrize("name", ["t5", "bart"])
-def test_engine_refuses_encoder_decoder(frontends, name, capsys, tmp_path):
+def test_encoder_decoder_is_not_one_stack(frontends, name, capsys, tmp_path):
+    """Neither is one stack (float_layers() refuses); --engine refuses T5's kind in one line (RMSNorm, pre-norm)
+    and builds BART's as an encoder-decoder (tests/test_encoder_decoder.py runs it)."""
     fe = frontends[name]
     reason = fe.engine_refusal()
     assert reason and "\n" not in reason and "decoder" in reason
     with pytest.raises(FrontendError, match="not runnable on the engine"):
         fe.float_layers()
-    assert cli([str(fixture(name)), "--engine", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --engine: not runnable on the engine") and "\n" not in err
+    if name == "t5":
+        assert cli([str(fixture(name)), "--engine", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: --engine: not runnable on the engine: RMSNorm, pre-norm layers (T5's kind)")
+        assert "\n" not in err and not (tmp_path / "out").exists()
+    else:
+        assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 0
+        out = capsys.readouterr().out
+        assert "engine: runnable as an encoder-decoder" in out and "an encoder-decoder: 2 + 2 layers" in out
+        written = load_config(str(tmp_path / "out" / f"{name}.yaml"))
+        assert (written.model.encoder_layers, written.model.layers, written.model.seq_len) == (2, 2, 16)
+        assert (tmp_path / "out" / "golden_memory.bin").stat().st_size == 16 * 32 * 2
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])

@@ -65,8 +65,8 @@ class Frontend:
         if len(self.groups) != 1:
             names = ", ".join(g.prefix for g in self.groups)
             if len(self.groups) == 2 and self._is_seq2seq():
-                return (f"2 layer groups ({names}): an encoder-decoder model; the engine has no cross-attention "
-                        "yet (--check runs it in the float and integer golden models)")
+                return (f"2 layer groups ({names}): an encoder-decoder model, not one stack (--check runs it in the "
+                        "float and integer golden models; --engine builds BART-style ones, model.encoder_layers)")
             return (f"{len(self.groups)} layer groups ({names}); the engine runs one encoder stack "
                     + self._group_reasons())
         reason = engine_refusal(self.graph, self.roles(0)[0])
@@ -135,7 +135,12 @@ class Frontend:
                 "groups": groups, "engine": self._engine_verdict()}
 
     def _engine_verdict(self) -> str:
-        """'runnable', or the refusal."""
+        """'runnable', or the refusal (an encoder-decoder: as one, ``model.encoder_layers``)."""
+        if len(self.groups) == 2 and self._is_seq2seq():
+            from .seq2seq import seq2seq_refusal
+            reason = seq2seq_refusal(self)
+            return (f"refused as an encoder-decoder: {reason}" if reason else
+                    "runnable as an encoder-decoder (model.encoder_layers: both stacks, cross-attention)")
         return self.engine_refusal() or "runnable"
 
     def export_weights(self, folder: str | Path) -> list[Path]:

@@ -5,9 +5,10 @@ layer, every weight's role and shape; says whether the layer engine can run the 
 ``--export-weights DIR`` writes ``layer_<group>_<i>.npz`` (float32, keyed by role, matrices [out, in]).
 ``--engine DIR`` (engine-runnable models) writes a config for the model, then the DRAM weight image and a
 golden test vector as ``python -m mlo_hw.elaborate`` does, and checks the float reference against
-onnxruntime on the same inputs. ``--check`` runs an encoder-decoder model (T5, BART; two layer groups) through the
-float reference, against onnxruntime, and through the integer golden model, against the float reference
-(:func:`mlo_hw.frontend.seq2seq.check`); the engine does not run such models in RTL yet.
+onnxruntime on the same inputs; for an encoder-decoder of BART's kind (two layer groups, post-LN) the config has
+``model.encoder_layers`` and the build holds both stacks (``docs/seq2seq.md``). ``--check`` runs an encoder-decoder
+model (T5, BART) through the float reference, against onnxruntime, and through the integer golden model, against
+the float reference (:func:`mlo_hw.frontend.seq2seq.check`).
 """
 
 from __future__ import annotations
@@ -52,8 +53,32 @@ def _text(summary: dict) -> str:
             roles = ", ".join(f"{name} {shape}" for name, shape in layer["weights"].items())
             lines.append(f"  {layer['scope']}: {roles}")
     verdict = summary["engine"]
-    lines.append(f"engine: {verdict if verdict.startswith('runnable') else 'refused: ' + verdict}")
+    lines.append(f"engine: {verdict if verdict.startswith(('runnable', 'refused')) else 'refused: ' + verdict}")
     return "\n".join(lines)
+
+
+def _engine_seq2seq(fe, model_path: str, out: Path, seq_len: int | None, name: str) -> str:
+    """An encoder-decoder's config (both stacks), DRAM image and golden vectors into ``out`` (staged)."""
+    from ..elaborate import BUILD_MARKS, write_build
+    from .seq2seq import Seq2SeqHost, config_dict, float_check, seq2seq_inputs, seq2seq_model
+    raw = config_dict(fe, model_path, 16, name)        # refused (one line) before the host runs anything
+    host = Seq2SeqHost(fe)
+    if seq_len is None:
+        seq_len = host.default_seq_len()
+    raw["model"]["seq_len"] = seq_len
+    cfg = config_from_dict(raw, raw["name"])
+    try:
+        inputs = seq2seq_inputs(host, seq_len, seq_len, np.random.default_rng(cfg.weights.seed + 2), 4)
+        err = float_check(seq2seq_model(fe), host, inputs)
+    except FrontendError as e:
+        raise FrontendError(f"--seq-len {seq_len}: {e}") from None
+    with staged_folder(out, "--engine", BUILD_MARKS) as tmp:
+        (tmp / f"{cfg.name}.yaml").write_text(f"# Written by python -m mlo_hw.frontend from {model_path}\n"
+                                              + yaml.safe_dump(raw, sort_keys=False))
+        write_build(cfg, tmp)
+    return (f"{out / (cfg.name + '.yaml')}: config written (an encoder-decoder: {cfg.model.encoder_layers} + "
+            f"{cfg.model.layers} layers); float reference vs onnxruntime on {len(inputs)} inputs: max |diff| "
+            f"encoder {err['encoder']:.2e}, decoder {err['decoder']:.2e}")
 
 
 def _engine(fe, model_path: str, out: Path, seq_len: int | None, name: str) -> str:
@@ -107,10 +132,17 @@ def main(argv=None) -> int:
             written = fe.export_weights(tmp)
         print(f"wrote {len(written)} files into {args.export_weights}", file=sys.stderr if args.json else sys.stdout)
     if args.engine:
-        reason = fe.engine_refusal()
-        if reason:
-            raise FrontendError(f"--engine: not runnable on the engine: {reason}")
-        print(_engine(fe, args.model, args.engine, args.seq_len, name))
+        if len(fe.groups) == 2 and fe._is_seq2seq():
+            from .seq2seq import seq2seq_refusal
+            reason = seq2seq_refusal(fe)
+            if reason:
+                raise FrontendError(f"--engine: not runnable on the engine: {reason}")
+            print(_engine_seq2seq(fe, args.model, args.engine, args.seq_len, name))
+        else:
+            reason = fe.engine_refusal()
+            if reason:
+                raise FrontendError(f"--engine: not runnable on the engine: {reason}")
+            print(_engine(fe, args.model, args.engine, args.seq_len, name))
     if args.check:
         from .seq2seq import check
         if len(fe.groups) != 2:

@@ -28,7 +28,7 @@ from . import Frontend
 from . import FrontendError
 from . import load
 
-__all__ = ["Host", "model_inputs", "build_model_onnx", "config_dict", "resolve_model_path", "float_check"]
+__all__ = ["Host", "model_inputs", "build_model_onnx", "build_seq2seq_onnx", "config_dict", "resolve_model_path", "float_check"]
 
 _ORT_HINT = "onnxruntime is needed to run the model's embeddings on the host: pip install onnxruntime"
 
@@ -242,6 +242,49 @@ def build_model_onnx(cfg, calib_count: int = 4):
     calib = [(x, m) for x, m, _ in model_inputs(host, cfg.model.seq_len, np.random.default_rng(cfg.weights.seed),
                                                 calib_count)]
     return layers, quantize(layers, calib, cfg)
+
+
+def build_seq2seq_onnx(cfg, calib_count: int = 4):
+    """An encoder-decoder's float model (:func:`mlo_hw.frontend.seq2seq.seq2seq_model`) and its quantization,
+    calibrated on the model's own inputs (``seq_len`` encoder and decoder tokens); what the engine cannot run
+    (T5: RMSNorm, pre-norm, a memory made on the host) is a ConfigError."""
+    from ..model.seq2seq import quantize_seq2seq
+    from .seq2seq import Seq2SeqHost, seq2seq_inputs, seq2seq_model
+    fe = _frontend_for(cfg)
+    try:
+        model, host = seq2seq_model(fe), Seq2SeqHost(fe)
+    except FrontendError as e:
+        raise ConfigError(f"weights.onnx: {e}") from None
+    m = cfg.model
+    for name, got in (("encoder_layers", len(model.encoder)), ("layers", len(model.decoder)),
+                      ("hidden", model.hidden), ("heads", model.heads), ("intermediate", model.intermediate),
+                      ("norm", model.norm), ("gelu", model.gelu)):
+        if getattr(m, name) != got:
+            raise ConfigError(f"model.{name}: config says {getattr(m, name)!r}, {cfg.weights.onnx} has {got!r}")
+    if model.rms or host._between is not None:
+        raise ConfigError(f"weights.onnx: {cfg.weights.onnx} normalises by RMS or makes the memory on the host "
+                          "(T5): the engine runs BART-style encoder-decoders; T5 runs in the golden model only")
+    if not math.isclose(m.layernorm_eps, model.eps, rel_tol=1e-4):
+        raise ConfigError(f"model.layernorm_eps: config says {m.layernorm_eps:g}, {cfg.weights.onnx} has "
+                          f"{model.eps:g}")
+    rng = np.random.default_rng(cfg.weights.seed)
+    try:
+        calib = [host.run(*c) for c in seq2seq_inputs(host, m.seq_len, m.seq_len, rng, calib_count)]
+    except FrontendError as e:
+        raise ConfigError(f"model.seq_len: {e}") from None
+    return model, quantize_seq2seq(model, calib, memory_on_host=False)
+
+
+def seq2seq_vectors(cfg, rng: np.random.Generator):
+    """An encoder-decoder config's float stack inputs from the model's own embeddings: (encoder's, decoder's)
+    [seq_len, hidden] of random unpadded token ids."""
+    from .seq2seq import Seq2SeqHost, seq2seq_inputs
+    try:
+        host = Seq2SeqHost(_frontend_for(cfg))
+        r = host.run(*seq2seq_inputs(host, cfg.model.seq_len, cfg.model.seq_len, rng, 1)[0])
+    except FrontendError as e:
+        raise ConfigError(f"weights.onnx: {e}") from None
+    return r["enc_in"], r["dec_in"]
 
 
 def onnx_inputs(cfg, rng: np.random.Generator, count: int):

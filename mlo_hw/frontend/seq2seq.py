@@ -33,7 +33,8 @@ from ..model.reference import FloatCross, FloatLayer, Memory, float_stack
 from .graph import FrontendError
 from .roles import LayerRoles, _scaling, norm_kind
 
-__all__ = ["Seq2Seq", "Seq2SeqHost", "seq2seq_model", "Scores", "MASKED"]
+__all__ = ["Seq2Seq", "Seq2SeqHost", "seq2seq_model", "seq2seq_refusal", "memory_on_host", "Scores", "MASKED",
+           "seq2seq_inputs", "float_check", "integer_check", "check", "config_dict"]
 
 MASKED = -1e9           # an added score below this masks the key (exporters add finfo(float32).min)
 _ACTIVATIONS = (("Relu", "relu"), ("Tanh", "tanh"), ("Erf", "erf"), ("Gelu", "erf"))
@@ -186,6 +187,30 @@ def seq2seq_model(fe) -> Seq2Seq:
                    rms=rms, gelu=act, eps=float(f"{eps:.6g}"))
 
 
+def memory_on_host(fe) -> bool:
+    """The cross-attention reads something the host makes from the encoder stack's output (T5's final norm), not
+    the output itself (BART)."""
+    _, dec = _groups(fe)
+    g = fe.graph
+    return g.source(dec[0].attentions[1].inputs[1]) != g.source(fe.groups[0].layers[-1].output)
+
+
+def seq2seq_refusal(fe) -> str | None:
+    """Why the engine cannot run this encoder-decoder (one line), or None (BART's kind: post-LN, LayerNorm, the
+    cross-attention reading the encoder's output)."""
+    try:
+        model = seq2seq_model(fe)
+    except FrontendError as e:
+        return str(e)
+    if model.rms or model.norm != "post":
+        return (f"{'RMSNorm' if model.rms else 'LayerNorm'}, {model.norm}-norm layers (T5's kind): the engine runs "
+                "post-LN encoder-decoders (BART's); --check runs this one in the float and integer golden models")
+    if memory_on_host(fe):
+        return ("the cross-attention reads what the host makes of the encoder's output; the engine's reads the "
+                "encoder's output itself")
+    return None
+
+
 def _score_addends(g, r: LayerRoles, a) -> list[tuple[str, float]]:
     """The activations added to an attention's scores between its Q.K^T MatMul and its Softmax, each with the
     constant scaling applied after it."""
@@ -269,6 +294,17 @@ class Seq2SeqHost:
             else:
                 raise FrontendError(f"host: model input {name!r} is neither token ids, decoder token ids nor a mask")
         return feeds
+
+    def default_seq_len(self, candidates=(128, 64, 32, 16, 8)) -> int:
+        """The longest of ``candidates`` the model runs at (encoder and decoder tokens alike), else FrontendError."""
+        for seq in candidates:
+            try:
+                self.run(np.full(seq, 3), np.ones(seq, bool), np.full(seq, 3))
+                return seq
+            except FrontendError:
+                pass
+        raise FrontendError(f"--seq-len: the model runs at none of {', '.join(map(str, candidates))} tokens; "
+                            "give one it accepts")
 
     def run(self, ids, mask, dec_ids) -> dict:
         """Encoder token ids and mask [S], decoder token ids [T] -> the stacks' inputs and outputs (``enc_in``,
@@ -390,3 +426,27 @@ def check(fe, seq_len: int = 16, dec_len: int = 8, seed: int = 0) -> str:
             f"onnxruntime max |diff| encoder {f['encoder']:.2e}, decoder {f['decoder']:.2e}, end to end "
             f"{f['end_to_end']:.2e}; integer golden model vs float cosine min encoder {i['encoder']:.4f}, "
             f"decoder {i['decoder']:.4f}")
+
+
+def config_dict(fe, onnx_path: str, seq_len: int, name: str | None = None) -> dict:
+    """A config (a YAML-ready dict) running an encoder-decoder's two stacks on the engine (``model.encoder_layers``),
+    or FrontendError saying why it cannot."""
+    from pathlib import Path
+    from .host import _divisor
+    reason = seq2seq_refusal(fe)
+    if reason:
+        raise FrontendError(f"not runnable on the engine: {reason}")
+    m = seq2seq_model(fe)
+    dh = m.hidden // m.heads
+    unit = _divisor((m.hidden, m.intermediate, dh), (8, 4, 2, 1))
+    tile = _divisor((m.hidden, m.intermediate), (unit * 2, unit))
+    return {
+        "name": name or Path(onnx_path).stem,
+        "model": {"layers": len(m.decoder), "encoder_layers": len(m.encoder), "hidden": m.hidden, "heads": m.heads,
+                  "intermediate": m.intermediate, "seq_len": seq_len, "layernorm_eps": m.eps, "causal": True,
+                  "norm": m.norm, "gelu": m.gelu},
+        "numerics": {"weight_bits": 8, "act_bits": 8},
+        "folding": {"pe": unit, "simd": unit, "tile_rows": tile},
+        "weights": {"source": "onnx", "onnx": str(onnx_path), "seed": 0},
+        "loop_body_hierarchy": [list(g.hierarchy) for g in fe.groups],
+    }

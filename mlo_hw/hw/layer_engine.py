@@ -91,13 +91,13 @@ from ..plan import plan
 from .regs import AXIL_ADDR_BITS, ControlRegs
 from .softmax import Softmax, score_layout
 from ..model.tiled import scratch_layout
-from ..model.weight_image import HEADER_FIELDS, layout
+from ..model.weight_image import header_fields, layout
 
 __all__ = ["Op", "EngineGeometry", "with_seq_len", "VectorReader", "Narrow", "trace_members",
            "LayerEngine", "EngineTop", "engine_top"]
 
 
-class Op(enum.Enum, shape=4):
+class Op(enum.Enum, shape=5):
     """The phase the engine is in: selects every multiplexer of the datapath."""
     IDLE = 0
     LOAD = 1           # X from DRAM (the input; tiled: a block of the layer input or the residual)
@@ -114,10 +114,16 @@ class Op(enum.Enum, shape=4):
     STORE = 12         # X to DRAM (the output; tiled: a block of the layer output)
     LOAD_Q = 13        # tiled: a block of Q from scratch into Y
     STORE_QKV = 14     # tiled: a block's Q, K and V^T into scratch
+    XQ = 15            # an encoder-decoder's cross-attention: Q of LN1's output
+    XK = 16            # the memory's cross K and V (pass 0)
+    XV = 17
+    XO = 18            # the cross-attention's output projection
+    LNX = 19           # LayerNorm(LN1 output + XO output): the FFN's input
 
 
 RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
-MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN}
+MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN,
+              "xq": Op.XQ, "xk": Op.XK, "xv": Op.XV, "xo": Op.XO}
 
 
 @dataclass(frozen=True)
@@ -340,7 +346,8 @@ class LayerEngine(wiring.Component):
                 ("score_groups", "score_groups", self._score_groups()),
                 ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S,
-                                                                max_passes=g.max_tiles))):
+                                                                max_passes=g.max_tiles,
+                                                                shift_sets=4 if cfg.seq2seq else 2))):
             m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block
@@ -372,12 +379,16 @@ class LayerEngine(wiring.Component):
         d.scratch_bad = Signal(name="scratch_bad")
         if g.tiled:
             sb = regs.scratch_base
-            img, io = layout(cfg).total_bytes, g.tokens * H * RES_BYTES
+            # the weights a run reads: the image (an encoder-decoder's run: the encoder's or the decoder's layers)
+            lay = layout(cfg)
+            img = max(cfg.model.layers, cfg.model.encoder_layers) * lay.stride if cfg.seq2seq else lay.total_bytes
+            io = g.tokens * H * RES_BYTES
 
             def overlaps(base, n):
                 return (sb < base + n) & (base < sb + scratch_layout(cfg).bytes)
             m.d.comb += d.scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
-                                         | overlaps(regs.input_base, io) | overlaps(regs.output_base, io))
+                                         | overlaps(regs.input_base, io) | overlaps(regs.output_base, io)
+                                         | (overlaps(regs.memory_base, io) if cfg.seq2seq else 0))
         d.op, d.layer, d.layers = Signal(Op, name="op"), Signal(16, name="layer"), Signal(16, name="layers")
         # the LayerNorm the lanes run (their buffer ports and shift select on it, not on op: LN1 starts during O's
         # last tile, LN2 during FFN down's) and the pair words they may read meanwhile
@@ -386,7 +397,12 @@ class LayerEngine(wiring.Component):
         d.ln_avail = Signal(range(ln_words + 1), name="ln_avail", init=ln_words)
         m.d.comb += [self.op.eq(d.op), self.layer.eq(d.layer)]
         d.slot = d.layer[0]
-        d.hdr = {f: Signal(32, name=f"hdr_{f}") for f in HEADER_FIELDS}
+        d.hdr = {f: Signal(32, name=f"hdr_{f}") for f in header_fields(cfg)}
+        # an encoder-decoder: MEMORY_TOKENS latched at START (0: the encoder's run, else the decoder's, with
+        # cross-attention); ``cross_phase`` while the heads of the cross-attention run (their Q, mask, multipliers)
+        d.mem_tokens = Signal(range(g.tokens + 1), name="mem_tokens")
+        d.cross_run, d.cross_phase = Signal(name="cross_run"), Signal(name="cross_phase")
+        d.bad_memory = Signal(name="bad_memory")
         d.busy, d.done, d.stall = Signal(name="busy"), Signal(name="done"), Signal(name="stall")
 
     def _buffers(self, m, d):
@@ -413,7 +429,9 @@ class LayerEngine(wiring.Component):
         m.d.comb += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
         # a tile's bias/mult, latched in two sets so that jobs overlap (PV reads a fixed multiplier instead)
         m.submodules.tile_params = d.tparams = tparams = TileParamLatch(mp, tr, R)
-        m.d.comb += [tparams.matrix.eq(is_matrix_op), tparams.fixed_mult.eq(d.hdr["ctx_mult"]),
+        m.d.comb += [tparams.matrix.eq(is_matrix_op),
+                     tparams.fixed_mult.eq(Mux(d.cross_phase, d.hdr["x_ctx_mult"], d.hdr["ctx_mult"])
+                                           if self.cfg.seq2seq else d.hdr["ctx_mult"]),
                      ws.caddr.eq(tparams.src_addr), tparams.src_data.eq(Cat(ws.bias.as_value(), ws.mult.as_value()))]
         wiring.connect(m, tparams.params, mvau.params)
         att_words = R * S * dh // (pe * simd)                   # weight words an attention product reads
@@ -441,13 +459,20 @@ class LayerEngine(wiring.Component):
         ln_out = "r" if self.pre_ln else "y"      # FFN up's input: LN2's output (pre-LN), LN1's (post-LN)
         qkv_in = "r" if self.pre_ln else "x"      # Q, K, V's: LN1's output (pre-LN), the layer input (post-LN)
         src = {Op.Q: qkv_in, Op.K: qkv_in, Op.V: qkv_in, Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: ln_out}
+        if self.cfg.seq2seq:     # the cross Q from LN1's output (Y); the memory's K, V from its block (in X)
+            src.update({Op.XQ: "y", Op.XK: "x", Op.XV: "x"})
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
                     b = bufs[name]
                     m.d.comb += [b.r.addr.eq(operand.rd_addr), b.r.en.eq(operand.rd_en),
                                  operand.rd_data.eq(b.r.data if name != "p" else spread(b.r.data))]
-            with m.Case(Op.O, Op.FFN_DOWN):
+                    if o == Op.SCORES and self.cfg.seq2seq:      # the cross heads: Q^c in X (XQ wrote it)
+                        x = bufs["x"]
+                        m.d.comb += [x.r.addr.eq(operand.rd_addr), x.r.en.eq(operand.rd_en)]
+                        with m.If(d.cross_phase):
+                            m.d.comb += operand.rd_data.eq(x.r.data)
+            with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
                 m.d.comb += operand.rd_data.eq(spread(work.read(m, operand.rd_addr, operand.rd_en)))
         wiring.connect(m, operand.o, mvau.x)
 
@@ -478,7 +503,10 @@ class LayerEngine(wiring.Component):
         for i, b in enumerate(d.work.banks):
             m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
                          b.w.en.eq(writer.banks[i].en)]
-        for o, name in ({Op.Q: "y"} if self.pre_ln else {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}).items():
+        rows_to = {Op.Q: "y"} if self.pre_ln else {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}
+        if self.cfg.seq2seq:      # the cross Q and O's output over the layer input (X), spent once LN1 has run
+            rows_to.update({Op.XQ: "x", Op.XO: "x"})
+        for o, name in rows_to.items():
             with m.If(op == o):
                 b = bufs[name]
                 m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
@@ -507,7 +535,11 @@ class LayerEngine(wiring.Component):
             group = groups.i.payload[l // L]
             m.d.comb += [group.score[l % L].eq(d.mvau.o.payload[l][:softmax.score_bits]), group.mask[l % L].eq(mask[l])]
         wiring.connect(m, groups.o, softmax.i)
-        m.d.comb += [softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
+        if cfg.seq2seq:
+            m.d.comb += [softmax.mult.eq(Mux(d.cross_phase, d.hdr["x_softmax_mult"], d.hdr["softmax_mult"])),
+                         softmax.shift.eq(Mux(d.cross_phase, d.hdr["x_softmax_shift"], d.hdr["softmax_shift"]))]
+        else:
+            m.d.comb += [softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
         with m.If(step):
             m.d.sync += key0.eq(Mux(key0 == S - pe, 0, key0 + pe))
         # probabilities: a beat is L bytes of a P word (L divides pe, which divides simd), written with its byte enables
@@ -532,7 +564,9 @@ class LayerEngine(wiring.Component):
         # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap)
         ln_op = d.ln_op
         m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail),
-                     ln_lanes.shift.eq(Mux(ln_op == Op.LN2, d.hdr["ln2_shift"], d.hdr["ln1_shift"])),
+                     ln_lanes.shift.eq(Mux(ln_op == Op.LN2, d.hdr["ln2_shift"],
+                                           Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
+                                           if cfg.seq2seq else d.hdr["ln1_shift"])),
                      ln_lanes.w.ready.eq(~d.writer.rows.en)]
         if self.pre_ln:        # pre-LN: LN1 and LN2 of the residual stream alone (X, b = 0) -> R
             with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2)):
@@ -551,6 +585,15 @@ class LayerEngine(wiring.Component):
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
+        if cfg.seq2seq:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a: the FFN's input and residual
+            with m.If(ln_op == Op.LNX):
+                for name in ("x", "y"):
+                    m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]
+                m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["y"].r.data, bufs["x"].r.data))
+                with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
+                    y = bufs["y"]
+                    m.d.comb += [y.w.addr.eq(ln_lanes.w.payload.addr), y.w.data.eq(ln_lanes.w.payload.data),
+                                 y.w.en.eq((1 << simd) - 1)]
 
         # LOAD: X <- DRAM; STORE: X -> DRAM; tiled also LOAD_Q: Y <- DRAM, STORE_QKV: Y, WORK -> DRAM
         wr = mover.wr
@@ -591,6 +634,14 @@ class LayerEngine(wiring.Component):
         g = self.g
         if not self.cfg.model.causal:
             return Cat(*(key0 + l < d.tokens for l in range(g.pe)))
+        if self.cfg.seq2seq:     # the encoder's run is not causal; the cross heads attend the memory's rows
+            own = self._causal_mask(m, d, key0, step)
+            return Mux(d.cross_phase, Cat(*(key0 + l < d.mem_tokens for l in range(g.pe))),
+                       Mux(d.cross_run, own, Cat(*(key0 + l < d.tokens for l in range(g.pe)))))
+        return self._causal_mask(m, d, key0, step)
+
+    def _causal_mask(self, m, d, key0, step):
+        g = self.g
         # the query row's position: CACHE_LEN (0 without a KV cache) + the block's first row + the job's rows
         query = Signal(range(2 * g.seq), name="query_row")
         with m.If(d.op != Op.SCORES):
@@ -609,13 +660,14 @@ class LayerEngine(wiring.Component):
         drained = Signal(init=1)
         m.d.sync += drained.eq(~self.m_axi_arvalid & ~ws.busy & ~mover.busy)
         m.d.comb += [regs.busy.eq(d.busy | ~drained), regs.done.eq(d.done),
-                     regs.error.eq(ws.error | mover.error | d.bad_tokens | d.bad_scratch | d.bad_cache),
+                     regs.error.eq(ws.error | mover.error | d.bad_tokens | d.bad_scratch | d.bad_cache | d.bad_memory),
                      regs.error_addr.eq(Mux(ws.error, ws.error_addr, mover.error_addr)),
                      regs.error_code.eq(Cat(Mux(ws.error, ws.error_code, mover.error_code), d.bad_tokens,
-                                            d.bad_scratch, d.bad_cache)),
+                                            d.bad_scratch, d.bad_cache, d.bad_memory)),
                      regs.read_beat.eq((self.m_axi_rvalid & self.m_axi_rready)),
                      regs.compute_busy.eq(d.mvau.busy), regs.dma_stall.eq(d.stall),
                      ws.layers.eq(d.layers), ws.run_blocks.eq(d.run_blocks), ws.weight_base.eq(regs.weight_base),
+                     ws.cross.eq(d.cross_run), ws.prefill.eq(d.cache_len == 0),
                      ws.cancel.eq(regs.soft_reset),
                      ws.clear.eq(regs.start), mover.cancel.eq(regs.soft_reset | d.abandon),
                      mover.clear.eq(regs.start),

@@ -64,6 +64,13 @@ class Fetch:
     per_head: bool = False
     loop_heads: int = -1
     loop_blocks: int = -1
+    cross: bool = False         # an encoder-decoder's cross-attention: skipped in a run without a memory (the encoder)
+    prefill: bool = False       # the memory's cross K and V (pass 0): skipped in a decode step (kept from the prefill)
+    tag_as: str | None = None   # tagged (and routed) as this section: the same kind of tile
+
+    @property
+    def tag(self) -> str:
+        return self.tag_as or self.section
 
 
 def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
@@ -78,6 +85,8 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
         return Fetch(name, s.offset, (s.tile_bytes or s.bytes) // b, s.tiles or 1, s.tile_bytes,
                      bool(s.tile_rows), s.tile_rows * s.cols // b if s.tile_rows else 0, **kw)
     if blocks == 1:
+        if cfg.seq2seq:
+            raise ConfigError("model.encoder_layers: an encoder-decoder needs the DRAM-tiled engine")
         return tuple(section(s.name) for s in lay.sections)
     from ..model.tiled import scratch_layout
     sc, head = scratch_layout(cfg), cfg.seq_padded * cfg.head_dim
@@ -87,9 +96,24 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
     pass1 = len(small)
     pass2 = pass1 + 3
     raw = dict(beats=head // b, count=1, step=0, tile=True, weight_beats=head // b, scratch=True, per_head=True)
-    return tuple(small + [section("q"), section("k"), section("v", loop_blocks=pass1),
+    if not cfg.seq2seq:
+        return tuple(small + [section("q"), section("k"), section("v", loop_blocks=pass1),
+                              Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
+                              section("o"), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
+    # an encoder-decoder (docs/seq2seq.md): pass 0 (the memory's cross K, V per block) before pass 1, the cross
+    # block (Q, each head's cross K_h and V_h^T, O) after O in pass 2; the cross entries tagged as their like
+    cross = dict(cross=True, tag_as="q")
+    pass1 = pass1 + 2
+    pass2 = pass1 + 3
+    xheads = pass2 + 4
+    return tuple(small + [section("xk", prefill=True, **cross),
+                          section("xv", prefill=True, loop_blocks=len(small), **cross),
+                          section("q"), section("k"), section("v", loop_blocks=pass1),
                           Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
-                          section("o"), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
+                          section("o"), section("xq", **cross),
+                          Fetch("xk_head", sc.xk, cross=True, tag_as="k_head", **raw),
+                          Fetch("xvt_head", sc.xvt, loop_heads=xheads, cross=True, tag_as="vt_head", **raw),
+                          section("xo", **cross), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
 
 
 class LoopController(wiring.Component):
@@ -119,7 +143,7 @@ class LoopController(wiring.Component):
         self.kv_stride = scratch_layout(cfg).kv_stride if blocks > 1 else 0
         super().__init__({
             "start": In(1), "cancel": In(1), "layers": In(LAYER_BITS), "weight_base": In(self.p.addr_bits),
-            "run_blocks": In(range(blocks + 1)),
+            "run_blocks": In(range(blocks + 1)), "cross": In(1), "prefill": In(1),
             "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "cmd": Out(stream.Signature(command_layout(self.p, BEATS_BITS, TAG_BITS))),
             "claim": Out(1), "can_claim": In(1), "dma_busy": In(1), "dma_error": In(1),
@@ -135,19 +159,24 @@ class LoopController(wiring.Component):
         block, head = Signal(index_range(self.blocks)), Signal(index_range(heads))
         layer_base, tile_off, head_off, kv_base = (Signal(self.p.addr_bits) for _ in range(4))
         last_block = Signal(index_range(self.blocks))          # run_blocks - 1, latched at start
+        cross_run, prefill_run = Signal(), Signal()            # ``cross``, ``prefill``, latched at start
+        skip = Signal()         # the entry is not this run's: walk past it without a command
         e = {"offset": Signal(self.p.addr_bits), "beats": Signal(BEATS_BITS), "last": Signal.like(tile),
              "step": Signal(range(max(e.step for e in prog) + 1)), "tile": Signal(), "scratch": Signal(),
              "per_head": Signal(), "loop_heads": Signal(), "loop_blocks": Signal(),
-             "heads_to": Signal(range(n)), "blocks_to": Signal(range(n)), "section": Signal(SECTION_BITS)}
+             "heads_to": Signal(range(n)), "blocks_to": Signal(range(n)), "section": Signal(SECTION_BITS),
+             "cross": Signal(), "prefill": Signal()}
         with m.Switch(entry):
             for i, f in enumerate(prog):
                 with m.Case(i):
                     m.d.comb += [e["offset"].eq(f.offset), e["beats"].eq(f.beats), e["last"].eq(f.count - 1),
                                  e["step"].eq(f.step), e["tile"].eq(f.tile), e["scratch"].eq(f.scratch),
-                                 e["per_head"].eq(f.per_head), e["section"].eq(section_id(f.section)),
+                                 e["per_head"].eq(f.per_head), e["section"].eq(section_id(f.tag)),
+                                 e["cross"].eq(f.cross), e["prefill"].eq(f.prefill),
                                  e["loop_heads"].eq(f.loop_heads >= 0), e["heads_to"].eq(max(f.loop_heads, 0)),
                                  e["loop_blocks"].eq(f.loop_blocks >= 0), e["blocks_to"].eq(max(f.loop_blocks, 0))]
 
+        m.d.comb += skip.eq((e["cross"] & ~cross_run) | (e["prefill"] & ~prefill_run))
         # the command's address, registered: the state it derives from changes only when a command is taken
         # (or at start), so it is valid from the cycle after that on; ``fresh`` is low in that one cycle
         c = self.cmd.payload
@@ -165,27 +194,29 @@ class LoopController(wiring.Component):
                     m.d.sync += [fresh.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
                                  head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
                                  kv_base.eq(self.scratch_base), last_block.eq(self.run_blocks - 1),
-                                 last_layer.eq(self.layers == 1)]
+                                 last_layer.eq(self.layers == 1), cross_run.eq(self.cross),
+                                 prefill_run.eq(self.prefill)]
                     with m.If(self.layers == 0):
                         m.next = "FINISH"
                     with m.Else():
                         m.next = "ISSUE"
             with m.State("ISSUE"):
-                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(fresh & ~self.dma_error & (~e["tile"] | self.can_claim)
-                                                             & (~e["scratch"] | self.scratch_ready))]
+                m.d.comb += [self.busy.eq(1), self.cmd.valid.eq(fresh & ~skip & ~self.dma_error
+                                                                & (~e["tile"] | self.can_claim)
+                                                                & (~e["scratch"] | self.scratch_ready))]
                 with m.If(self.cancel | self.dma_error):
                     m.next = "DRAIN"
-                with m.Elif(self.cmd.valid & self.cmd.ready):
-                    m.d.comb += self.claim.eq(e["tile"])
+                with m.Elif((self.cmd.valid & self.cmd.ready) | (fresh & skip)):
+                    m.d.comb += self.claim.eq(e["tile"] & ~skip)
                     m.d.sync += fresh.eq(0)
-                    with m.If(tile != e["last"]):
+                    with m.If((tile != e["last"]) & ~skip):
                         m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + e["step"])]
                     with m.Else():
                         m.d.sync += [tile.eq(0), tile_off.eq(0)]
-                        with m.If(e["loop_heads"] & (head != heads - 1)):
+                        with m.If(~skip & e["loop_heads"] & (head != heads - 1)):
                             m.d.sync += [head.eq(head + 1), head_off.eq(head_off + self.head_bytes),
                                          entry.eq(e["heads_to"])]
-                        with m.Elif(e["loop_blocks"] & (block != last_block)):
+                        with m.Elif(~skip & e["loop_blocks"] & (block != last_block)):
                             m.d.sync += [block.eq(block + 1), entry.eq(e["blocks_to"])]
                         with m.Else():
                             m.d.sync += entry.eq(entry + 1)
@@ -242,6 +273,7 @@ class WeightStreamer(wiring.Component):
         pg = self.params
         super().__init__({
             "start": In(1), "cancel": In(1), "clear": In(1), "layers": In(LAYER_BITS), "run_blocks": In(range(blocks + 1)),
+            "cross": In(1), "prefill": In(1),
             "weight_base": In(self.p.addr_bits), "scratch_base": In(self.p.addr_bits), "scratch_ready": In(1),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(self.p.addr_bits),
             "error_code": Out(3), "beat": Out(1), "layer": Out(LAYER_BITS),
@@ -276,7 +308,7 @@ class WeightStreamer(wiring.Component):
         wiring.connect(m, loop.cmd, dma.cmd)
         m.d.comb += [
             loop.start.eq(self.start), loop.cancel.eq(self.cancel), loop.layers.eq(self.layers),
-            loop.run_blocks.eq(self.run_blocks),
+            loop.run_blocks.eq(self.run_blocks), loop.cross.eq(self.cross), loop.prefill.eq(self.prefill),
             loop.weight_base.eq(self.weight_base), loop.scratch_base.eq(self.scratch_base),
             loop.scratch_ready.eq(self.scratch_ready), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
             loop.dma_busy.eq(dma.busy), loop.dma_error.eq(dma.error),
@@ -300,8 +332,8 @@ class WeightStreamer(wiring.Component):
                                                        Signal(range(self.params.slot_bytes // p.data_bytes)),
                                                        Signal(index_range(len(PARAM_SECTIONS))))
         with m.Switch(section):
-            for f in {f.section: f for f in self.program}.values():
-                with m.Case(section_id(f.section)):
+            for f in {f.tag: f for f in self.program}.values():
+                with m.Case(section_id(f.tag)):
                     if f.tile:
                         m.d.comb += [is_tile.eq(1), weight_beats.eq(f.weight_beats)]
                     else:

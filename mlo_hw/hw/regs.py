@@ -115,7 +115,11 @@ def register_map(cfg) -> tuple[Register, ...]:
                                                  "input or the output (no run)"),
             *([Field("bad_cache", 5, 1, "RO", 0, f"START with CACHE_LEN not a multiple of {kv.unit}, or above 0 with "
                                                  f"TOKENS above {kv.block}, or CACHE_LEN + TOKENS above the cache's "
-                                                 f"{kv.capacity} keys (no run)")] if kv else []))),
+                                                 f"{kv.capacity} keys (no run)")] if kv else []),
+            *([Field("bad_memory", 6, 1, "RO", 0, f"an encoder-decoder: START with MEMORY_TOKENS above "
+                                                  f"{cfg.model.seq_len}, or with CACHE_LEN above 0 and MEMORY_TOKENS 0 "
+                                                  "(an encoder run has no decode steps) (no run)")]
+              if cfg.seq2seq else []))),
         _word("CYCLES", off + 12, "RO", "clock cycles while busy"),
         _word("COMPUTE_CYCLES", off + 16, "RO", "cycles the compute array was busy"),
         _word("STALL_CYCLES", off + 20, "RO", "cycles compute waited for DRAM: a weight tile, a layer header or a "
@@ -138,6 +142,17 @@ def register_map(cfg) -> tuple[Register, ...]:
                           f"in every layer's K and V^T in the scratch; the input rows are tokens CACHE_LEN.. (a "
                           f"multiple of {kv.unit}: tokens from the last multiple on are recomputed), TOKENS of "
                           f"them; 0: a prefill (docs/decode.md); read at START", 0, TOKEN_BITS))
+    if cfg.seq2seq:
+        what = ("DRAM byte address of the memory, the encoder's output int16 [MEMORY_TOKENS, hidden] that the "
+                "decoder layers' cross-attention reads")
+        regs += [_word("MEMORY_BASE_LO", off + 20, "RW", f"{what}, bits 31:0", 0, lo_bits),
+                 _word("MEMORY_BASE_HI", off + 24, "RW" if hi_bits else "RO", f"{what}, bits 63:32", 0,
+                       max(hi_bits, 1)),
+                 _word("MEMORY_TOKENS", off + 28, "RW", f"an encoder-decoder: 0 runs encoder layers (self-attention, "
+                       f"not causal); 1..{cfg.model.seq_len} runs decoder layers (causal self-attention, then "
+                       "cross-attention over that many memory rows at MEMORY_BASE; a prefill (CACHE_LEN 0) computes "
+                       "their cross K and V into the scratch, a decode step reuses them); read at START",
+                       0, TOKEN_BITS)]
     return tuple(regs)
 
 
@@ -162,9 +177,10 @@ class ControlRegs(wiring.Component):
         super().__init__({
             **axil_slave_members(AXIL_ADDR_BITS),
             "start": Out(1), "soft_reset": Out(1), "irq": Out(1), "layers": Out(LAYER_BITS), "tokens": Out(TOKEN_BITS),
-            "cache_len": Out(TOKEN_BITS),
+            "cache_len": Out(TOKEN_BITS), "memory_tokens": Out(TOKEN_BITS),
             "weight_base": Out(a), "input_base": Out(a), "output_base": Out(a), "scratch_base": Out(a),
-            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(6),
+            "memory_base": Out(a),
+            "busy": In(1), "done": In(1), "error": In(1), "error_addr": In(a), "error_code": In(7),
             "compute_busy": In(1), "dma_stall": In(1), "read_beat": In(1),
         })
 
@@ -189,6 +205,8 @@ class ControlRegs(wiring.Component):
             self.weight_base.eq(base("WEIGHT_BASE")), self.input_base.eq(base("INPUT_BASE")),
             self.output_base.eq(base("OUTPUT_BASE")), self.scratch_base.eq(base("SCRATCH_BASE")),
             self.cache_len.eq(store.get(("CACHE_LEN", "value"), 0)),
+            self.memory_tokens.eq(store.get(("MEMORY_TOKENS", "value"), 0)),
+            self.memory_base.eq(base("MEMORY_BASE") if ("MEMORY_BASE_LO", "value") in store else 0),
             self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
         ]
         ro = {                                  # RO fields driven by the engine (the others read their reset value)
@@ -197,7 +215,7 @@ class ControlRegs(wiring.Component):
             ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
             ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
             ("ERROR_CODE", "bad_tokens"): self.error_code[3], ("ERROR_CODE", "bad_scratch"): self.error_code[4],
-            ("ERROR_CODE", "bad_cache"): self.error_code[5],
+            ("ERROR_CODE", "bad_cache"): self.error_code[5], ("ERROR_CODE", "bad_memory"): self.error_code[6],
             **{(n, "value"): s for n, s in counters.items()},
         }
 

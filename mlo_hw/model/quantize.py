@@ -262,8 +262,16 @@ def random_inputs(cfg, rng: np.random.Generator, count: int, padded: bool = True
 
 def build_model(cfg, calib_count: int = 4):
     """The float layers and the quantized model a config describes (random weights from its seed, or the
-    weights of ``weights.onnx`` by role, calibrated on the model's own inputs: see mlo_hw.frontend)."""
+    weights of ``weights.onnx`` by role, calibrated on the model's own inputs: see mlo_hw.frontend); an
+    encoder-decoder's (``model.encoder_layers``) are :mod:`mlo_hw.model.seq2seq`'s (the float model, its
+    ``IntSeq2Seq``)."""
     from .reference import random_float_layers
+    if cfg.seq2seq:       # an encoder-decoder: (the float model, mlo_hw.model.seq2seq.IntSeq2Seq)
+        if cfg.weights.source == "onnx":
+            from ..frontend.host import build_seq2seq_onnx
+            return build_seq2seq_onnx(cfg, calib_count)
+        from .seq2seq import random_seq2seq
+        return random_seq2seq(cfg, np.random.default_rng(cfg.weights.seed), calib_count)
     if cfg.weights.source == "onnx":
         from ..frontend.host import build_model_onnx
         return build_model_onnx(cfg, calib_count)

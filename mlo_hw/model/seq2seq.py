@@ -66,6 +66,27 @@ class IntSeq2Seq:
     memory_scale: float         # the memory's int16 (the encoder's output scale when the host does nothing)
     memory_on_host: bool        # the host's part between the stacks runs on the dequantized encoder output
 
+    @property
+    def layers(self) -> list[IntLayer]:
+        """The weight image's layers: the encoder's, then the decoder's."""
+        return self.encoder + self.decoder
+
+    @property
+    def input_scale(self) -> float:
+        return self.encoder_scale
+
+    @property
+    def output_scale(self) -> float:
+        return self.decoder_out_scale
+
+    def quantize_input(self, x) -> np.ndarray:
+        """The encoder's float input -> int16."""
+        return self.quantize(x, self.encoder_scale)
+
+    def dequantize_output(self, y) -> np.ndarray:
+        """The decoder's int16 output -> float."""
+        return np.asarray(y, np.float64) * self.decoder_out_scale
+
     @staticmethod
     def quantize(x, scale: float) -> np.ndarray:
         return np.clip(np.floor(np.asarray(x) / scale + 0.5), -_INT16 - 1, _INT16).astype(np.int64)
@@ -160,3 +181,32 @@ def quantize_seq2seq(model, calib: list[dict], memory_on_host: bool) -> IntSeq2S
     return IntSeq2Seq(encoder=encoder, decoder=decoder, heads=model.heads, encoder_scale=encoder[0].scales["res1"],
                       decoder_scale=decoder[0].scales["res1"], encoder_out_scale=enc_out_scale,
                       decoder_out_scale=decoder[-1].scales["out"], memory_scale=s_mem, memory_on_host=memory_on_host)
+
+
+def random_seq2seq(cfg, rng: np.random.Generator, calib_count: int = 3):
+    """A random encoder-decoder of ``cfg``'s sizes (``model.encoder_layers`` encoder layers, ``model.layers`` decoder
+    layers with cross-attention; BERT-initialised like :func:`mlo_hw.model.reference.random_float_layers`) and its
+    quantization on random embeddings-like inputs: (float model, :class:`IntSeq2Seq`). The memory is the encoder's
+    output itself (BART's wiring)."""
+    import dataclasses
+    from ..frontend.seq2seq import Scores, Seq2Seq
+    from .reference import FloatCross, random_float_layers
+    m = cfg.model
+    h, s = m.hidden, m.seq_len
+    enc = random_float_layers(dataclasses.replace(cfg, model=dataclasses.replace(m, layers=m.encoder_layers)), rng)
+    dec = random_float_layers(cfg, rng)
+    for p in dec:
+        d = {f"{n}_{k}": rng.normal(0, 0.02, (h, h) if k == "w" else h) for n in "qkvo" for k in ("w", "b")}
+        d.update(ln_g=1.0 + rng.normal(0, 0.1, h), ln_b=rng.normal(0, 0.1, h))
+        p.cross = FloatCross.from_dict(d)
+    model = Seq2Seq(enc, dec, m.heads, h, m.intermediate, m.norm, False, m.gelu, m.layernorm_eps)
+    calib = []
+    for n in range(calib_count):
+        te, td = (s if n == 0 else int(rng.integers(1, s + 1)) for _ in range(2))
+        keys_e, keys_d = np.arange(s) < te, np.arange(s) < td
+        enc_scores = Scores(np.broadcast_to(keys_e, (s, s)), None)
+        x = rng.normal(0.0, 1.0, (s, h))
+        calib.append({"enc_in": x, "encoder": enc_scores, "dec_in": rng.normal(0.0, 1.0, (s, h)),
+                      "self": Scores(nx.attention_mask(keys_d, True), None), "cross": enc_scores,
+                      "memory": model.encode(x, enc_scores)})
+    return model, quantize_seq2seq(model, calib, memory_on_host=False)

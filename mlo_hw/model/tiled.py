@@ -16,7 +16,8 @@ softmax: so the schedule equals :func:`mlo_hw.model.golden.int_layer` bit for bi
 Scratch layout (:func:`scratch_layout`, byte offsets from SCRATCH_BASE, each region 4 KiB aligned):
 ``x0``, ``x1`` int16 [S, H] row-major (the residual stream, ping-pong between layers: layer l reads
 ``x{l%2}``, except layer 0 which reads the input buffer, and writes ``x{(l+1)%2}``, except the last which
-writes the output buffer); ``q`` int8 [S, H] row-major; ``k`` and ``vt`` head-major, each head's
+writes the output buffer); ``q`` int8 [S, H] row-major; an encoder-decoder's ``xk`` and ``xvt``, each decoder
+layer's cross-attention K and V^T of the memory, laid out as ``k`` and ``vt``; ``k`` and ``vt`` head-major, each head's
 [S, dh] (K_h) and [dh, S] (V_h^T) in the MVAU's weight-word order (:func:`mlo_hw.model.weight_image.pack_tile_weights`:
 word (nf, sf) of ``pe * simd`` bytes, byte ``p * simd + s``), so a head streams into the MVAU's weight port
 as a tile. A block's K_h is one contiguous run of ``block * dh`` bytes; its V_h^T is ``dh / pe`` runs of
@@ -59,6 +60,8 @@ class ScratchLayout:
     vt: int
     bytes: int
     kv_stride: int = 0
+    xk: int = 0          # an encoder-decoder's: each decoder layer's cross K and V^T of the memory (as k, vt)
+    xvt: int = 0
 
 
 def scratch_layout(cfg) -> ScratchLayout:
@@ -66,9 +69,13 @@ def scratch_layout(cfg) -> ScratchLayout:
     an encoder's layers reuse one region."""
     s, h = cfg.seq_padded, cfg.model.hidden
     x, a = _page(2 * s * h), _page(s * h)
-    n = cfg.model.layers if cfg.model.causal else 1
-    return ScratchLayout(x0=0, x1=x, q=2 * x, k=2 * x + a, vt=2 * x + a + n * a, bytes=2 * x + a + 2 * n * a,
-                         kv_stride=a if cfg.model.causal else 0)
+    n = max(cfg.model.layers, cfg.model.encoder_layers) if cfg.model.causal else 1
+    k, vt = 2 * x + a, 2 * x + a + n * a
+    if not cfg.seq2seq:
+        return ScratchLayout(x0=0, x1=x, q=2 * x, k=k, vt=vt, bytes=2 * x + a + 2 * n * a,
+                             kv_stride=a if cfg.model.causal else 0)
+    return ScratchLayout(x0=0, x1=x, q=2 * x, k=k, vt=vt, bytes=2 * x + a + 4 * n * a, kv_stride=a,
+                         xk=vt + n * a, xvt=vt + 2 * n * a)
 
 
 def kv_writes(cfg, k, v, first_key: int):

@@ -16,6 +16,11 @@ Layout (see ``docs/architecture.md``, "Memory layout")::
       ln2            gain int32 [H], bias int32 [H]
     a pre-LN layer (``model.norm: pre``): header, narrow, ln1, q, k, v, o, ln2, gelu, ffn_up, ffn_down
     (:data:`PRE_LN_SECTION_ORDER`); the manifest's ``norm`` says which
+    an encoder-decoder (``model.encoder_layers``, the DRAM-tiled engine, which fetches sections in its own order):
+    the encoder's layers then the decoder's, every layer the post-LN sections plus the cross-attention's
+    matrices xq, xk, xv, xo (zero in an encoder layer); the header has :data:`CROSS_HEADER_FIELDS` after the
+    others, narrow is uint8 [4H] (narrow_in, narrow_ln1, then the cross Q input's and the memory's shifts) and
+    ln1 is [16H] bytes: LN1's gain and bias, then the cross block's norm's (LNX)
 
 Weights in a tile: word ``j = nf * SF + sf`` (SF = cols / simd) holds PE x SIMD bytes,
 ``W[t*tile_rows + nf*pe + p, sf*simd + s]`` at byte ``p*simd + s`` of the word.
@@ -32,7 +37,7 @@ import numpy as np
 from . import numerics as nx
 from .golden import IntLayer, IntMatrix
 
-__all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "SECTION_ORDER", "PRE_LN_SECTION_ORDER", "section_order", "Section",
+__all__ = ["ALIGN", "LAYER_ALIGN", "HEADER_FIELDS", "CROSS_HEADER_FIELDS", "header_fields", "CROSS_MATRICES", "SECTION_ORDER", "PRE_LN_SECTION_ORDER", "section_order", "Section",
            "Layout", "layout", "pack_image",
            "unpack_image", "image_layers", "manifest", "pack_tile_weights", "unpack_tile_weights"]
 
@@ -41,6 +46,17 @@ LAYER_ALIGN = 4096    # layer stride: whole AXI 4 KiB pages
 HEADER_FIELDS = ("q_shift", "k_shift", "v_shift", "o_shift", "ffn_up_shift", "ffn_down_shift",
                  "softmax_mult", "softmax_shift", "ctx_mult", "ctx_shift",
                  "ln1_shift", "ln2_shift")
+# an encoder-decoder's layer: the cross-attention's (zero in an encoder layer)
+CROSS_HEADER_FIELDS = ("xq_shift", "xk_shift", "xv_shift", "xo_shift", "x_softmax_mult", "x_softmax_shift",
+                       "x_ctx_mult", "x_ctx_shift", "lnx_shift")
+CROSS_MATRICES = ("xq", "xk", "xv", "xo")       # the cross block's Q, K, V, O (IntCross's q, k, v, o)
+
+
+def header_fields(cfg) -> tuple[str, ...]:
+    """The header's fields of ``cfg``'s layers: :data:`HEADER_FIELDS`, and an encoder-decoder's cross fields."""
+    return HEADER_FIELDS + (CROSS_HEADER_FIELDS if cfg.seq2seq else ())
+
+
 # GELU's table precedes ffn_up: it is applied to FFN-up's outputs while FFN-up's tiles still stream.
 SECTION_ORDER = ("header", "narrow", "q", "k", "v", "o", "ln1", "gelu", "ffn_up", "ffn_down", "ln2")
 # A pre-LN layer uses LN1 before Q and LN2 before FFN up: the engine streams the sections in this order, so a
@@ -49,8 +65,10 @@ PRE_LN_SECTION_ORDER = ("header", "narrow", "ln1", "q", "k", "v", "o", "ln2", "g
 
 
 def section_order(cfg) -> tuple[str, ...]:
-    """The weight image's sections of ``cfg``'s layer kind (``model.norm``) in the order the engine consumes them."""
-    return PRE_LN_SECTION_ORDER if cfg.model.norm == "pre" else SECTION_ORDER
+    """The weight image's sections of ``cfg``'s layer kind (``model.norm``) in the order the engine consumes them
+    (an encoder-decoder's cross matrices last: the tiled engine fetches them in its own order)."""
+    return (PRE_LN_SECTION_ORDER if cfg.model.norm == "pre" else SECTION_ORDER) + (CROSS_MATRICES if cfg.seq2seq
+                                                                                   else ())
 
 
 def _align(n: int, a: int = ALIGN) -> int:
@@ -101,7 +119,9 @@ def layout(cfg) -> Layout:
     h = cfg.model.hidden
     tr = cfg.folding.tile_rows
     mats = {m.name: m for m in cfg.matrices}
-    sizes = {"header": 4 * len(HEADER_FIELDS), "narrow": 2 * h, "ln1": 8 * h, "ln2": 8 * h, "gelu": 1 << cfg.numerics.act_bits}
+    cross = 2 if cfg.seq2seq else 1
+    sizes = {"header": 4 * len(header_fields(cfg)), "narrow": 2 * cross * h, "ln1": 8 * cross * h, "ln2": 8 * h,
+             "gelu": 1 << cfg.numerics.act_bits}
     sections, off = [], 0
     for name in section_order(cfg):
         if name in mats:
@@ -112,7 +132,7 @@ def layout(cfg) -> Layout:
             sec = Section(name, off, _align(sizes[name]))
         sections.append(sec)
         off += sec.bytes
-    return Layout(tuple(sections), off, _align(off, LAYER_ALIGN), cfg.model.layers)
+    return Layout(tuple(sections), off, _align(off, LAYER_ALIGN), cfg.image_layers)
 
 
 def pack_tile_weights(w: np.ndarray, pe: int, simd: int) -> np.ndarray:
@@ -129,11 +149,23 @@ def _le(values, dtype) -> bytes:
     return np.asarray(values).astype(dtype).astype(np.dtype(dtype).newbyteorder("<")).tobytes()
 
 
-def _header(p: IntLayer) -> list[int]:
+def _header(p: IntLayer, fields) -> list[int]:
     vals = {f"{m}_shift": getattr(p, m).shift for m in IntLayer.MATRICES}
     vals.update(softmax_mult=p.softmax_mult, softmax_shift=p.softmax_shift, ctx_mult=p.ctx_mult,
                 ctx_shift=p.ctx_shift, ln1_shift=p.ln1_shift, ln2_shift=p.ln2_shift)
-    return [int(vals[f]) for f in HEADER_FIELDS]
+    c = p.cross
+    if c is not None:
+        vals.update({f"x{m}_shift": getattr(c, m).shift for m in "qkvo"})
+        vals.update(x_softmax_mult=c.softmax_mult, x_softmax_shift=c.softmax_shift, x_ctx_mult=c.ctx_mult,
+                    x_ctx_shift=c.ctx_shift, lnx_shift=c.ln_shift)
+    return [int(vals.get(f, 0)) for f in fields]
+
+
+def _matrix_of(p: IntLayer, name: str) -> IntMatrix | None:
+    """The layer's matrix of a section (a cross matrix of an encoder layer: None, packed as zeros)."""
+    if name in CROSS_MATRICES:
+        return None if p.cross is None else getattr(p.cross, name[1])
+    return getattr(p, name)
 
 
 def _check_range(name, a, lo, hi):
@@ -145,8 +177,9 @@ def _check_range(name, a, lo, hi):
 def pack_image(cfg, layers: list[IntLayer]) -> bytes:
     """All layers' parameters as one image (offsets relative to the weight base address)."""
     lay = layout(cfg)
-    if len(layers) != cfg.model.layers:
-        raise ValueError(f"weight image: {len(layers)} layers given, model.layers is {cfg.model.layers}")
+    if len(layers) != cfg.image_layers:
+        raise ValueError(f"weight image: {len(layers)} layers given, the config's image has {cfg.image_layers}")
+    fields, h = header_fields(cfg), cfg.model.hidden
     pe, simd, tr = cfg.folding.pe, cfg.folding.simd, cfg.folding.tile_rows
     img = bytearray(lay.total_bytes)
     for l, p in enumerate(layers):
@@ -155,10 +188,15 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
         def put(off, data):
             img[base + off: base + off + len(data)] = data
 
-        put(lay["header"].offset, _le(_header(p), np.uint32))
+        if cfg.seq2seq and (p.cross is None) != (l < cfg.model.encoder_layers):
+            raise ValueError(f"weight image: layer {l} {'has' if p.cross is not None else 'lacks'} a cross-attention "
+                             f"block; the first {cfg.model.encoder_layers} (the encoder's) have none")
+        put(lay["header"].offset, _le(_header(p, fields), np.uint32))
         for sec in lay.sections:
             if sec.tile_rows:
-                m: IntMatrix = getattr(p, sec.name)
+                m = _matrix_of(p, sec.name)
+                if m is None:
+                    continue
                 _check_range(f"layer {l} {sec.name}.w", m.w, -128, 127)
                 _check_range(f"layer {l} {sec.name}.bias", m.bias, -2**31, 2**31 - 1)
                 _check_range(f"layer {l} {sec.name}.mult", m.mult, 1, 2**nx.MULT_BITS - 1)
@@ -172,6 +210,9 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
         for ln in ("ln1", "ln2"):
             put(lay[ln].offset, _le(getattr(p, f"{ln}_gain"), np.int32) + _le(getattr(p, f"{ln}_bias"), np.int32))
         narrow = np.concatenate([p.narrow_in, p.narrow_ln1])
+        if p.cross is not None:
+            put(lay["ln1"].offset + 8 * h, _le(p.cross.ln_gain, np.int32) + _le(p.cross.ln_bias, np.int32))
+            narrow = np.concatenate([narrow, p.cross.narrow_q, p.cross.narrow_mem])
         _check_range(f"layer {l} gelu", p.gelu, 0, 255)
         _check_range(f"layer {l} narrow", narrow, 0, nx.NARROW_SHIFT_MAX)
         put(lay["gelu"].offset, _le(p.gelu, np.uint8))
@@ -179,8 +220,9 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
     return bytes(img)
 
 
-def unpack_image(cfg, img: bytes) -> list[dict]:
-    """The inverse of :func:`pack_image`: per layer, a dict of integer arrays and header fields."""
+def unpack_image(cfg, img: bytes, layers: int | None = None) -> list[dict]:
+    """The inverse of :func:`pack_image`: per layer (all of the image's, or the first ``layers``), a dict of integer
+    arrays and header fields."""
     lay = layout(cfg)
     pe, simd, tr, h = cfg.folding.pe, cfg.folding.simd, cfg.folding.tile_rows, cfg.model.hidden
     buf = np.frombuffer(img, dtype=np.uint8)
@@ -189,9 +231,10 @@ def unpack_image(cfg, img: bytes) -> list[dict]:
         return buf[off: off + n * np.dtype(dtype).itemsize].view(np.dtype(dtype).newbyteorder("<")).astype(np.int64)
 
     out = []
-    for l in range(cfg.model.layers):
+    fields = header_fields(cfg)
+    for l in range(cfg.image_layers if layers is None else layers):
         base = l * lay.stride
-        d = dict(zip(HEADER_FIELDS, (int(v) for v in get(base + lay["header"].offset, len(HEADER_FIELDS), np.uint32))))
+        d = dict(zip(fields, (int(v) for v in get(base + lay["header"].offset, len(fields), np.uint32))))
         for sec in lay.sections:
             if not sec.tile_rows:
                 continue
@@ -209,22 +252,38 @@ def unpack_image(cfg, img: bytes) -> list[dict]:
         d["gelu"] = get(base + lay["gelu"].offset, 1 << cfg.numerics.act_bits, np.uint8)
         d["narrow_in"] = get(base + lay["narrow"].offset, h, np.uint8)
         d["narrow_ln1"] = get(base + lay["narrow"].offset + h, h, np.uint8)
+        if cfg.seq2seq:
+            d["lnx.gain"] = get(base + lay["ln1"].offset + 8 * h, h, np.int32)
+            d["lnx.bias"] = get(base + lay["ln1"].offset + 12 * h, h, np.int32)
+            d["narrow_q"] = get(base + lay["narrow"].offset + 2 * h, h, np.uint8)
+            d["narrow_mem"] = get(base + lay["narrow"].offset + 3 * h, h, np.uint8)
         out.append(d)
     return out
 
 
-def image_layers(cfg, img: bytes) -> list[IntLayer]:
-    """The integer layers an image holds (``cfg.model.layers`` of them): :func:`unpack_image` as
-    :class:`IntLayer` objects, the inverse of :func:`pack_image` (float scales are not in the image)."""
+def image_layers(cfg, img: bytes, layers: int | None = None, cross: bool | None = None) -> list[IntLayer]:
+    """The integer layers an image holds (``cfg.image_layers`` of them, or the first ``layers``): :func:`unpack_image`
+    as :class:`IntLayer` objects, the inverse of :func:`pack_image` (float scales are not in the image). An
+    encoder-decoder's layers have their cross-attention block from layer ``model.encoder_layers`` on, or (``cross``)
+    all of them or none (an image that starts at the decoder's, or holds only the encoder's)."""
+    from .golden import IntCross
     out = []
-    for d in unpack_image(cfg, img):
+    for l, d in enumerate(unpack_image(cfg, img, layers)):
         mats = {m: IntMatrix(d[f"{m}.w"], d[f"{m}.bias"], d[f"{m}.mult"], d[f"{m}_shift"]) for m in IntLayer.MATRICES}
+        cross_block = None
+        if cfg.seq2seq and (l >= cfg.model.encoder_layers if cross is None else cross):
+            cross_block = IntCross(**{m[1]: IntMatrix(d[f"{m}.w"], d[f"{m}.bias"], d[f"{m}.mult"], d[f"{m}_shift"])
+                                for m in CROSS_MATRICES},
+                             softmax_mult=d["x_softmax_mult"], softmax_shift=d["x_softmax_shift"],
+                             ctx_mult=d["x_ctx_mult"], ctx_shift=d["x_ctx_shift"], narrow_q=d["narrow_q"],
+                             narrow_mem=d["narrow_mem"], ln_gain=d["lnx.gain"], ln_bias=d["lnx.bias"],
+                             ln_shift=d["lnx_shift"])
         out.append(IntLayer(**mats, softmax_mult=d["softmax_mult"], softmax_shift=d["softmax_shift"],
                             ctx_mult=d["ctx_mult"], ctx_shift=d["ctx_shift"],
                             ln1_gain=d["ln1.gain"], ln1_bias=d["ln1.bias"], ln1_shift=d["ln1_shift"], gelu=d["gelu"],
                             narrow_in=d["narrow_in"], narrow_ln1=d["narrow_ln1"],
                             ln2_gain=d["ln2.gain"], ln2_bias=d["ln2.bias"], ln2_shift=d["ln2_shift"],
-                            norm=cfg.model.norm))       # the layer kind is the config's (the manifest records it)
+                            norm=cfg.model.norm, cross=cross_block))   # the layer kind is the config's (the manifest records it)
     return out
 
 
@@ -233,11 +292,11 @@ def manifest(cfg, base: int = 0) -> dict:
     lay = layout(cfg)
     tr, h = cfg.folding.tile_rows, cfg.model.hidden
     layers = []
-    for l in range(cfg.model.layers):
+    fields = header_fields(cfg)
+    for l in range(cfg.image_layers):
         lbase = base + l * lay.stride
-        tensors = [{"name": "header", "shape": [len(HEADER_FIELDS)], "dtype": "uint32",
-                    "offset": lbase + lay["header"].offset, "bytes": 4 * len(HEADER_FIELDS),
-                    "fields": list(HEADER_FIELDS)}]
+        tensors = [{"name": "header", "shape": [len(fields)], "dtype": "uint32",
+                    "offset": lbase + lay["header"].offset, "bytes": 4 * len(fields), "fields": list(fields)}]
         for sec in lay.sections:
             if sec.tile_rows:
                 for t in range(sec.tiles):
@@ -251,19 +310,21 @@ def manifest(cfg, base: int = 0) -> dict:
                         {"name": f"{sec.name}.tile{t}.mult", "shape": [tr], "dtype": "uint32",
                          "offset": off + wb + 4 * tr, "bytes": 4 * tr}]
             elif sec.name in ("ln1", "ln2"):
-                off = lbase + sec.offset
-                tensors += [{"name": f"{sec.name}.gain", "shape": [h], "dtype": "int32", "offset": off, "bytes": 4 * h},
-                            {"name": f"{sec.name}.bias", "shape": [h], "dtype": "int32", "offset": off + 4 * h,
-                             "bytes": 4 * h}]
+                for j, ln in enumerate((sec.name, "lnx") if sec.name == "ln1" and cfg.seq2seq else (sec.name,)):
+                    off = lbase + sec.offset + 8 * h * j
+                    tensors += [{"name": f"{ln}.gain", "shape": [h], "dtype": "int32", "offset": off, "bytes": 4 * h},
+                                {"name": f"{ln}.bias", "shape": [h], "dtype": "int32", "offset": off + 4 * h,
+                                 "bytes": 4 * h}]
             elif sec.name == "narrow":
+                parts = ("in", "ln1", "cross_q", "memory") if cfg.seq2seq else ("in", "ln1")
                 tensors += [{"name": f"narrow.{part}", "shape": [h], "dtype": "uint8",
-                             "offset": lbase + sec.offset + j * h, "bytes": h} for j, part in enumerate(("in", "ln1"))]
+                             "offset": lbase + sec.offset + j * h, "bytes": h} for j, part in enumerate(parts)]
             elif sec.name == "gelu":
                 n = 1 << cfg.numerics.act_bits
                 tensors.append({"name": "gelu.table", "shape": [n], "dtype": "uint8",
                                 "offset": lbase + sec.offset, "bytes": n})
         layers.append({"index": l, "offset": lbase, "tensors": tensors})
-    return {"config": cfg.name, "norm": cfg.model.norm, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
+    return {"config": cfg.name, "norm": cfg.model.norm, "encoder_layers": cfg.model.encoder_layers, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
             "total_bytes": lay.total_bytes, "alignment": ALIGN,
             "folding": {"pe": cfg.folding.pe, "simd": cfg.folding.simd, "tile_rows": cfg.folding.tile_rows},
             "sections": [{"name": s.name, "offset": s.offset, "bytes": s.bytes,

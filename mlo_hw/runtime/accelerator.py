@@ -145,6 +145,9 @@ class Accelerator:
             act = self.build.act_bytes
             self.weight_base = self.backend.alloc(len(self.build.weights))
             self.act_bases = (self.backend.alloc(act), self.backend.alloc(act))
+            # an encoder-decoder: the memory (the encoder's output) the decoder's runs read
+            self.memory_base = self.backend.alloc(act) if self.cfg.seq2seq else None
+            self.memory_tokens = 0          # of the last encode()
             # a plan with activations in DRAM: the engine's scratch (SCRATCH_BYTES, 4 KiB aligned; 0 on chip)
             scratch = self.regs.reset("SCRATCH_BYTES") if self.regs.has("SCRATCH_BYTES") else 0
             self.scratch = (self.backend.alloc(scratch), scratch) if scratch else None
@@ -182,7 +185,8 @@ class Accelerator:
         bits, act = self.cfg.memory.axi_addr_bits, self.build.act_bytes
         for what, base, size in (("weights", self.weight_base, len(self.build.weights)),
                                  ("activations", self.act_bases[0], act), ("activations", self.act_bases[1], act),
-                                 *((("scratch", *self.scratch),) if self.scratch else ())):
+                                 *((("scratch", *self.scratch),) if self.scratch else ()),
+                                 *((("memory", self.memory_base, act),) if self.memory_base is not None else ())):
             if base + size > 1 << bits:
                 raise BackendUnavailable(f"{self.backend.name} backend: {what} at {base:#x} are beyond the engine's "
                                          f"{bits}-bit AXI address space (memory.axi_addr_bits)")
@@ -233,8 +237,59 @@ class Accelerator:
             raise RuntimeInputError(f"layers: expected an integer 1..{n}, got {layers!r}")
         return a, int(tokens), int(layers)
 
+    def encode(self, x, tokens: int | None = None, *, timeout: float | None = None) -> np.ndarray:
+        """An encoder-decoder build (``model.encoder_layers``, ``docs/seq2seq.md``): run the encoder's layers on the
+        int16 input ``x`` [seq_len, hidden] with ``tokens`` valid tokens into the memory buffer, where the decoder's
+        runs read it; returns the memory (int16, as int64)."""
+        n = self._seq2seq("encode")
+        x, tokens, _ = self._check_x(x, tokens, None)
+        self._check_timeout(timeout)
+        if not self.weights_loaded:
+            self.load_weights()
+        a = self.act_bases[0]
+        self.backend.write_dram(a, dram_bytes(x))
+        self.memory_tokens = 0
+        row, ph = self.execute(self.weight_base, a, self.memory_base, n, tokens,
+                               timeout if timeout is not None else self.default_timeout(n), 0, memory_tokens=0)
+        self._profile = Profile(self.backend.name, self.cfg.target.clock_mhz, [ProfileRow(range(n), *row)],
+                                self.backend.has_clock, ph or None)
+        self.memory_tokens = tokens
+        return from_dram(self.backend.read_dram(self.memory_base, self.build.act_bytes), self.cfg.model.seq_len,
+                         self.cfg.model.hidden)
+
+    def decode(self, y, tokens: int | None = None, *, cache_len: int | None = None,
+               timeout: float | None = None) -> np.ndarray:
+        """An encoder-decoder build: run the decoder's layers on the int16 input ``y`` [seq_len, hidden]
+        (:meth:`quantize_decoder_input`) with cross-attention over the memory of the last :meth:`encode`;
+        ``cache_len`` as in :meth:`run` (0 or None: the prefill, which also computes the memory's cross K and V;
+        above 0: a decode step)."""
+        self._seq2seq("decode")
+        if not self.memory_tokens:
+            raise RuntimeInputError("decode: no memory yet (call encode() first)")
+        if cache_len is not None and (isinstance(cache_len, (bool, np.bool_))
+                                      or not isinstance(cache_len, (int, np.integer)) or cache_len < 0):
+            raise RuntimeInputError(f"cache_len: expected a non-negative integer, got {cache_len!r}")
+        return self.run(y, tokens, cache_len=cache_len, timeout=timeout, _decoder=True)
+
+    def quantize_decoder_input(self, y) -> np.ndarray:
+        """An encoder-decoder: the decoder's float input [seq_len, hidden] -> the int16 values :meth:`decode` takes."""
+        self._seq2seq("quantize_decoder_input")
+        return self.build.quantize_decoder_input(y)
+
+    def _seq2seq(self, what: str) -> int:
+        """The encoder's layer count of an encoder-decoder build, else RuntimeInputError."""
+        if not self.cfg.seq2seq:
+            raise RuntimeInputError(f"{what}: build {self.cfg.name} is not an encoder-decoder (model.encoder_layers "
+                                    f"is 0); use run()")
+        return self.cfg.model.encoder_layers
+
+    @staticmethod
+    def _check_timeout(timeout):
+        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise RuntimeInputError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+
     def run(self, x, tokens: int | None = None, *, layers: int | None = None, per_layer: bool = False,
-            timeout: float | None = None, cache_len: int | None = None) -> np.ndarray:
+            timeout: float | None = None, cache_len: int | None = None, _decoder: bool = False) -> np.ndarray:
         """Run the first ``layers`` layers (default all) on the int16 input ``x`` [seq_len, hidden] with
         ``tokens`` valid tokens (default seq_len; keys beyond are masked); returns the int16 output
         [seq_len, hidden] (as int64). ``per_layer``: one engine run per layer (LAYERS = 1, the weight base
@@ -243,7 +298,10 @@ class Accelerator:
         :meth:`default_timeout`). ``cache_len`` (a build with a KV cache: register CACHE_LEN, ``docs/decode.md``):
         the keys already in the cache; ``x``'s rows are then the tokens from position ``cache_len`` on (a multiple
         of lcm(pe, simd): a decode step recomputes the tokens from there to its own), and only the first block of
-        output rows is written. None or 0: a prefill, which fills the cache."""
+        output rows is written. None or 0: a prefill, which fills the cache. An encoder-decoder build runs
+        :meth:`encode` and :meth:`decode` instead."""
+        if self.cfg.seq2seq and not _decoder:
+            raise RuntimeInputError(f"run: build {self.cfg.name} is an encoder-decoder: call encode(), then decode()")
         x, tokens, layers = self._check_x(x, tokens, layers)
         if cache_len is not None:
             if not self.regs.has("CACHE_LEN"):
@@ -255,19 +313,19 @@ class Accelerator:
             if per_layer:
                 raise RuntimeInputError("cache_len: a KV cache run keeps every layer's keys at the layer's own place; "
                                         "per_layer runs each layer as layer 0")
-        if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise RuntimeInputError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        self._check_timeout(timeout)
         if not self.weights_loaded:
             self.load_weights()
         a, b = self.act_bases
         self.backend.write_dram(a, dram_bytes(x))
         stride = self.build.layer_stride
+        first_layer = self.cfg.model.encoder_layers if _decoder else 0      # the decoder's layers follow the encoder's
         steps = [(l, 1) for l in range(layers)] if per_layer else [(0, layers)]
         rows, phases = [], []
         for i, (first, count) in enumerate(steps):
-            row, ph = self.execute(self.weight_base + first * stride, a, b, count, tokens,
+            row, ph = self.execute(self.weight_base + (first_layer + first) * stride, a, b, count, tokens,
                                    timeout if timeout is not None else self.default_timeout(count),
-                                   int(cache_len or 0))
+                                   int(cache_len or 0), memory_tokens=self.memory_tokens if _decoder else 0)
             rows.append(ProfileRow(range(first, first + count), *row))
             phases += [dict(p, run=i) for p in ph or ()]
             a, b = b, a
@@ -277,9 +335,10 @@ class Accelerator:
                          self.cfg.model.hidden)
 
     def execute(self, weight_base: int, input_base: int, output_base: int, layers: int, tokens: int,
-                timeout: float, cache_len: int = 0):
+                timeout: float, cache_len: int = 0, memory_tokens: int = 0):
         """One engine run on data already in DRAM (the register sequence of :meth:`run`): returns the
-        counters (cycles, compute, stall, bytes_read) and the backend's per-phase profile (or None)."""
+        counters (cycles, compute, stall, bytes_read) and the backend's per-phase profile (or None);
+        ``memory_tokens``: an encoder-decoder's MEMORY_TOKENS (0: the encoder's run)."""
         status = self.read("STATUS")
         if status & self.regs.bit("STATUS", "busy"):
             self.reset()
@@ -291,6 +350,9 @@ class Accelerator:
         self.write("TOKENS", tokens)
         if self.regs.has("CACHE_LEN"):       # always written: a prefill after a decode step starts at 0
             self.write("CACHE_LEN", cache_len)
+        if self.memory_base is not None:
+            self._set_base("MEMORY_BASE", self.memory_base)
+            self.write("MEMORY_TOKENS", memory_tokens)
         self.backend.phase_profile_begin()
         self.write("CTRL", self.regs.bit("CTRL", "irq_enable") | self.regs.bit("CTRL", "start"))
         finished = self.backend.wait(timeout)
@@ -328,6 +390,8 @@ class Accelerator:
         for i, base in enumerate(self.act_bases):
             if base <= addr < base + act:
                 return f" (activation buffer {i}, byte {addr - base})"
+        if self.memory_base is not None and self.memory_base <= addr < self.memory_base + act:
+            return f" (memory, byte {addr - self.memory_base})"
         if self.scratch and self.scratch[0] <= addr < sum(self.scratch):
             return f" (scratch, byte {addr - self.scratch[0]})"
         return " (outside the runtime's buffers)"

@@ -35,11 +35,13 @@ class BadBuild(BadInput):
     """A build folder the runtime cannot use (one line naming the file)."""
 
 
-def write_runtime_json(out: Path, cfg, input_scale: float, output_scale: float) -> Path:
-    """Write ``runtime.json`` (what the host needs besides regs.json and weights.bin) into ``out``."""
+def write_runtime_json(out: Path, cfg, input_scale: float, output_scale: float, **scales: float) -> Path:
+    """Write ``runtime.json`` (what the host needs besides regs.json and weights.bin) into ``out``; ``scales``: more
+    of them (an encoder-decoder's ``decoder_input_scale``, ``memory_scale``)."""
     path = Path(out) / RUNTIME_JSON
     body = {"format": FORMAT, "config": dataclasses.asdict(cfg), "input_scale": float(input_scale),
-            "output_scale": float(output_scale), "dram_dtype": DRAM_DTYPE.str}
+            "output_scale": float(output_scale), "dram_dtype": DRAM_DTYPE.str,
+            **{k: float(v) for k, v in scales.items()}}
     path.write_text(json.dumps(body, indent=1) + "\n")
     return path
 
@@ -112,6 +114,7 @@ class BuildFolder:
     weights: bytes
     input_scale: float
     output_scale: float
+    decoder_input_scale: float | None = None      # an encoder-decoder: its decoder's int16 input
 
     @property
     def seq_len(self) -> int:
@@ -158,6 +161,7 @@ class BuildFolder:
         try:
             cfg = config_from_dict(rt["config"], name="config")
             input_scale, output_scale = float(rt["input_scale"]), float(rt["output_scale"])
+            decoder_scale = float(rt["decoder_input_scale"]) if cfg.seq2seq else None
         except ConfigError as e:
             raise BadBuild(f"{p / RUNTIME_JSON}: config: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
@@ -170,7 +174,7 @@ class BuildFolder:
         want = layout(cfg).total_bytes
         if len(weights) != want:
             raise BadBuild(f"{p / 'weights.bin'}: {len(weights)} bytes; config {cfg.name} lays out {want}")
-        return cls(p, cfg, regs, weights, input_scale, output_scale)
+        return cls(p, cfg, regs, weights, input_scale, output_scale, decoder_scale)
 
     # ---- the host side of the int16 residual stream ----------------------------------------------------
     def quantize_input(self, x) -> np.ndarray:
@@ -180,3 +184,7 @@ class BuildFolder:
     def dequantize_output(self, y) -> np.ndarray:
         """The engine's int16 output -> float activations (the last layer's output)."""
         return QuantModel([], self.input_scale, self.output_scale).dequantize_output(y)
+
+    def quantize_decoder_input(self, y) -> np.ndarray:
+        """An encoder-decoder: the decoder's float input [seq_len, hidden] -> its int16 input (int64)."""
+        return QuantModel([], self.decoder_input_scale, self.output_scale).quantize_input(y)

@@ -18,6 +18,12 @@ engine runs: CACHE_LEN checked (ERROR_CODE.bad_cache), the block's rows (all of 
 layer against the keys before CACHE_LEN read from the layer's K_h and V_h^T in the scratch, its own K and V written
 there from key CACHE_LEN on (cut at the capacity), and the rows the engine stores written at OUTPUT_BASE.
 
+An encoder-decoder (``model.encoder_layers``, ``docs/seq2seq.md``): MEMORY_TOKENS checked (ERROR_CODE.bad_memory);
+0 runs the layers at WEIGHT_BASE as encoder layers (not causal, no cache); above 0 as decoder layers whose
+cross-attention reads the memory at MEMORY_BASE (its first MEMORY_TOKENS keys). Unlike the engine, a decode step
+recomputes the memory's cross K and V from MEMORY_BASE rather than reading the prefill's from the scratch (the same
+values while the memory is unchanged).
+
 It has no clock: CYCLES, COMPUTE_CYCLES, STALL_CYCLES and BYTES_READ read 0.
 """
 
@@ -27,7 +33,7 @@ import dataclasses
 
 import numpy as np
 
-from ..model.golden import int_layer, int_stack
+from ..model.golden import IntMemory, int_layer, int_stack
 from ..model.numerics import attention_mask
 from ..model.quantize import dram_bytes, from_dram
 from ..model.tiled import kv_head, kv_writes, scratch_layout
@@ -132,9 +138,12 @@ class GoldenBackend(Backend):
         size = self.values.get("SCRATCH_BYTES", 0)
         if not size:
             return False
-        sb, io = self._base("SCRATCH_BASE"), self.build.act_bytes
-        regions = ((self._base("WEIGHT_BASE"), len(self.build.weights)), (self._base("INPUT_BASE"), io),
-                   (self._base("OUTPUT_BASE"), io))
+        sb, io, cfg = self._base("SCRATCH_BASE"), self.build.act_bytes, self.build.cfg
+        # an encoder-decoder's run reads the encoder's or the decoder's layers (as the engine's check counts them)
+        img = (max(cfg.model.layers, cfg.model.encoder_layers) * layout(cfg).stride if cfg.seq2seq
+               else len(self.build.weights))
+        regions = ((self._base("WEIGHT_BASE"), img), (self._base("INPUT_BASE"), io), (self._base("OUTPUT_BASE"), io),
+                   *(((self._base("MEMORY_BASE"), io),) if cfg.seq2seq else ()))
         return sb % PAGE != 0 or any(sb < b + n and b < sb + size for b, n in regions)
 
     # ---- the run ---------------------------------------------------------------------------------
@@ -149,24 +158,35 @@ class GoldenBackend(Backend):
         kv, cache_len = kv_cache(cfg), self.values.get("CACHE_LEN", 0)
         if kv is not None and kv.refuses(cache_len, tokens):
             return self._error("bad_cache")
+        mem_tokens = self.values.get("MEMORY_TOKENS", 0)
+        if cfg.seq2seq and (mem_tokens > seq or (mem_tokens == 0 and cache_len)):
+            return self._error("bad_memory")
         if layers == 0:
             raise ValueError("golden backend: LAYERS = 0 is not modelled")
-        for base in ("INPUT_BASE", "WEIGHT_BASE", "OUTPUT_BASE"):       # the order the engine issues them
+        bases = ("INPUT_BASE", "WEIGHT_BASE", "OUTPUT_BASE") + (("MEMORY_BASE",) if mem_tokens else ())
+        for base in bases:       # the order the engine issues them
             if self._base(base) % beat:
                 return self._error("bad_command", self._base(base))
         lay = layout(cfg)
-        run_cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, layers=layers))
         image = self.read_dram(self._base("WEIGHT_BASE"), lay.stride * layers)
         x = from_dram(self.read_dram(self._base("INPUT_BASE"), self.build.act_bytes), seq, hidden)
-        if kv is None:
-            mask = attention_mask(np.arange(seq) < tokens, cfg.model.causal)
-            y = int_stack(x, image_layers(run_cfg, image), mask, cfg.model.heads)
+        if cfg.seq2seq:          # the image's layers here are the encoder's (MEMORY_TOKENS 0) or the decoder's
+            stack = image_layers(cfg, image, layers=layers, cross=mem_tokens > 0)
         else:
-            y = self._cached_stack(image_layers(run_cfg, image), x, tokens, cache_len, kv.block)
+            stack = image_layers(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, layers=layers)), image)
+        memory = None
+        if mem_tokens:
+            memory = IntMemory(from_dram(self.read_dram(self._base("MEMORY_BASE"), self.build.act_bytes), seq,
+                                         hidden), np.arange(seq) < mem_tokens)
+        if kv is None or (cfg.seq2seq and not mem_tokens):       # no cache, or an encoder's run
+            mask = attention_mask(np.arange(seq) < tokens, cfg.model.causal and not cfg.seq2seq)
+            y = int_stack(x, stack, mask, cfg.model.heads)
+        else:
+            y = self._cached_stack(stack, x, tokens, cache_len, kv.block, memory)
         self.write_dram(self._base("OUTPUT_BASE"), dram_bytes(y))
         self._set("STATUS", "done", 1)
 
-    def _cached_stack(self, layers, x, tokens: int, cache_len: int, block: int):
+    def _cached_stack(self, layers, x, tokens: int, cache_len: int, block: int, memory=None):
         """The layers of a KV-cache engine's run (module docstring): the output rows it stores."""
         cfg = self.build.cfg
         s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
@@ -187,7 +207,7 @@ class GoldenBackend(Backend):
                 past = (np.concatenate([k[:cache_len] for k, _ in heads_kv], axis=1),
                         np.concatenate([vt[:, :cache_len].T for _, vt in heads_kv], axis=1))
             t: dict = {}
-            xr = int_layer(xr, p, mask, heads, t, past)
+            xr = int_layer(xr, p, mask, heads, t, past, memory=memory)
             for region, off, data in kv_writes(cfg, t["k"][:stored], t["v"][:stored], cache_len):
                 self.write_dram(base[region] + off, data)
         y = np.zeros((len(x), h), np.int64)          # rows the engine does not store keep what DRAM held

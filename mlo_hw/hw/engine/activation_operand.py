@@ -99,7 +99,8 @@ class ActivationOperand(wiring.Component):
         ``vectors``, ``passes`` (0 counts as 1; one pass a weight tile of a matrix, so that a tile's job finds
         its x words waiting instead of refilling the pipeline); ``narrowed``: narrow int16 lanes (else pass the low bytes through); ``shift_base``: the
         shift memory word of the vector's first column (0: the layer input's shifts, ``hidden / simd``:
-        LN1's output's). A narrowed vector is ``hidden / simd`` words.
+        LN1's output's; an encoder-decoder's (``shift_sets`` 4) ``2 hidden / simd`` the cross Q input's, ``3 hidden /
+        simd`` the memory's). A narrowed vector is ``hidden / simd`` words.
         ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) one cycle later.
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
@@ -108,9 +109,10 @@ class ActivationOperand(wiring.Component):
     register, then :class:`Narrow`'s three stages).
     """
 
-    def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1):
+    def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
+                 shift_sets: int = 2):
         self.hidden, self.simd = hidden, simd
-        self.shift_words = 2 * hidden // simd
+        self.shift_words = shift_sets * hidden // simd
         self.max_words, self.max_vectors, self.max_passes, self.addr_bits = max_words, max_vectors, max_passes, addr_bits
         super().__init__({
             "start": In(1), "cmd": In(operand_command_layout(addr_bits, max_words, max_vectors, self.shift_words,

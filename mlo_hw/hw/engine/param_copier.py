@@ -7,11 +7,13 @@ shifts (one 4-bit shift per channel: the layer input's, then LN1's output's) int
 memory. A copy is requested while its destination idles and runs as soon as its section has arrived. Post-LN:
 the shifts after the header, LN1's during O, GELU's during LN1, LN2's during FFN down. Pre-LN: LN1's after the
 header (tiled: during each pass-1 block's load), the shifts during LN1, LN2's during O, GELU's during LN2.
+An encoder-decoder's (``cross``): the shifts are [4H] (also the cross Q input's and the memory's), and LNX, the
+cross block's norm, has its gains and biases after LN1's in the ln1 section; its copy runs during the cross heads.
 """
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import enum, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,14 +26,17 @@ __all__ = ["CopyKind", "ShiftWriteSignature", "ParamCopier", "SHIFT_LANE_BITS"]
 SHIFT_LANE_BITS = 4     # one narrowing shift (0..NARROW_SHIFT_MAX)
 
 
-class CopyKind(enum.Enum, shape=2):
+class CopyKind(enum.Enum, shape=3):
     LN1 = 0
     GELU = 1
     LN2 = 2
     NARROW = 3
+    LNX = 4            # an encoder-decoder's cross block's norm (after LN1's words in the ln1 section)
 
 
-SECTION = {CopyKind.LN1: "ln1", CopyKind.GELU: "gelu", CopyKind.LN2: "ln2", CopyKind.NARROW: "narrow"}
+SECTION = {CopyKind.LN1: "ln1", CopyKind.GELU: "gelu", CopyKind.LN2: "ln2", CopyKind.NARROW: "narrow",
+           CopyKind.LNX: "ln1"}
+LN_KINDS = (CopyKind.LN1, CopyKind.LN2, CopyKind.LNX)
 
 
 class ShiftWriteSignature(wiring.Signature):
@@ -64,10 +69,13 @@ class ParamCopier(wiring.Component):
     """
 
     def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8,
-                 last: CopyKind = CopyKind.LN2):
+                 last: CopyKind = CopyKind.LN2, cross: bool = False):
         self.hidden, self.lanes, self.pgeo, self.act_bits, self.last = hidden, lanes, pgeo, act_bits, last
+        self.cross = cross
         self.count = {CopyKind.LN1: 2 * hidden, CopyKind.GELU: 1 << act_bits, CopyKind.LN2: 2 * hidden,
-                      CopyKind.NARROW: 2 * hidden}
+                      CopyKind.NARROW: (4 if cross else 2) * hidden}
+        if cross:
+            self.count[CopyKind.LNX] = 2 * hidden
         super().__init__({
             "request": In(1), "kind": In(CopyKind), "flush": In(1),
             "busy": Out(1), "done": Out(1), "waiting": Out(1), "release": Out(1),
@@ -75,14 +83,15 @@ class ParamCopier(wiring.Component):
             "loaded": In(len(PARAM_SECTIONS)),
             "ln": Out(ParamWriteSignature(hidden)),
             "gelu": Out(TableWriteSignature(1 << act_bits, unsigned(act_bits))),
-            "shift": Out(ShiftWriteSignature(2 * hidden // lanes, lanes)),
+            "shift": Out(ShiftWriteSignature(self.count[CopyKind.NARROW] // lanes, lanes)),
         })
 
     @classmethod
     def from_config(cls, cfg) -> "ParamCopier":
         # a layer's last copy: LN2's after FFN down (post-LN), the GELU table's after LN2 (pre-LN)
         last = CopyKind.GELU if cfg.model.norm == "pre" else CopyKind.LN2
-        return cls(cfg.model.hidden, cfg.folding.simd, ParamGeometry.from_config(cfg), cfg.numerics.act_bits, last)
+        return cls(cfg.model.hidden, cfg.folding.simd, ParamGeometry.from_config(cfg), cfg.numerics.act_bits, last,
+                   cfg.seq2seq)
 
     def elaborate(self, platform):
         m = Module()
@@ -96,15 +105,16 @@ class ParamCopier(wiring.Component):
         addr, next_word = Signal.like(self.param_addr), Signal()
         m.d.sync += [prev.eq(idx), write.eq(0)]
         m.d.comb += self.param_addr.eq(addr)
+        kinds = {k: v for k, v in SECTION.items() if k in self.count}
         with m.Switch(kind):
-            for k, section in SECTION.items():
+            for k, section in kinds.items():
                 bytewise = section in ("gelu", "narrow")
                 with m.Case(k):
                     m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k]),
                                  next_word.eq(idx[:2] == 3 if bytewise else 1)]
         byte = self.param_data.word_select(prev[:2], 8)
         m.d.comb += [self.ln.addr.eq(prev), self.ln.data.eq(self.param_data.as_signed()),
-                     self.ln.en.eq(write & ((kind == CopyKind.LN1) | (kind == CopyKind.LN2))),
+                     self.ln.en.eq(write & Cat(*(kind == k for k in LN_KINDS if k in self.count)).any()),
                      self.gelu.addr.eq(prev), self.gelu.data.eq(byte), self.gelu.en.eq(write & (kind == CopyKind.GELU))]
         # the narrowing shifts, one per channel, fill the shift memory's words lane by lane
         word, lane = Signal.like(self.shift.addr), Signal(range(max(lanes, 2)))
@@ -125,9 +135,9 @@ class ParamCopier(wiring.Component):
         with m.If(self.request):
             m.d.sync += [self.busy.eq(1), self.done.eq(0), idx.eq(0), kind.eq(self.kind), word.eq(0), lane.eq(0)]
             with m.Switch(self.kind):
-                for k, section in SECTION.items():
-                    with m.Case(k):
-                        m.d.sync += addr.eq(self.pgeo.word(section))
+                for k, section in kinds.items():
+                    with m.Case(k):      # LNX: after LN1's gains and biases (4 bytes each, H of each)
+                        m.d.sync += addr.eq(self.pgeo.word(section, 8 * self.hidden if k == CopyKind.LNX else 0))
         with m.If(self.flush):
             m.d.sync += [self.busy.eq(0), self.done.eq(0)]
         return m

@@ -14,6 +14,10 @@ per layer (``docs/engine.md``, ``docs/tiling.md``)::
               FFN_DOWN, LN2, P2_STORE_X -> (next layer | IDLE)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
               FFN_DOWN, the layer's end (``model.norm: pre``: ``docs/engine.md``, "Pre-LN layers")
+    an encoder-decoder's decoder run (MEMORY_TOKENS > 0, ``docs/seq2seq.md``): a prefill first runs pass 0 per
+              memory block: P0_LOAD_M, XK, XV, P0_STORE_K/VT (the memory's cross K and V^T into the scratch);
+              pass 2 runs, after LN1, XQ -> per head SCORES, PV over the cross K_h / V_h^T (``cross_phase``) ->
+              XO -> LNX, then FFN_UP
 
 A weight matrix is four states per tile (``*_TILE_WAIT``, ``*_LATCH``, ``*_JOB``, ``*_WAIT``); CTRL.soft_reset,
 a weight read error or an activation transfer error abandons the run in any state (the blocks are flushed; the
@@ -31,7 +35,7 @@ from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
 from ...plan import kv_cache
 from ..buffers import PARAM_SECTIONS
-from ...model.weight_image import HEADER_FIELDS
+from ...model.weight_image import header_fields
 from .block_mover import Transfer
 from .param_copier import CopyKind
 from .result_writer import Placement
@@ -52,6 +56,13 @@ class Sequencer:
         self.dst_cols = {Op.Q: H, Op.PV: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
         self.placement = {Op.Q: Placement.ROWS16, Op.K: Placement.K, Op.V: Placement.VT, Op.O: Placement.ROWS16,
                           Op.FFN_UP: Placement.ROWS8, Op.FFN_DOWN: Placement.ROWS16}
+        self.seq2seq = cfg.seq2seq
+        if self.seq2seq:      # the cross-attention's matrices: as Q, K, V, O
+            for o, like in ((Op.XQ, Op.Q), (Op.XK, Op.K), (Op.XV, Op.V), (Op.XO, Op.O)):
+                self.mat_cols[o], self.mat_rows[o], self.placement[o] = H, H, self.placement[like]
+                self.mat_shift[o] = f"x{like.name.lower()}_shift"
+                self.dst_cols[o] = H
+        self.narrowed = {Op.Q: 0, Op.K: 0, Op.V: 0, Op.FFN_UP: 1, Op.XQ: 2, Op.XK: 3, Op.XV: 3}   # shift set
         self.tile = Signal(range(g.max_tiles + 1), name="tile")
         self.tiles = Signal.like(self.tile, name="tiles")
         self.last_tile = Signal(name="last_tile")        # tile == tiles, registered (it gates the overlap logic)
@@ -156,10 +167,10 @@ class Sequencer:
                          cmd.col_folds.eq(cols // g.simd), cmd.row_folds.eq(g.tile_rows // g.pe),
                          cmd.vectors.eq(g.rows), cmd.shift.eq(d.hdr[self.mat_shift[o]]), cmd.raw.eq(0),
                          cmd.act_unsigned.eq(o == Op.FFN_DOWN),      # uint8 GELU codes
-                         cmd.wide.eq(o in (Op.O, Op.FFN_DOWN))]     # int16 residual stream
-            self.operand_command(d.CTX_BASE if o == Op.O else 0, g.words(cols), g.words(cols),
-                                 narrowed=o in (Op.Q, Op.K, Op.V, Op.FFN_UP),
-                                 shift_base=g.words(g.hidden) if o == Op.FFN_UP else 0, passes=self.tiles + 1)
+                         cmd.wide.eq(o in (Op.O, Op.FFN_DOWN, Op.XO))]     # int16 residual stream
+            self.operand_command(d.CTX_BASE if o in (Op.O, Op.XO) else 0, g.words(cols), g.words(cols),
+                                 narrowed=o in self.narrowed,
+                                 shift_base=self.narrowed.get(o, 0) * g.words(g.hidden), passes=self.tiles + 1)
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += [d.operand.start.eq(self.tile == 0), d.tparams.job.eq(1)]
                 m.d.sync += d.issued.eq(0)
@@ -201,10 +212,15 @@ class Sequencer:
 
     def start_layernorm(self, o):
         """Start the lanes on LayerNorm ``o`` (its gains and biases are in); the LayerNorm before FFN up (LN1
-        post-LN, LN2 pre-LN) hands the copier on to the GELU table, which FFN up needs next."""
-        self.m.d.comb += self.d.ln_lanes.start.eq(1)
-        if o == (self.Op.LN2 if self.pre_ln else self.Op.LN1):
+        post-LN, LN2 pre-LN; LNX in a decoder run with cross-attention) hands the copier on to the GELU table,
+        which FFN up needs next."""
+        m, Op = self.m, self.Op
+        m.d.comb += self.d.ln_lanes.start.eq(1)
+        if o == Op.LNX:
             self.request_copy(CopyKind.GELU)
+        elif o == (Op.LN2 if self.pre_ln else Op.LN1):
+            with m.If(~self.d.cross_run):
+                self.request_copy(CopyKind.GELU)
 
     def early_layernorm(self, ln):
         """In the last tile of the matrix before LayerNorm ``ln`` (O, FFN down): once its gains and biases are in,
@@ -245,7 +261,9 @@ class Sequencer:
                 m.d.comb += cmd.raw.eq(1)
                 self.operand_command(d.head_kword, g.words(g.hidden), g.words(g.head_dim))
             else:
-                m.d.comb += [cmd.shift.eq(d.hdr["ctx_shift"]), cmd.act_unsigned.eq(1)]
+                shift = Mux(d.cross_phase, d.hdr["x_ctx_shift"], d.hdr["ctx_shift"]) if self.seq2seq \
+                    else d.hdr["ctx_shift"]
+                m.d.comb += [cmd.shift.eq(shift), cmd.act_unsigned.eq(1)]
                 self.operand_command(0, g.words(S), g.words(S))
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += d.operand.start.eq(1)
@@ -278,14 +296,26 @@ class Sequencer:
         m.d.sync += [self.head.eq(self.head + 1), d.head_kword.eq(d.head_kword + g.words(g.head_dim)),
                      d.head_vrow.eq(d.head_vrow + (g.head_dim // g.pe) * g.words(g.seq))]
         with m.If(self.head == g.heads - 1):
-            self.start_matrix(self.Op.O)
-            self.request_copy(CopyKind.LN2 if self.pre_ln else CopyKind.LN1)
+            if self.seq2seq:
+                with m.If(d.cross_phase):        # the cross heads' end: XO, then LNX
+                    m.d.sync += d.cross_phase.eq(0)
+                    self.start_matrix(self.Op.XO)
+                    self.request_copy(CopyKind.LNX)
+                with m.Else():
+                    self.start_matrix(self.Op.O)
+                    self.request_copy(CopyKind.LN1)
+            else:
+                self.start_matrix(self.Op.O)
+                self.request_copy(CopyKind.LN2 if self.pre_ln else CopyKind.LN1)
         with m.Else():
             self.first_attention_step()
 
-    def to_attention(self):
+    def to_attention(self, cross=False):
+        """The heads (``cross``: of the cross-attention, over the memory's K and V)."""
         d = self.d
         self.m.d.sync += [self.head.eq(0), d.head_kword.eq(0), d.head_vrow.eq(0)]
+        if cross:
+            self.m.d.sync += d.cross_phase.eq(1)
         self.first_attention_step()
 
     def params_state(self, o, then):
@@ -400,6 +430,13 @@ class Sequencer:
         return ((cache_len[:kv.unit.bit_length() - 1] != 0) | ((cache_len != 0) & (tokens > kv.block))
                 | (cache_len + tokens > kv.capacity))
 
+    def memory_bad(self, memory_tokens, cache_len):
+        """An encoder-decoder: MEMORY_TOKENS above the sequence, or a decode step (CACHE_LEN > 0) of the encoder's run
+        (MEMORY_TOKENS 0) (``ERROR_CODE.bad_memory``); never in another build (MEMORY_TOKENS reads 0)."""
+        if not self.seq2seq:
+            return Const(0)
+        return (memory_tokens > self.g.tokens) | ((memory_tokens == 0) & (cache_len != 0))
+
     def start_pass(self, first):
         m, d, g = self.m, self.d, self.g
         # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
@@ -441,6 +478,8 @@ class Sequencer:
             m.d.comb += d.flush.eq(regs.start | regs.soft_reset)
             with m.If(regs.start):
                 m.d.sync += [d.tokens.eq(regs.tokens), d.bad_tokens.eq(0), d.bad_scratch.eq(0), d.bad_cache.eq(0),
+                             d.bad_memory.eq(0), d.mem_tokens.eq(regs.memory_tokens),
+                             d.cross_run.eq(regs.memory_tokens != 0), d.cross_phase.eq(0),
                              d.cache_len.eq(regs.cache_len), d.key_end.eq(regs.cache_len + regs.tokens),
                              d.run_blocks.eq(Mux(regs.cache_len == 0, g.blocks, 1))]
                 if g.tiled:
@@ -451,6 +490,8 @@ class Sequencer:
                     m.d.sync += d.bad_scratch.eq(1)
                 with m.Elif(self.cache_bad(regs.cache_len, regs.tokens)):
                     m.d.sync += d.bad_cache.eq(1)
+                with m.Elif(self.memory_bad(regs.memory_tokens, regs.cache_len)):
+                    m.d.sync += d.bad_memory.eq(1)
                 with m.Else():
                     m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0),
                                  self.first_layer.eq(1), self.last_layer.eq(regs.layers == 1)]
@@ -473,6 +514,7 @@ class Sequencer:
         """The layer's header fields from the parameter store, then the narrowing shifts' copy."""
         m, d = self.m, self.d
         header = d.pgeo.word("header")
+        fields = header_fields(self.cfg)
         with m.State("HEADER_WAIT"):
             m.d.comb += [d.busy.eq(1), d.stall.eq(1)]
             m.d.sync += [self.hdr_sel.eq(1), self.hdr_addr.eq(header), d.scratch_ready.eq(0)]
@@ -484,10 +526,10 @@ class Sequencer:
             m.d.sync += self.hdr_addr.eq(self.hdr_addr + 1)
             # the store's read data is a cycle behind its address: field i arrives while hdr_addr is header + i + 1
             with m.Switch(self.hdr_addr):
-                for i, f in enumerate(HEADER_FIELDS):
+                for i, f in enumerate(fields):
                     with m.Case(header + i + 1):
                         m.d.sync += d.hdr[f].eq(d.ws.param_data)
-            with m.If(self.hdr_addr == header + len(HEADER_FIELDS)):
+            with m.If(self.hdr_addr == header + len(fields)):
                 # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                 self.request_copy(CopyKind.NARROW)
                 m.d.sync += self.hdr_sel.eq(0)
@@ -500,7 +542,17 @@ class Sequencer:
         m, d, g, Op = self.m, self.d, self.g, self.Op
         regs, sc, R, H = d.regs, self.sc, g.rows, g.hidden
         words = g.words
-        self.params_state(Op.Q, lambda: self.start_pass("P1_LOAD_X"))
+        def first_pass():
+            if self.seq2seq:      # a decoder run's prefill: the memory's cross K and V first (pass 0)
+                with m.If(d.cross_run & (d.cache_len == 0)):
+                    self.start_pass("P0_LOAD_M")
+                with m.Else():
+                    self.start_pass("P1_LOAD_X")
+            else:
+                self.start_pass("P1_LOAD_X")
+        self.params_state(Op.Q, first_pass)
+        if self.seq2seq:
+            self.memory_pass_states()
         with m.State("P1_LOAD_X"):
             m.d.comb += [d.op.eq(Op.LOAD), d.busy.eq(1)]
             self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
@@ -517,15 +569,10 @@ class Sequencer:
             m.next = "P1_STORE_Q"
 
         def store_k():
-            self.transfer(Transfer.STORE_K, regs.scratch_base + sc.k + self.kv_layer + self.k_off, self.k_words,
-                          runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=words(g.head_dim),
-                          inner=words(g.head_dim), outer_stride=words(H))
-            m.next = "P1_STORE_K"
+            self.store_k(sc.k, "P1_STORE_K")
 
         def store_vt():
-            self.transfer(Transfer.STORE_VT, regs.scratch_base + sc.vt + self.kv_layer + self.vt_off, self.vt_words,
-                          runs=H // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=words(R), inner=words(R))
-            m.next = "P1_STORE_VT"
+            self.store_vt(sc.vt, "P1_STORE_VT")
 
         def pass1_done():
             m.d.sync += d.scratch_ready.eq(1)
@@ -549,6 +596,38 @@ class Sequencer:
         self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, self.to_attention)
         self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_LOAD_Q", self.end_of_layer))
 
+    def store_k(self, region, state):
+        """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch."""
+        d, g = self.d, self.g
+        self.transfer(Transfer.STORE_K, d.regs.scratch_base + region + self.kv_layer + self.k_off, self.k_words,
+                      runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=g.words(g.head_dim),
+                      inner=g.words(g.head_dim), outer_stride=g.words(g.hidden))
+        self.m.next = state
+
+    def store_vt(self, region, state):
+        """A block's V^T (a run per ``pe`` channels) into the layer's ``region`` of the scratch."""
+        d, g = self.d, self.g
+        self.transfer(Transfer.STORE_VT, d.regs.scratch_base + region + self.kv_layer + self.vt_off, self.vt_words,
+                      runs=g.hidden // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=g.words(g.rows),
+                      inner=g.words(g.rows))
+        self.m.next = state
+
+    def memory_pass_states(self):
+        """Pass 0 of a decoder run's prefill, per memory block: the block in (MEMORY_BASE, like the input: its
+        MEMORY_TOKENS rows of the sequence's), the cross K and V of it (narrowed by the memory's shifts), their K_h
+        and V_h^T runs into the layer's ``xk`` and ``xvt`` regions; then pass 1."""
+        m, d, Op, sc = self.m, self.d, self.Op, self.sc
+        with m.State("P0_LOAD_M"):
+            m.d.comb += [d.op.eq(Op.LOAD), d.busy.eq(1)]
+            self.transfer(Transfer.LOAD_X, d.regs.memory_base + self.x_off, self.io_block)
+            m.next = "P0_LOAD_M_WAIT"
+        self.transfer_wait("P0_LOAD_M_WAIT", Op.LOAD, lambda: self.start_matrix(Op.XK))
+        self.matrix_states(Op.XK, lambda: self.start_matrix(Op.XV))
+        self.matrix_states(Op.XV, lambda: self.store_k(sc.xk, "P0_STORE_K"))
+        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt(sc.xvt, "P0_STORE_VT"))
+        self.transfer_wait("P0_STORE_VT", Op.STORE_QKV,
+                           lambda: self.next_block("P0_LOAD_M", lambda: self.start_pass("P1_LOAD_X")))
+
     def store_block(self):
         """Tiled: after the layer's last phase, the block's output rows to the next layer's input (or the output)."""
         self.transfer(Transfer.STORE_X, self.dst + self.x_off,
@@ -569,6 +648,18 @@ class Sequencer:
         def to_ffn_up():
             m.next = "FFN_UP_PARAMS"
 
+        def to_lnx():
+            m.next = "LNX_PARAMS"
+
+        def after_ln1():          # post-LN: the FFN next, or in a decoder run the cross-attention block first
+            if self.seq2seq:
+                with m.If(d.cross_run):
+                    self.start_matrix(Op.XQ)
+                with m.Else():
+                    to_ffn_up()
+            else:
+                to_ffn_up()
+
         def to_ffn_down():
             self.start_matrix(Op.FFN_DOWN)
             if not self.pre_ln:
@@ -586,9 +677,13 @@ class Sequencer:
             self.matrix_states(Op.FFN_DOWN, after_layer)
         else:
             self.matrix_states(Op.O, to_ln1)
-            self.layernorm_states(Op.LN1, to_ffn_up)
+            self.layernorm_states(Op.LN1, after_ln1)
             self.matrix_states(Op.FFN_DOWN, to_ln2)
             self.layernorm_states(Op.LN2, after_layer)
+            if self.seq2seq:
+                self.matrix_states(Op.XQ, lambda: self.to_attention(cross=True))
+                self.matrix_states(Op.XO, to_lnx)
+                self.layernorm_states(Op.LNX, to_ffn_up)
         if not g.tiled:
             def stored():
                 m.d.comb += d.done.eq(1)
