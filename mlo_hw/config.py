@@ -100,6 +100,7 @@ class Model:
     causal: bool = False        # a decoder's self-attention: query row i attends keys 0..i (prefill mode)
     norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2)
     gelu: str = "erf"           # the FFN's activation table: GELU "erf" (exact), "tanh" (GPT-2's) or "relu" (T5's)
+    rmsnorm: bool = False       # the norms are RMSNorms (T5, Llama): LayerNorm without the mean, in the golden model and RTL
     # an encoder-decoder (BART): the encoder's layers (run first, self-attention only, not causal); then ``layers``
     # decoder layers, each with a cross-attention block over the encoder's output (docs/seq2seq.md)
     encoder_layers: int = 0
@@ -307,8 +308,6 @@ def _validate(cfg: Config):
     _require(m.encoder_layers >= 0, f"model.encoder_layers: expected 0 (one stack) or the encoder's layer count, got "
                                     f"{m.encoder_layers}")
     if m.encoder_layers:
-        _require(m.norm == "post", "model.encoder_layers: an encoder-decoder runs post-LN layers (BART) in the engine; "
-                                   "T5's pre-RMSNorm layers run in the golden model only (docs/seq2seq.md)")
         _require(m.causal, "model.causal: an encoder-decoder's decoder self-attention is causal: expected true")
     _require(2 <= n.weight_bits <= 8, f"numerics.weight_bits: expected 2..8, got {n.weight_bits}")
     _require(n.act_bits == 8, f"numerics.act_bits: expected 8 (int8 matrix inputs, int16 residual stream), "

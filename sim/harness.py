@@ -164,12 +164,16 @@ def gpt2_like(cfg):
                                model=dataclasses.replace(cfg.model, norm="pre", causal=True, gelu="tanh"))
 
 
-def small_seq2seq_tiled_config(encoder_layers: int = 2):
-    """small as an encoder-decoder (BART's post-LN layers: ``encoder_layers`` encoder layers, then small's two decoder
-    layers with causal self-attention and cross-attention) at 64 tokens, in two blocks of 32 rows."""
-    base = small_tiled_config()
-    return dataclasses.replace(base, name=f"small_s2s{encoder_layers}",
-                               model=dataclasses.replace(base.model, encoder_layers=encoder_layers, causal=True))
+def small_seq2seq_tiled_config(encoder_layers: int = 2, norm: str = "post", rmsnorm: bool = False,
+                               gelu: str = "erf"):
+    """small as an encoder-decoder (``encoder_layers`` encoder layers, then small's two decoder layers with causal
+    self-attention and cross-attention; BART's post-LN kind by default, mBART's with ``norm="pre"``, T5's norms and
+    FFN with ``rmsnorm`` and ``gelu="relu"``) at 64 tokens, in two blocks of 32 rows."""
+    base = small_tiled_config(budget=10.5 if norm == "pre" else 9.5)
+    kind = f"{norm}{'_rms' if rmsnorm else ''}{'' if gelu == 'erf' else '_' + gelu}"
+    return dataclasses.replace(base, name=f"small_s2s{encoder_layers}_{kind}",
+                               model=dataclasses.replace(base.model, encoder_layers=encoder_layers, causal=True,
+                                                         norm=norm, rmsnorm=rmsnorm, gelu=gelu))
 
 
 def small_gpt2_tiled_config():

@@ -5,7 +5,8 @@ Inputs ``a``, ``b`` are int16 on one shared scale; the output is int16. Rows com
 model of the config (both LayerNorms of layer 0) and from the seed (layer-like, random and edge rows).
 
 Params: ``config`` (name), ``seed``, ``rows`` (random rows per batch), ``corrupt`` (compare against an
-expectation made with shift + 1: the run must fail; the negative check of the test suite).
+expectation made with shift + 1: the run must fail; the negative check of the test suite), ``rms`` (the block is
+an RMSNorm: ``numerics.layernorm(..., rms=True)``, the config's model made one).
 """
 import math
 import random
@@ -35,9 +36,9 @@ async def _load_params(dut, gain, bias):
 
 
 def expected(a, b, gain, bias, shift):
-    """The golden LayerNorm of the residual sum, int16 output, as a flat list."""
+    """The golden LayerNorm (RMSNorm with ``rms``) of the residual sum, int16 output, as a flat list."""
     r = np.asarray(a, dtype=np.int64) + np.asarray(b, dtype=np.int64)
-    return nx.layernorm(r, gain, bias, shift, bits=RB).ravel().tolist()
+    return nx.layernorm(r, gain, bias, shift, bits=RB, rms=bool(tb_params().get("rms"))).ravel().tolist()
 
 
 async def _run(dut, a, b, p, rng, p_valid, p_ready, corrupt=False):
@@ -105,6 +106,9 @@ async def model_rows(dut):
     p = tb_params()
     rng = random.Random(p["seed"])
     cfg = load_config(p["config"])
+    if p.get("rms"):
+        import dataclasses
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, rmsnorm=True))
     _, model = build_model(cfg)
     (x, mask), = random_inputs(cfg, np.random.default_rng(p["seed"]), 1, padded=False)
     xq, layer, trace = model.quantize_input(x), model.layers[0], {}

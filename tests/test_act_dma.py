@@ -59,7 +59,7 @@ def test_port_names_follow_axi_conventions():
 
 
 @pytest.mark.parametrize("cfg_name,seeds,trials", [
-    ("bert_tiny", range(100, 105), 2),                                    # 64-bit, bursts up to 256 beats
+    ("bert_tiny", range(100, 103), 2),                                    # 64-bit, bursts up to 256 beats
     pytest.param("small", range(12), 10, marks=pytest.mark.slow),          # bursts up to 16 beats
 ])
 def test_write_dma_against_axi_ram(cfg_name, seeds, trials):

@@ -202,7 +202,7 @@ CASES = [
     # arguments
     ("config-missing-dir", "elaborate", ["--config", "/nonexistent/small.yaml"], {},
      "--config: no such file '/nonexistent/small.yaml'"),
-    ("config-missing-name", "elaborate", ["--config", "nosuch"], {}, "no shipped config of that name (bert_base_arty, "),
+    ("config-missing-name", "elaborate", ["--config", "nosuch"], {}, "no shipped config of that name (bart_tiny, bert_base_arty, "),
     ("config-is-folder", "elaborate", ["--config", "d"], {"d/x.yaml": ""},
      "--config: 'd' is a folder; expected a YAML config file"),
     ("config-absent", "elaborate", [], {}, "the following arguments are required: --config"),

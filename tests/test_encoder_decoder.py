@@ -24,9 +24,20 @@ def _decoder_rows(y, first, last, seq, hidden):
 def test_rtl_encoder_then_decoder_prefill_and_decode_steps():
     """One simulation, 30 % random stalls on every AXI channel: the encoder (50 of 64 tokens) into the memory region;
     the decoder's prefill (37 tokens: pass 0 writes every decoder layer's cross K and V^T of the memory, checked in
-    the scratch), four decode steps (CACHE_LEN 36, 36, 36, 40: the cross K/V reused), then two refused STARTs
+    the scratch), three decode steps (CACHE_LEN 36: the cross K/V reused), then two refused STARTs
     (MEMORY_TOKENS above the sequence; CACHE_LEN > 0 in an encoder run: ERROR_CODE.bad_memory, no run)."""
-    cfg = small_seq2seq_tiled_config()
+    _encoder_decoder_runs(small_seq2seq_tiled_config())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rmsnorm,gelu", [(False, "erf"), (True, "relu")])
+def test_rtl_pre_ln_encoder_decoder(rmsnorm, gelu):
+    """As above with pre-LN layers (mBART's kind: LNX before the cross block's Q, XO added into the residual
+    stream), and with T5's RMSNorm and ReLU FFN (T5 without its relative position bias)."""
+    _encoder_decoder_runs(small_seq2seq_tiled_config(norm="pre", rmsnorm=rmsnorm, gelu=gelu))
+
+
+def _encoder_decoder_runs(cfg):
     m = cfg.model
     s, h, heads = m.seq_len, m.hidden, m.heads
     rng = np.random.default_rng(7)
@@ -34,7 +45,7 @@ def test_rtl_encoder_then_decoder_prefill_and_decode_steps():
     sim = EngineSim(cfg, SimpleNamespace(layers=q.encoder + q.decoder))
     x = q.quantize(rng.normal(0, 1, (s, h)), q.encoder_scale)
     y = q.quantize(rng.normal(0, 1, (s, h)), q.decoder_scale)
-    te, td, steps, unit = 50, 37, 4, 4
+    te, td, steps, unit = 50, 37, 3, 4
     runs = [Run(x, te, m.encoder_layers, memory_tokens=0, output_to_memory=True),
             Run(_decoder_rows(y, 0, td - 1, s, h), td, m.layers, memory_tokens=te, weight_layer=m.encoder_layers,
                 cache_len=0, dump_scratch=True)]

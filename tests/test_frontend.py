@@ -325,8 +325,9 @@ def test_t5_and_bart_roles(frontends):
 
 @pytest.mark.parametrize("name", ["t5", "bart"])
 def test_encoder_decoder_is_not_one_stack(frontends, name, capsys, tmp_path):
-    """Neither is one stack (float_layers() refuses); --engine refuses T5's kind in one line (RMSNorm, pre-norm)
-    and builds BART's as an encoder-decoder (tests/test_encoder_decoder.py runs it)."""
+    """Neither is one stack (float_layers() refuses); --engine refuses T5 in one line (its memory is made on the host
+    and it adds a relative position bias) and builds BART's as an encoder-decoder (tests/test_encoder_decoder.py
+    runs it)."""
     fe = frontends[name]
     reason = fe.engine_refusal()
     assert reason and "\n" not in reason and "decoder" in reason
@@ -335,7 +336,8 @@ def test_encoder_decoder_is_not_one_stack(frontends, name, capsys, tmp_path):
     if name == "t5":
         assert cli([str(fixture(name)), "--engine", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith("error: --engine: not runnable on the engine: RMSNorm, pre-norm layers (T5's kind)")
+        assert err.startswith("error: --engine: not runnable on the engine: the cross-attention reads what the host "
+                              "makes of the encoder's output (T5's final norm)")
         assert "\n" not in err and not (tmp_path / "out").exists()
     else:
         assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 0

@@ -11,16 +11,17 @@ from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 
-def _verilog(cfg_name):
-    top = f"layernorm_{cfg_name}"
-    return to_verilog(LayerNorm.from_config(load_config(cfg_name)), top), top
+def _verilog(cfg_name, rms=False):
+    top = f"layernorm_{cfg_name}{'_rms' if rms else ''}"
+    return to_verilog(LayerNorm(load_config(cfg_name).model.hidden, rms=rms), top), top
 
 
-@pytest.mark.parametrize("cfg_name,rows", [("small", 12), ("bert_tiny", 4)])   # H = 32 and 128
-def test_layernorm_bit_exact_under_backpressure(cfg_name, rows):
-    v, top = _verilog(cfg_name)
+@pytest.mark.parametrize("cfg_name,rows,rms", [("small", 12, False), ("bert_tiny", 4, False),   # H = 32 and 128
+                                               ("small", 6, True)])     # RMSNorm (T5, Llama); its rows have means,
+def test_layernorm_bit_exact_under_backpressure(cfg_name, rows, rms):   # so a LayerNorm would fail it
+    v, top = _verilog(cfg_name, rms)
     assert lint(v, top) == []
-    simulate(v, top, "tb_layernorm", {"config": cfg_name, "seed": 5, "rows": rows})
+    simulate(v, top, "tb_layernorm", {"config": cfg_name, "seed": 5, "rows": rows, "rms": rms})
 
 
 def test_layernorm_testbench_catches_a_wrong_result():

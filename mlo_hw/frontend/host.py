@@ -261,9 +261,12 @@ def build_seq2seq_onnx(cfg, calib_count: int = 4):
                       ("norm", model.norm), ("gelu", model.gelu)):
         if getattr(m, name) != got:
             raise ConfigError(f"model.{name}: config says {getattr(m, name)!r}, {cfg.weights.onnx} has {got!r}")
-    if model.rms or host._between is not None:
-        raise ConfigError(f"weights.onnx: {cfg.weights.onnx} normalises by RMS or makes the memory on the host "
-                          "(T5): the engine runs BART-style encoder-decoders; T5 runs in the golden model only")
+    if host._between is not None:
+        raise ConfigError(f"weights.onnx: {cfg.weights.onnx} makes the memory on the host and adds a relative position "
+                          "bias (T5): the engine runs BART-style encoder-decoders; T5 runs in the golden model only")
+    if model.rms != m.rmsnorm:
+        raise ConfigError(f"model.rmsnorm: config says {str(m.rmsnorm).lower()}, {cfg.weights.onnx} has "
+                          f"{str(model.rms).lower()}")
     if not math.isclose(m.layernorm_eps, model.eps, rel_tol=1e-4):
         raise ConfigError(f"model.layernorm_eps: config says {m.layernorm_eps:g}, {cfg.weights.onnx} has "
                           f"{model.eps:g}")
@@ -272,6 +275,9 @@ def build_seq2seq_onnx(cfg, calib_count: int = 4):
         calib = [host.run(*c) for c in seq2seq_inputs(host, m.seq_len, m.seq_len, rng, calib_count)]
     except FrontendError as e:
         raise ConfigError(f"model.seq_len: {e}") from None
+    if any(c[k].bias is not None for c in calib for k in ("encoder", "self", "cross")):
+        raise ConfigError(f"weights.onnx: {cfg.weights.onnx} adds a position bias to the attention scores; the engine "
+                          "has none (docs/seq2seq.md)")
     return model, quantize_seq2seq(model, calib, memory_on_host=False)
 
 

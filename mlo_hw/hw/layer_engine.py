@@ -459,15 +459,15 @@ class LayerEngine(wiring.Component):
         ln_out = "r" if self.pre_ln else "y"      # FFN up's input: LN2's output (pre-LN), LN1's (post-LN)
         qkv_in = "r" if self.pre_ln else "x"      # Q, K, V's: LN1's output (pre-LN), the layer input (post-LN)
         src = {Op.Q: qkv_in, Op.K: qkv_in, Op.V: qkv_in, Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: ln_out}
-        if self.cfg.seq2seq:     # the cross Q from LN1's output (Y); the memory's K, V from its block (in X)
-            src.update({Op.XQ: "y", Op.XK: "x", Op.XV: "x"})
+        if self.cfg.seq2seq:     # the cross Q from LN1's output (Y; pre-LN: LNX's, R); the memory's K, V from X
+            src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
                     b = bufs[name]
                     m.d.comb += [b.r.addr.eq(operand.rd_addr), b.r.en.eq(operand.rd_en),
                                  operand.rd_data.eq(b.r.data if name != "p" else spread(b.r.data))]
-                    if o == Op.SCORES and self.cfg.seq2seq:      # the cross heads: Q^c in X (XQ wrote it)
+                    if o == Op.SCORES and self.cfg.seq2seq and not self.pre_ln:   # the cross heads: Q^c in X
                         x = bufs["x"]
                         m.d.comb += [x.r.addr.eq(operand.rd_addr), x.r.en.eq(operand.rd_en)]
                         with m.If(d.cross_phase):
@@ -504,8 +504,9 @@ class LayerEngine(wiring.Component):
             m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
                          b.w.en.eq(writer.banks[i].en)]
         rows_to = {Op.Q: "y"} if self.pre_ln else {Op.Q: "y", Op.O: "y", Op.FFN_DOWN: "x"}
-        if self.cfg.seq2seq:      # the cross Q and O's output over the layer input (X), spent once LN1 has run
-            rows_to.update({Op.XQ: "x", Op.XO: "x"})
+        if self.cfg.seq2seq:      # post-LN: the cross Q and O's output over the layer input (X), spent once LN1 has
+            # run; pre-LN: the cross Q where Q was (Y), XO added into the residual stream as O is
+            rows_to.update({Op.XQ: "y"} if self.pre_ln else {Op.XQ: "x", Op.XO: "x"})
         for o, name in rows_to.items():
             with m.If(op == o):
                 b = bufs[name]
@@ -513,7 +514,7 @@ class LayerEngine(wiring.Component):
         if self.pre_ln:        # O's and FFN down's results added into the residual stream in X, saturated
             m.submodules.residual_add = add = ResidualAdd(writer.max_words, simd)
             x = bufs["x"]
-            with m.If((op == Op.O) | (op == Op.FFN_DOWN)):
+            with m.If((op == Op.O) | (op == Op.FFN_DOWN) | (op == Op.XO)):
                 m.d.comb += [add.i.eq(writer.rows), x.r.addr.eq(add.rd_addr), x.r.en.eq(add.rd_en)]
             m.d.comb += add.rd_data.eq(x.r.data)
             with m.If(add.o.en.any()):          # a cycle after the beat (op is still the matrix's)
@@ -568,8 +569,8 @@ class LayerEngine(wiring.Component):
                                            Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
                                            if cfg.seq2seq else d.hdr["ln1_shift"])),
                      ln_lanes.w.ready.eq(~d.writer.rows.en)]
-        if self.pre_ln:        # pre-LN: LN1 and LN2 of the residual stream alone (X, b = 0) -> R
-            with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2)):
+        if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
+            with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2) | (ln_op == Op.LNX)):
                 x, r = bufs["x"], bufs["r"]
                 m.d.comb += [x.r.addr.eq(ln_lanes.rd_addr), x.r.en.eq(ln_lanes.rd_en),
                              ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))]
@@ -585,7 +586,7 @@ class LayerEngine(wiring.Component):
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
-        if cfg.seq2seq:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a: the FFN's input and residual
+        if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]

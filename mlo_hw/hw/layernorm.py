@@ -104,10 +104,12 @@ class MeanVariance(wiring.Component):
         ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
     Timing: one row at a time, 49 cycles from ``pending`` at H = 32..128 (a serial division with
     ``mean_q_bits`` quotient bits, then a serial multiplication with ``d_bits - 1`` steps).
+    ``rms`` (RMSNorm, T5's and Llama's: ``numerics.layernorm(..., rms=True)``): ``m = 0`` and ``D = 256*Q``, done in
+    the cycle after ``pending``.
     """
 
-    def __init__(self, w: _Widths):
-        self.w = w
+    def __init__(self, w: _Widths, rms: bool = False):
+        self.w, self.rms = w, rms
         super().__init__({
             "slot": Out(w.slot_bits), "pending": In(1),
             "sum": In(signed(w.sum_bits)), "sq": In(unsigned(w.sq_bits)),
@@ -129,8 +131,13 @@ class MeanVariance(wiring.Component):
         with m.FSM(name="mean_fsm"):
             with m.State("IDLE"):
                 with m.If(self.pending):
-                    m.d.comb += mean_div.start.eq(1)
-                    m.next = "DIVIDE"
+                    if self.rms:          # no mean: D = sum((16 r)**2)
+                        m.d.sync += [self.mean[mn_slot].eq(0), self.var[mn_slot].eq(self.sq << 8),
+                                     mn_slot.eq(mn_slot + 1)]
+                        m.d.comb += self.done.eq(1)
+                    else:
+                        m.d.comb += mean_div.start.eq(1)
+                        m.next = "DIVIDE"
             with m.State("DIVIDE"):
                 with m.If(mean_div.done):
                     m.d.sync += self.mean[mn_slot].eq(mean_div.quotient - w.mean_offset)
@@ -361,12 +368,12 @@ class LayerNorm(wiring.Component):
     phases are :class:`MeanVariance`, :class:`InverseStd` and :class:`NormaliseOutput`.
     """
 
-    def __init__(self, hidden: int, residual_bits: int = nx.RES_BITS):
+    def __init__(self, hidden: int, residual_bits: int = nx.RES_BITS, rms: bool = False):
         if hidden < 1:
             raise ValueError(f"LayerNorm: hidden must be >= 1, got {hidden}")
         if not 2 <= residual_bits <= nx.LN_INPUT_BITS - 2:       # |a + b| <= 2**residual_bits < 2**19
             raise ValueError(f"LayerNorm: residual_bits must be 2..{nx.LN_INPUT_BITS - 2}, got {residual_bits}")
-        self.hidden, self.residual_bits = hidden, residual_bits
+        self.hidden, self.residual_bits, self.rms = hidden, residual_bits, rms
         super().__init__({
             "i": In(stream.Signature(pair_layout(residual_bits))),
             "o": Out(stream.Signature(signed(residual_bits))),
@@ -376,8 +383,9 @@ class LayerNorm(wiring.Component):
 
     @classmethod
     def from_config(cls, cfg) -> "LayerNorm":
-        """H = ``cfg.model.hidden``, the residual stream's width ``numerics.RES_BITS``."""
-        return cls(hidden=cfg.model.hidden)
+        """H = ``cfg.model.hidden``, the residual stream's width ``numerics.RES_BITS``, RMSNorm if
+        ``model.rmsnorm``."""
+        return cls(hidden=cfg.model.hidden, rms=cfg.model.rmsnorm)
 
     def elaborate(self, platform):
         m = Module()
@@ -388,7 +396,7 @@ class LayerNorm(wiring.Component):
         row_sum = Signal(w.slots(signed(w.sum_bits)))
         row_sq = Signal(w.slots(unsigned(w.sq_bits)))
         m.submodules.rows = rows = Memory(shape=signed(w.r_bits), depth=SLOTS << idx_bits, init=[])
-        m.submodules.mean_var = mean_var = MeanVariance(w)
+        m.submodules.mean_var = mean_var = MeanVariance(w, self.rms)
         m.submodules.inv_std = inv_std = InverseStd(w)
         m.submodules.norm_out = output = NormaliseOutput(w)
 

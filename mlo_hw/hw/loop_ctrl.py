@@ -5,7 +5,9 @@ from DRAM, in the order they are consumed: :class:`Fetch` entries of ``count`` c
 engine's program is the weight image's sections in order (:func:`mlo_hw.model.weight_image.layout`). The DRAM-tiled
 schedule's (``blocks`` > 1, see :mod:`mlo_hw.model.tiled`) is: the small sections; then Q, K, V once per token block;
 then per block, each head's K_h and V_h^T from scratch DRAM (raw tiles: weights only) followed by O, FFN up,
-FFN down. :class:`LoopController` walks the program for layers 0..L-1: one DMA command per tile (or per small
+FFN down. An encoder-decoder's (``docs/seq2seq.md``) adds the cross K and V per memory block before Q, K, V
+(pass 0), and after O the cross Q, each head's cross K_h and V_h^T, and the cross O, flagged so that a run skips
+what is not its own. :class:`LoopController` walks the program for layers 0..L-1: one DMA command per tile (or per small
 section) at ``weight_base + l * stride + offset + i * step``, or ``scratch_base + offset + head * S * dh``
 for the per-head entries, looping over blocks and heads as the entries say. A tile command is issued only
 when the tile buffer grants a bank (``claim``/``can_claim``), so the next tile, also the first of layer
@@ -125,7 +127,9 @@ class LoopController(wiring.Component):
     at most; a tile command waits for ``can_claim`` and pulses ``claim`` when it is taken; a command from
     scratch waits for ``scratch_ready`` (the engine has written what it reads: pass 1's K and V^T).
     ``run_blocks`` (read at ``start``): the token blocks of this run (``blocks``, or fewer: a decode step after a
-    prefill runs one). The per-head entries read layer l's K_h and V_h^T ``l * kv_stride`` bytes on (a causal
+    prefill runs one). ``cross`` and ``prefill`` (read at ``start``): an encoder-decoder's run kind; an entry marked
+    ``cross`` is walked past (no command, a cycle) in a run without ``cross`` (the encoder's), one marked ``prefill``
+    in a run without ``prefill`` (a decode step). The per-head entries read layer l's K_h and V_h^T ``l * kv_stride`` bytes on (a causal
     model's KV cache, :func:`mlo_hw.model.tiled.scratch_layout`).
     ``cmd.payload.addr`` comes from a register, computed the cycle after a command is taken (or after
     ``start``), so ``cmd.valid`` stays low in that cycle: the first command leaves two cycles after

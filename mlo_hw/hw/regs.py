@@ -162,8 +162,8 @@ class ControlRegs(wiring.Component):
     Outputs: ``start``, ``soft_reset`` (one-cycle pulses; ``start`` only when CTRL.start is written
     while ``busy`` is low: a START while busy is ignored, and clears nothing), ``layers``,
     ``weight_base``, ``input_base``, ``output_base``, ``scratch_base``, ``tokens``, ``cache_len`` (0 without a KV
-    cache), ``irq`` (level: irq_enable and (done or
-    error)).
+    cache), ``memory_base`` and ``memory_tokens`` (an encoder-decoder's; 0 otherwise), ``irq`` (level: irq_enable
+    and (done or error)).
     Inputs from the engine: ``busy``, ``done`` (pulse), ``error``, ``error_addr``, ``error_code``,
     ``compute_busy``, ``dma_stall``, ``read_beat`` (one AXI read beat of ``cfg.axi_data_bytes``).
     AXI4-Lite: a write is taken when AWVALID and WVALID are both high (one cycle), answered on B the

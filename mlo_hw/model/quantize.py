@@ -158,7 +158,7 @@ def _calibrate(float_layers: list[FloatLayer], calib, cfg) -> list[_Stats]:
     """Statistics of every layer's float intermediates (and its input, ``in``) over the calibration inputs."""
     m = cfg.model
     return _calibrate_stack(float_layers, [(x, nx.attention_mask(mask, m.causal), None, None) for x, mask in calib],
-                            m.heads, m.layernorm_eps, m.norm, m.gelu)
+                            m.heads, m.layernorm_eps, m.norm, m.gelu, m.rmsnorm)
 
 
 def _calibrate_stack(float_layers, calib, heads: int, eps: float, norm: str, gelu: str, rms: bool = False):
@@ -235,7 +235,7 @@ def _quantize_layer(p: FloatLayer, st: _Stats, r: dict, cfg) -> IntLayer:
         gelu=nx.gelu_table(s["ffn_up"], s["gelu"], g_zero, flavour=cfg.model.gelu),
         narrow_in=k_in, narrow_ln1=k_ffn,
         ln2_gain=ln2[0], ln2_bias=ln2[1], ln2_shift=ln2[2],
-        scales=s, norm=cfg.model.norm)
+        scales=s, norm=cfg.model.norm, rms=cfg.model.rmsnorm)
 
 
 def quantize(float_layers: list[FloatLayer], calib: list[tuple[np.ndarray, np.ndarray]], cfg) -> QuantModel:

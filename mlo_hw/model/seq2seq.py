@@ -109,7 +109,8 @@ def _stack_config(model, layers: int, seq_len: int, causal: bool):
     """A :class:`~mlo_hw.config.Config` of one stack (its dimensions and layer kind) for the quantizer."""
     return config_from_dict({"name": "seq2seq", "model": {
         "layers": layers, "hidden": model.hidden, "heads": model.heads, "intermediate": model.intermediate,
-        "seq_len": seq_len, "layernorm_eps": model.eps, "causal": causal, "norm": model.norm, "gelu": model.gelu}})
+        "seq_len": seq_len, "layernorm_eps": model.eps, "causal": causal, "norm": model.norm, "gelu": model.gelu,
+        "rmsnorm": model.rms}})
 
 
 def _decoder_scales(stats, norm: str) -> list[dict]:
@@ -199,7 +200,7 @@ def random_seq2seq(cfg, rng: np.random.Generator, calib_count: int = 3):
         d = {f"{n}_{k}": rng.normal(0, 0.02, (h, h) if k == "w" else h) for n in "qkvo" for k in ("w", "b")}
         d.update(ln_g=1.0 + rng.normal(0, 0.1, h), ln_b=rng.normal(0, 0.1, h))
         p.cross = FloatCross.from_dict(d)
-    model = Seq2Seq(enc, dec, m.heads, h, m.intermediate, m.norm, False, m.gelu, m.layernorm_eps)
+    model = Seq2Seq(enc, dec, m.heads, h, m.intermediate, m.norm, m.rmsnorm, m.gelu, m.layernorm_eps)
     calib = []
     for n in range(calib_count):
         te, td = (s if n == 0 else int(rng.integers(1, s + 1)) for _ in range(2))

@@ -283,7 +283,7 @@ def image_layers(cfg, img: bytes, layers: int | None = None, cross: bool | None 
                             ln1_gain=d["ln1.gain"], ln1_bias=d["ln1.bias"], ln1_shift=d["ln1_shift"], gelu=d["gelu"],
                             narrow_in=d["narrow_in"], narrow_ln1=d["narrow_ln1"],
                             ln2_gain=d["ln2.gain"], ln2_bias=d["ln2.bias"], ln2_shift=d["ln2_shift"],
-                            norm=cfg.model.norm, cross=cross_block))   # the layer kind is the config's (the manifest records it)
+                            norm=cfg.model.norm, cross=cross_block, rms=cfg.model.rmsnorm))   # the layer kind is the config's (the manifest records it)
     return out
 
 
@@ -324,7 +324,7 @@ def manifest(cfg, base: int = 0) -> dict:
                 tensors.append({"name": "gelu.table", "shape": [n], "dtype": "uint8",
                                 "offset": lbase + sec.offset, "bytes": n})
         layers.append({"index": l, "offset": lbase, "tensors": tensors})
-    return {"config": cfg.name, "norm": cfg.model.norm, "encoder_layers": cfg.model.encoder_layers, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
+    return {"config": cfg.name, "norm": cfg.model.norm, "rmsnorm": cfg.model.rmsnorm, "encoder_layers": cfg.model.encoder_layers, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
             "total_bytes": lay.total_bytes, "alignment": ALIGN,
             "folding": {"pe": cfg.folding.pe, "simd": cfg.folding.simd, "tile_rows": cfg.folding.tile_rows},
             "sections": [{"name": s.name, "offset": s.offset, "bytes": s.bytes,

@@ -49,11 +49,11 @@ class LayerNormLanes(wiring.Component):
     word. The engine resets the whole component on a soft reset.
     """
 
-    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int):
+    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int, rms: bool = False):
         if not 1 <= lanes <= simd:
             raise ValueError(f"LayerNormLanes: lanes must be 1..simd={simd} (one read port of simd pairs a cycle "
                              f"feeds them), got {lanes}")
-        self.hidden, self.simd, self.max_rows, self.lanes = hidden, simd, max_rows, lanes
+        self.hidden, self.simd, self.max_rows, self.lanes, self.rms = hidden, simd, max_rows, lanes, rms
         self.row_words = hidden // simd
         max_words = max_rows * self.row_words
         rb = nx.RES_BITS
@@ -70,7 +70,7 @@ class LayerNormLanes(wiring.Component):
     @classmethod
     def from_config(cls, cfg) -> "LayerNormLanes":
         """The engine's: ``folding.ln_lanes`` lanes, up to ``seq_padded`` rows."""
-        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, cfg.folding.ln_lanes)
+        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, cfg.folding.ln_lanes, cfg.model.rmsnorm)
 
     def elaborate(self, platform):
         m = Module()
@@ -87,7 +87,7 @@ class LayerNormLanes(wiring.Component):
         for i in range(n):
             m.submodules[f"fifo{i}"] = fifo = SyncFIFOBuffered(width=2 * rb * simd, depth=max(rw, 2))
             m.submodules[f"pairs{i}"] = pairs = Serializer(simd, 2 * rb)
-            m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden)
+            m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden, rms=self.rms)
             m.d.comb += [pairs.i.valid.eq(fifo.r_rdy), pairs.i.payload.eq(fifo.r_data), fifo.r_en.eq(pairs.i.ready),
                          ln.param.addr.eq(self.param.addr), ln.param.data.eq(self.param.data),
                          ln.param.en.eq(self.param.en), ln.shift.eq(self.shift)]

@@ -17,7 +17,7 @@ per layer (``docs/engine.md``, ``docs/tiling.md``)::
     an encoder-decoder's decoder run (MEMORY_TOKENS > 0, ``docs/seq2seq.md``): a prefill first runs pass 0 per
               memory block: P0_LOAD_M, XK, XV, P0_STORE_K/VT (the memory's cross K and V^T into the scratch);
               pass 2 runs, after LN1, XQ -> per head SCORES, PV over the cross K_h / V_h^T (``cross_phase``) ->
-              XO -> LNX, then FFN_UP
+              XO -> LNX, then FFN_UP (pre-LN: after O, LNX -> XQ -> the cross heads -> XO, then LN2)
 
 A weight matrix is four states per tile (``*_TILE_WAIT``, ``*_LATCH``, ``*_JOB``, ``*_WAIT``); CTRL.soft_reset,
 a weight read error or an activation transfer error abandons the run in any state (the blocks are flushed; the
@@ -216,9 +216,12 @@ class Sequencer:
         which FFN up needs next."""
         m, Op = self.m, self.Op
         m.d.comb += self.d.ln_lanes.start.eq(1)
-        if o == Op.LNX:
+        if self.pre_ln:
+            if o == Op.LN2:
+                self.request_copy(CopyKind.GELU)
+        elif o == Op.LNX:
             self.request_copy(CopyKind.GELU)
-        elif o == (Op.LN2 if self.pre_ln else Op.LN1):
+        elif o == Op.LN1:
             with m.If(~self.d.cross_run):
                 self.request_copy(CopyKind.GELU)
 
@@ -296,14 +299,20 @@ class Sequencer:
         m.d.sync += [self.head.eq(self.head + 1), d.head_kword.eq(d.head_kword + g.words(g.head_dim)),
                      d.head_vrow.eq(d.head_vrow + (g.head_dim // g.pe) * g.words(g.seq))]
         with m.If(self.head == g.heads - 1):
-            if self.seq2seq:
-                with m.If(d.cross_phase):        # the cross heads' end: XO, then LNX
+            if self.seq2seq:     # post-LN: O, LN1, XQ .. XO, LNX; pre-LN: O, LNX, XQ .. XO, LN2
+                with m.If(d.cross_phase):        # the cross heads' end: XO, then the norm after it
                     m.d.sync += d.cross_phase.eq(0)
                     self.start_matrix(self.Op.XO)
-                    self.request_copy(CopyKind.LNX)
+                    self.request_copy(CopyKind.LN2 if self.pre_ln else CopyKind.LNX)
                 with m.Else():
                     self.start_matrix(self.Op.O)
-                    self.request_copy(CopyKind.LN1)
+                    if self.pre_ln:
+                        with m.If(d.cross_run):
+                            self.request_copy(CopyKind.LNX)
+                        with m.Else():
+                            self.request_copy(CopyKind.LN2)
+                    else:
+                        self.request_copy(CopyKind.LN1)
             else:
                 self.start_matrix(self.Op.O)
                 self.request_copy(CopyKind.LN2 if self.pre_ln else CopyKind.LN1)
@@ -672,9 +681,21 @@ class Sequencer:
         self.params_state(Op.FFN_UP, lambda: self.start_matrix(Op.FFN_UP))
         self.matrix_states(Op.FFN_UP, to_ffn_down)
         if self.pre_ln:
-            self.matrix_states(Op.O, to_ln2)
+            def after_o():       # pre-LN: LN2 next, or in a decoder run the cross-attention block first (LNX, XQ ..)
+                if self.seq2seq:
+                    with m.If(d.cross_run):
+                        m.next = "LNX_PARAMS"
+                    with m.Else():
+                        to_ln2()
+                else:
+                    to_ln2()
+            self.matrix_states(Op.O, after_o)
             self.layernorm_states(Op.LN2, to_ffn_up)
             self.matrix_states(Op.FFN_DOWN, after_layer)
+            if self.seq2seq:
+                self.layernorm_states(Op.LNX, lambda: self.start_matrix(Op.XQ))
+                self.matrix_states(Op.XQ, lambda: self.to_attention(cross=True))
+                self.matrix_states(Op.XO, to_ln2)
         else:
             self.matrix_states(Op.O, to_ln1)
             self.layernorm_states(Op.LN1, after_ln1)
