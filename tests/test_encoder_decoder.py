@@ -197,3 +197,12 @@ def test_elaborate_and_runtime_on_the_golden_backend(seq2seq_build):
 @pytest.mark.slow
 def test_runtime_on_the_sim_backend(seq2seq_build):
     _runtime_check(*seq2seq_build, "sim")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [{}, {"norm": "pre", "rmsnorm": True, "gelu": "relu"}])
+def test_encoder_decoder_top_lints_clean(kind):
+    from mlo_hw.hw.layer_engine import EngineTop
+    from sim.runner import lint, to_verilog
+    v = to_verilog(EngineTop(small_seq2seq_tiled_config(**kind)), "mlo_engine_s2s")
+    assert lint(v, "mlo_engine_s2s") == []

@@ -373,7 +373,11 @@ def test_gpt2_loop_body_and_roles(frontends, name):
 
 
 @pytest.mark.parametrize("name,prefix,by,why", [
-    ("llama", "layers", "LessOrEqual 'node_le_1'", "0 LayerNormalization nodes per layer")])
+    ("llama", "layers", "LessOrEqual 'node_le_1'",
+     "a Llama-family layer: rotary position embedding (Q and K rotated by position: not a linear map the engine has); "
+     "grouped-query attention (K and V 16 wide for Q's 32: the engine gives every query head its own K and V); "
+     "a gated FFN (SwiGLU: the engine's FFN is up, a table, down) are not in the engine; its RMSNorm the engine has "
+     "(model.rmsnorm)")])
 def test_decoders_the_engine_cannot_run_are_refused(frontends, name, prefix, by, why, capsys, tmp_path):
     """Causal masks (a comparison of query and key positions) are found; a decoder whose layer is neither post-LN
     BERT's nor pre-LN GPT-2's is refused naming the mask and the reason."""

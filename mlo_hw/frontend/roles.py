@@ -470,6 +470,9 @@ def _layer_refusal(g: Graph, r: LayerRoles) -> str | None:
     if len(r.attentions) != 1:
         return (f"{len(r.attentions)} attention blocks per layer ({', '.join(a.kind for a in r.attentions)}); "
                 f"the engine runs exactly one self-attention")
+    reason = _llama_refusal(g, r)
+    if reason:
+        return reason
     if len(r.norms) != 2:
         other = " (it normalises some other way, e.g. T5's RMSNorm)" if not r.norms else ""
         return (f"{len(r.norms)} LayerNormalization nodes per layer{other}; a post-LN (BERT) or pre-LN (GPT-2) "
@@ -503,6 +506,28 @@ def _layer_refusal(g: Graph, r: LayerRoles) -> str | None:
         if g.attr(i, "axis", -1) != -1:
             return "LayerNormalization over an axis other than the last"
     return None
+
+
+def _llama_refusal(g: Graph, r: LayerRoles) -> str | None:
+    """The Llama family's pieces the engine does not have, in one line (its RMSNorm the engine has:
+    ``model.rmsnorm``): rotary position embedding (Q and K rotated by position: a Neg and a Concat or Slice of
+    halves between the Q linear and the scores), grouped-query attention (K narrower than Q), a gated FFN (SwiGLU:
+    three linears); None when there is none of them."""
+    a = r.attentions[0]
+    b = _Body(g, r.layer)
+    pieces = []
+    if not a.fused and "Neg" in _ops_between(b, a.q.output, g.nodes[a.scores].input[0]):
+        pieces.append("rotary position embedding (Q and K rotated by position: not a linear map the engine has)")
+    if not a.fused and a.k.w.shape[0] < a.q.w.shape[0]:
+        pieces.append(f"grouped-query attention (K and V {a.k.w.shape[0]} wide for Q's {a.q.w.shape[0]}: the engine "
+                      "gives every query head its own K and V)")
+    if len(r.ffn) == 3:
+        pieces.append(f"a gated FFN ({'SwiGLU' if 'Sigmoid' in r.activations or 'Mul' in r.activations else 'three linears'}"
+                      ": the engine's FFN is up, a table, down)")
+    if not pieces:
+        return None
+    norm = "; its RMSNorm the engine has (model.rmsnorm)" if not r.norms else ""
+    return "a Llama-family layer: " + "; ".join(pieces) + f" are not in the engine{norm}"
 
 
 def _qkv_refusal(g: Graph, r: LayerRoles, a: Attention) -> str | None:

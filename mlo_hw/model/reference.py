@@ -32,11 +32,14 @@ import numpy as np
 
 from .numerics import per_head
 
-__all__ = ["FloatLayer", "FloatCross", "Memory", "random_float_layers", "float_layer", "float_stack", "gelu", "gelu_tanh", "GELU", "erf"]
+__all__ = ["FloatAttention", "FloatLayer", "FloatCross", "Memory", "random_float_layers", "float_layer", "float_stack",
+           "gelu", "gelu_tanh", "GELU", "erf"]
 
 
 @dataclass
-class FloatLayer:
+class FloatAttention:
+    """An attention block's projections (PyTorch's [out, in] weights): what a self-attention and a cross-attention
+    share."""
     q_w: np.ndarray
     q_b: np.ndarray
     k_w: np.ndarray
@@ -45,6 +48,10 @@ class FloatLayer:
     v_b: np.ndarray
     o_w: np.ndarray
     o_b: np.ndarray
+
+
+@dataclass
+class FloatLayer(FloatAttention):
     ln1_g: np.ndarray
     ln1_b: np.ndarray
     ffn_up_w: np.ndarray
@@ -61,17 +68,9 @@ class FloatLayer:
 
 
 @dataclass
-class FloatCross:
+class FloatCross(FloatAttention):
     """The cross-attention block of a decoder layer: Q from the decoder, K and V from the encoder's output, and
     the norm that goes with the block (``ln_g``, ``ln_b``)."""
-    q_w: np.ndarray
-    q_b: np.ndarray
-    k_w: np.ndarray
-    k_b: np.ndarray
-    v_w: np.ndarray
-    v_b: np.ndarray
-    o_w: np.ndarray
-    o_b: np.ndarray
     ln_g: np.ndarray
     ln_b: np.ndarray
 

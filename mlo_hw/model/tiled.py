@@ -199,17 +199,17 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
                 ctx[:, hh * dh:(hh + 1) * dh] = nx.requant(int_matmul(probs, vth.T), p.ctx_mult, p.ctx_shift)
             for name in ("o", "ffn_up", "ffn_down"):                # after the heads, as the MVAU takes them
                 dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
-            attn = _linear(ctx, p.o, nx.RES_BITS, p.rms)
+            attn = _linear(ctx, p.o, nx.RES_BITS)
             xt = np.frombuffer(dram.read("residual", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
             if p.norm == "pre":           # saturating int16 adds around LN2 (golden._pre_ln)
-                res = nx.saturate(xt + attn, nx.RES_BITS, p.rms)
+                res = nx.saturate(xt + attn, nx.RES_BITS)
                 ffn_in = nx.layernorm(res, p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS, p.rms)
             else:
                 res = ffn_in = nx.layernorm(xt + attn, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS, p.rms)
             act_ = nx.table_lookup(_linear(nx.narrow(ffn_in, p.narrow_ln1), p.ffn_up), p.gelu)
-            down = _linear(act_, p.ffn_down, nx.RES_BITS, p.rms)
+            down = _linear(act_, p.ffn_down, nx.RES_BITS)
             if p.norm == "pre":
-                y = nx.saturate(res + down, nx.RES_BITS, p.rms)
+                y = nx.saturate(res + down, nx.RES_BITS)
             else:
                 y = nx.layernorm(res + down, p.ln2_gain, p.ln2_bias, p.ln2_shift, nx.RES_BITS, p.rms)
             dram.write("out" if dst == out else "x", rows(dst, t, 2 * h)[0], _i16(y))
