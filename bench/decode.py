@@ -50,6 +50,9 @@ def main(argv=None) -> int:
                     help="the sequence length (cache capacity) to extrapolate the step to (default 1024)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
+    if cfg.seq2seq:
+        raise BadInput(f"--config: {cfg.name} is an encoder-decoder (model.encoder_layers); this bench generates with a "
+                       "decoder-only model (its decoder's decode steps: tests/test_encoder_decoder.py, Accelerator.decode)")
     kv = kv_cache(cfg)
     try:
         far = with_seq_len(cfg, args.extrapolate)

@@ -63,6 +63,10 @@ def main(argv=None) -> int:
     if not 0 <= args.stall < 1:
         ap.error(f"--stall: expected 0 <= p < 1, got {args.stall}")
     base = load_config(args.config)
+    if base.seq2seq:
+        from mlo_hw.cli import BadInput
+        raise BadInput(f"--config: {base.name} is an encoder-decoder (model.encoder_layers); this bench runs one stack "
+                       "(bench/cycles.py runs both of its runs)")
     cfgs = [with_seq_len(base, s) for s in args.seq]
     ok = True
     for cfg in cfgs:

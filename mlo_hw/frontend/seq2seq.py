@@ -199,7 +199,7 @@ def seq2seq_refusal(fe) -> str | None:
     """Why the engine cannot run this encoder-decoder (one line), or None (BART's kind: the cross-attention reading
     the encoder's output, no score bias)."""
     try:
-        model = seq2seq_model(fe)
+        seq2seq_model(fe)           # the two stacks' structure, or the reason
     except FrontendError as e:
         return str(e)
     if memory_on_host(fe):
