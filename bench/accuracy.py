@@ -43,15 +43,14 @@ def _seq2seq_traces(cfg, model, q, x, mask, rng):
     decoder's on a random input of every token with the memory each model made (the float one's, the integer one's)."""
     from mlo_hw.frontend.seq2seq import Scores
     from mlo_hw.model.reference import Memory
-    from mlo_hw.model.seq2seq import int_scores
     s = cfg.model.seq_len
     enc, dec = Scores(np.broadcast_to(mask, (s, s)), None), Scores(attention_mask(np.ones(s, bool), True), None)
     y = rng.normal(0.0, 1.0, (s, cfg.model.hidden))
     fe, fd, ie, idd = [], [], [], []
     f_mem = model.encode(x, enc, fe)
     model.decode(y, dec, Memory(f_mem, enc.mask), fd)
-    i_mem = q.encode(q.quantize_input(x), int_scores(enc), ie)
-    q.decode(q.quantize(y, q.decoder_scale), int_scores(dec), i_mem, int_scores(enc), idd)
+    i_mem = q.encode(q.quantize_input(x), enc.mask, ie)
+    q.decode(q.quantize(y, q.decoder_scale), dec.mask, i_mem, enc.mask, idd)
     return fe + fd, ie + idd, [mask] * len(fe) + [np.ones(s, bool)] * len(fd)
 
 

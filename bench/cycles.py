@@ -75,7 +75,6 @@ def measure(cfg, memory: str):
 def measure_seq2seq(cfg, memory: str):
     import numpy as np
     from mlo_hw.model import numerics as nx
-    from mlo_hw.model.seq2seq import IntScores
     from sim.harness import Run
     _, q = build_model(cfg)
     m = cfg.model
@@ -87,8 +86,8 @@ def measure_seq2seq(cfg, memory: str):
                         Run(y, m.seq_len, m.layers, memory_tokens=m.seq_len, weight_layer=m.encoder_layers,
                             cache_len=0, trace=False)], memory=memory)
     keys = np.ones(m.seq_len, bool)
-    enc = q.encode(x, IntScores(keys, None))
-    dec = q.decode(y, IntScores(nx.attention_mask(keys, True), None), enc, IntScores(keys, None))
+    enc = q.encode(x, keys)
+    dec = q.decode(y, nx.attention_mask(keys, True), enc, keys)
     for r, want, what in zip(res, (enc, dec), ("encoder", "decoder")):
         assert r.status & sim.h.bit("STATUS", "done") and np.array_equal(r.output, want), f"the {what}'s run differs"
     return res

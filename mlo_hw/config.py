@@ -101,6 +101,7 @@ class Model:
     norm: str = "post"          # where the LayerNorms sit: "post" (BERT) or "pre" (GPT-2)
     gelu: str = "erf"           # the FFN's activation table: GELU "erf" (exact), "tanh" (GPT-2's) or "relu" (T5's)
     rmsnorm: bool = False       # the norms are RMSNorms (T5, Llama): LayerNorm without the mean, in the golden model and RTL
+    position_bias: bool = False  # T5's relative position bias: a table per layer over key - query (an encoder-decoder)
     # an encoder-decoder (BART): the encoder's layers (run first, self-attention only, not causal); then ``layers``
     # decoder layers, each with a cross-attention block over the encoder's output (docs/seq2seq.md)
     encoder_layers: int = 0
@@ -183,6 +184,11 @@ class Config:
     def seq2seq(self) -> bool:
         """An encoder-decoder: ``model.encoder_layers`` encoder layers, then decoder layers with cross-attention."""
         return self.model.encoder_layers > 0
+
+    @property
+    def bias_radius(self) -> int:
+        """A relative position bias table's radius: distances -(R-1)..R-1 over the padded sequence (R = seq_padded)."""
+        return self.seq_padded
 
     @property
     def image_layers(self) -> int:
@@ -309,6 +315,8 @@ def _validate(cfg: Config):
                                     f"{m.encoder_layers}")
     if m.encoder_layers:
         _require(m.causal, "model.causal: an encoder-decoder's decoder self-attention is causal: expected true")
+    _require(not m.position_bias or m.encoder_layers, "model.position_bias: a relative position bias (T5's) needs an "
+                                                      "encoder-decoder (model.encoder_layers > 0)")
     _require(2 <= n.weight_bits <= 8, f"numerics.weight_bits: expected 2..8, got {n.weight_bits}")
     _require(n.act_bits == 8, f"numerics.act_bits: expected 8 (int8 matrix inputs, int16 residual stream), "
                               f"got {n.act_bits}")

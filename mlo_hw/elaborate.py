@@ -112,23 +112,24 @@ def _write_seq2seq_vectors(cfg, out: Path, model):
     """An encoder-decoder's test vector (``docs/seq2seq.md``): ``golden_input.bin`` the encoder's input (all tokens),
     ``golden_memory.bin`` its output (the memory), ``golden_decoder_input.bin`` and ``golden_output.bin`` the
     decoder's prefill over every token; ``runtime.json`` with the decoder's input and the memory's scales."""
-    from .model.seq2seq import IntScores
     rng = np.random.default_rng(cfg.weights.seed + 1)
     s, h = cfg.model.seq_len, cfg.model.hidden
+    between = None
     if cfg.weights.source == "onnx":      # the model's own inputs through its embeddings
         from .frontend.host import seq2seq_vectors
-        x, y = seq2seq_vectors(cfg, rng)
+        x, y, between = seq2seq_vectors(cfg, rng)
     else:
         x, y = rng.normal(0.0, 1.0, (s, h)), rng.normal(0.0, 1.0, (s, h))
     keys = np.ones(s, bool)
     x_int, y_int = model.quantize_input(x), model.quantize(y, model.decoder_scale)
-    memory = model.encode(x_int, IntScores(keys, None))
-    y_out = model.decode(y_int, IntScores(nx.attention_mask(keys, True), None), memory, IntScores(keys, None))
+    memory = model.memory(model.encode(x_int, keys), between)     # T5: the host's final norm, requantized
+    y_out = model.decode(y_int, nx.attention_mask(keys, True), memory, keys)
     for name, t in (("golden_input", x_int), ("golden_memory", memory), ("golden_decoder_input", y_int),
                     ("golden_output", y_out)):
         (out / f"{name}.bin").write_bytes(dram_bytes(t))
     write_runtime_json(out, cfg, model.input_scale, model.output_scale, decoder_input_scale=model.decoder_scale,
-                       memory_scale=model.memory_scale)
+                       memory_scale=model.memory_scale, encoder_output_scale=model.encoder_out_scale,
+                       memory_on_host=float(model.memory_on_host))
 
 
 @command()

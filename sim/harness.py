@@ -165,15 +165,17 @@ def gpt2_like(cfg):
 
 
 def small_seq2seq_tiled_config(encoder_layers: int = 2, norm: str = "post", rmsnorm: bool = False,
-                               gelu: str = "erf"):
+                               gelu: str = "erf", position_bias: bool = False):
     """small as an encoder-decoder (``encoder_layers`` encoder layers, then small's two decoder layers with causal
-    self-attention and cross-attention; BART's post-LN kind by default, mBART's with ``norm="pre"``, T5's norms and
-    FFN with ``rmsnorm`` and ``gelu="relu"``) at 64 tokens, in two blocks of 32 rows."""
-    base = small_tiled_config(budget=10.5 if norm == "pre" else 9.5)
-    kind = f"{norm}{'_rms' if rmsnorm else ''}{'' if gelu == 'erf' else '_' + gelu}"
+    self-attention and cross-attention; BART's post-LN kind by default, mBART's with ``norm="pre"``, T5's with
+    ``rmsnorm``, ``gelu="relu"`` and ``position_bias``) at 64 tokens, in two blocks of 32 rows (the pre-LN buffer
+    and the bias tables in the parameter store each need one more BRAM36 of budget)."""
+    base = small_tiled_config(budget=9.5 + (norm == "pre") + position_bias)
+    kind = f"{norm}{'_rms' if rmsnorm else ''}{'' if gelu == 'erf' else '_' + gelu}{'_pb' if position_bias else ''}"
     return dataclasses.replace(base, name=f"small_s2s{encoder_layers}_{kind}",
                                model=dataclasses.replace(base.model, encoder_layers=encoder_layers, causal=True,
-                                                         norm=norm, rmsnorm=rmsnorm, gelu=gelu))
+                                                         norm=norm, rmsnorm=rmsnorm, gelu=gelu,
+                                                         position_bias=position_bias))
 
 
 def small_gpt2_tiled_config():
@@ -343,6 +345,7 @@ class Run:
     memory_tokens: int | None = None
     weight_layer: int = 0
     output_to_memory: bool = False
+    memory: np.ndarray | None = None    # int16 [seq_len, hidden] loaded into the memory region first (the host's, T5)
 
 
 class EngineSim:
@@ -415,6 +418,9 @@ class EngineSim:
                            f"write {h.reg('OUTPUT_BASE_LO')} {out_base}",
                            f"write {h.reg('MEMORY_BASE_LO')} {d.memory_base}",
                            f"write {h.reg('MEMORY_TOKENS')} {r.memory_tokens}"] if r.memory_tokens is not None else []
+                if r.memory is not None:
+                    (tmp / f"memory{i}.bin").write_bytes(dram_bytes(r.memory))
+                    script += [f"load {d.memory_base} {tmp / f'memory{i}.bin'}"]
                 script += [f"dram err_en {int(r.err_addr is not None)}", f"dram err_addr {r.err_addr or 0}",
                            f"load {d.input_base} {tmp / f'input{i}.bin'}",
                            f"load {out_base} {tmp / f'garbage{i}.bin'}",

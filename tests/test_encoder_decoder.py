@@ -1,6 +1,7 @@
-"""An encoder-decoder (BART's post-LN layers) in RTL: the encoder's run, then the decoder's prefill with
-cross-attention over the encoder's output in DRAM, then decode steps through the KV cache, bit-exact against the
-golden model under random AXI stalls (docs/seq2seq.md)."""
+"""Encoder-decoders in RTL (BART's post-LN layers; -m slow: mBART's pre-LN, T5's RMSNorm, ReLU and relative position
+bias, both fixtures end to end): the encoder's run, then the decoder's prefill with cross-attention over the encoder's
+output in DRAM, then decode steps through the KV cache, bit-exact against the golden model under random AXI stalls;
+the elaborated build through the runtime (docs/seq2seq.md)."""
 
 from types import SimpleNamespace
 
@@ -30,11 +31,13 @@ def test_rtl_encoder_then_decoder_prefill_and_decode_steps():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rmsnorm,gelu", [(False, "erf"), (True, "relu")])
-def test_rtl_pre_ln_encoder_decoder(rmsnorm, gelu):
+@pytest.mark.parametrize("rmsnorm,gelu,position_bias", [(False, "erf", False), (True, "relu", True)])
+def test_rtl_pre_ln_encoder_decoder(rmsnorm, gelu, position_bias):
     """As above with pre-LN layers (mBART's kind: LNX before the cross block's Q, XO added into the residual
-    stream), and with T5's RMSNorm and ReLU FFN (T5 without its relative position bias)."""
-    _encoder_decoder_runs(small_seq2seq_tiled_config(norm="pre", rmsnorm=rmsnorm, gelu=gelu))
+    stream), and T5's kind: RMSNorm, a ReLU FFN and a relative position bias (random tables per stack, each layer's
+    in its score units, added to the self-attention's scores at key - query: the decode steps' at their positions)."""
+    _encoder_decoder_runs(small_seq2seq_tiled_config(norm="pre", rmsnorm=rmsnorm, gelu=gelu,
+                                                     position_bias=position_bias))
 
 
 def _encoder_decoder_runs(cfg):
@@ -95,42 +98,47 @@ def _encoder_decoder_runs(cfg):
 
 
 @pytest.mark.slow
-def test_rtl_bart_fixture_end_to_end():
-    """tests/fixtures/onnx/bart.onnx through the engine: the front end's float layers, quantized on the model's own
-    inputs, the encoder's run (a padded input) and the decoder's prefill in RTL under 20 % stalls, bit-exact with the
-    golden model, and the dequantized output against onnxruntime (cosine 0.99999 measured)."""
+@pytest.mark.parametrize("name", ["bart", "t5"])
+def test_rtl_fixture_end_to_end(name):
+    """tests/fixtures/onnx/{bart,t5}.onnx through the engine: the front end's float layers, quantized on the model's
+    own inputs, the encoder's run (a padded input), the memory (T5: the host's final norm of the encoder's output,
+    requantized and written to DRAM) and the decoder's prefill in RTL under 20 % stalls, bit-exact with the golden
+    model, and the dequantized output against onnxruntime (cosine printed; > 0.99)."""
     pytest.importorskip("onnxruntime")
     from pathlib import Path
 
-    from mlo_hw.config import config_from_dict
     from mlo_hw.frontend import load
-    from mlo_hw.frontend.seq2seq import Seq2SeqHost, seq2seq_inputs, seq2seq_model
-    from mlo_hw.model.seq2seq import int_scores, quantize_seq2seq
-    fe = load(Path(__file__).parent / "fixtures" / "onnx" / "bart.onnx")
+    from mlo_hw.frontend.seq2seq import Seq2SeqHost, config_dict, seq2seq_inputs, seq2seq_model
+    from mlo_hw.config import config_from_dict
+    from mlo_hw.model.seq2seq import quantize_seq2seq
+    path = Path(__file__).parent / "fixtures" / "onnx" / f"{name}.onnx"
+    fe = load(path)
     model, host = seq2seq_model(fe), Seq2SeqHost(fe)
     s = 16
+    raw = config_dict(fe, str(path), s, position_bias=host.has_position_bias())
+    raw["folding"], raw["memory"] = {"pe": 4, "simd": 4, "tile_rows": 8}, {"axi_data_bits": 64, "max_burst_beats": 16}
+    cfg = config_from_dict(raw)
     rng = np.random.default_rng(0)
-    q = quantize_seq2seq(model, [host.run(*c) for c in seq2seq_inputs(host, s, s, rng, 4)], False)
-    cfg = config_from_dict({"name": "bart_fixture", "model": {
-        "layers": len(model.decoder), "encoder_layers": len(model.encoder), "hidden": model.hidden,
-        "heads": model.heads, "intermediate": model.intermediate, "seq_len": s, "layernorm_eps": model.eps,
-        "causal": True, "norm": model.norm, "gelu": model.gelu},
-        "folding": {"pe": 4, "simd": 4, "tile_rows": 8}, "memory": {"axi_data_bits": 64, "max_burst_beats": 16}})
+    q = quantize_seq2seq(model, [host.run(*c) for c in seq2seq_inputs(host, s, s, rng, 4)], host._between is not None,
+                         radius=cfg.bias_radius)
     sim = EngineSim(cfg, SimpleNamespace(layers=q.encoder + q.decoder))
     ids, mask, dec = seq2seq_inputs(host, s, s, rng, 2)[1]
     r = host.run(ids, mask, dec)
     te = int(mask.sum())
     assert te < s
     x, y = q.quantize(r["enc_in"], q.encoder_scale), q.quantize(r["dec_in"], q.decoder_scale)
-    res = sim.run_many([Run(x, te, len(q.encoder), memory_tokens=0, output_to_memory=True),
-                        Run(y, s, len(q.decoder), memory_tokens=te, weight_layer=len(q.encoder), cache_len=0)],
-                       stall=0.2)
-    enc = q.encode(x, int_scores(r["encoder"]))
-    want = q.decode(y, int_scores(r["self"]), q.memory(enc), int_scores(r["cross"]))
-    assert np.array_equal(res[0].output, enc) and np.array_equal(res[1].output, want)
-    got = res[1].output * q.decoder_out_scale
+    enc_run, = sim.run_many([Run(x, te, len(q.encoder), memory_tokens=0, output_to_memory=True)], stall=0.2)
+    enc = q.encode(x, r["encoder"].mask)
+    assert np.array_equal(enc_run.output, enc)
+    memory = q.memory(enc_run.output, host.memory)             # T5: the host's part between the stacks
+    dec_run, = sim.run_many([Run(y, s, len(q.decoder), memory_tokens=te, weight_layer=len(q.encoder), cache_len=0,
+                                 memory=memory)], stall=0.2, seed=2)
+    want = q.decode(y, r["self"].mask, memory, r["cross"].mask)
+    assert np.array_equal(dec_run.output, want)
+    got = dec_run.output * q.decoder_out_scale
     cos = float((got * r["dec_out"]).sum() / np.linalg.norm(got) / np.linalg.norm(r["dec_out"]))
-    print(f"bart fixture in RTL: encoder {res[0].cycles} cycles, decoder {res[1].cycles}; cosine vs onnxruntime {cos:.6f}")
+    print(f"{name} fixture in RTL: encoder {enc_run.cycles} cycles, decoder {dec_run.cycles}; cosine vs onnxruntime "
+          f"{cos:.6f}")
     assert cos > 0.99
 
 
@@ -206,3 +214,31 @@ def test_encoder_decoder_top_lints_clean(kind):
     from sim.runner import lint, to_verilog
     v = to_verilog(EngineTop(small_seq2seq_tiled_config(**kind)), "mlo_engine_s2s")
     assert lint(v, "mlo_engine_s2s") == []
+
+
+def test_t5_fixture_build_and_runtime_on_the_golden_backend(tmp_path):
+    """T5 through frontend --engine, then the runtime: encode(), the host's final norm of the encoder's output
+    (dequantize_encoder_output, Seq2SeqHost.memory, quantize_memory), set_memory(), decode(): the build's test
+    vector, bit for bit; decode() before set_memory() is refused in one line."""
+    pytest.importorskip("onnxruntime")
+    from pathlib import Path
+
+    from mlo_hw.frontend import load
+    from mlo_hw.frontend.__main__ import main as frontend
+    from mlo_hw.frontend.seq2seq import Seq2SeqHost
+    from mlo_hw.model.quantize import from_dram
+    from mlo_hw.runtime import Accelerator, RuntimeInputError
+    path = Path(__file__).parent / "fixtures" / "onnx" / "t5.onnx"
+    assert frontend([str(path), "--engine", str(tmp_path / "t5"), "--seq-len", "16"]) == 0
+    host = Seq2SeqHost(load(path))
+
+    def vector(name):
+        return from_dram((tmp_path / "t5" / f"golden_{name}.bin").read_bytes(), 16, 32)
+    with Accelerator(tmp_path / "t5", "golden") as acc:
+        e = acc.encode(vector("input"))
+        with pytest.raises(RuntimeInputError, match="call set_memory\\(\\) after encode\\(\\)"):
+            acc.decode(vector("decoder_input"))
+        memory = acc.quantize_memory(host.memory(acc.dequantize_encoder_output(e)))
+        assert np.array_equal(memory, vector("memory"))
+        acc.set_memory(memory)
+        assert np.array_equal(acc.decode(vector("decoder_input")), vector("output"))

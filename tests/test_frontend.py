@@ -325,27 +325,21 @@ def test_t5_and_bart_roles(frontends):
 
 @pytest.mark.parametrize("name", ["t5", "bart"])
 def test_encoder_decoder_is_not_one_stack(frontends, name, capsys, tmp_path):
-    """Neither is one stack (float_layers() refuses); --engine refuses T5 in one line (its memory is made on the host
-    and it adds a relative position bias) and builds BART's as an encoder-decoder (tests/test_encoder_decoder.py
-    runs it)."""
+    """Neither is one stack (float_layers() refuses); --engine builds both as encoder-decoders (T5's config with its
+    kind: pre-RMSNorm, ReLU, the relative position bias; tests/test_encoder_decoder.py runs them)."""
     fe = frontends[name]
     reason = fe.engine_refusal()
     assert reason and "\n" not in reason and "decoder" in reason
     with pytest.raises(FrontendError, match="not runnable on the engine"):
         fe.float_layers()
-    if name == "t5":
-        assert cli([str(fixture(name)), "--engine", str(tmp_path / "out")]) == 2
-        err = capsys.readouterr().err.strip()
-        assert err.startswith("error: --engine: not runnable on the engine: the cross-attention reads what the host "
-                              "makes of the encoder's output (T5's final norm)")
-        assert "\n" not in err and not (tmp_path / "out").exists()
-    else:
-        assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 0
-        out = capsys.readouterr().out
-        assert "engine: runnable as an encoder-decoder" in out and "an encoder-decoder: 2 + 2 layers" in out
-        written = load_config(str(tmp_path / "out" / f"{name}.yaml"))
-        assert (written.model.encoder_layers, written.model.layers, written.model.seq_len) == (2, 2, 16)
-        assert (tmp_path / "out" / "golden_memory.bin").stat().st_size == 16 * 32 * 2
+    assert cli([str(fixture(name)), "--engine", str(tmp_path / "out"), "--seq-len", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "engine: runnable as an encoder-decoder" in out and "an encoder-decoder: 2 + 2 layers" in out
+    m = load_config(str(tmp_path / "out" / f"{name}.yaml")).model
+    assert (m.encoder_layers, m.layers, m.seq_len) == (2, 2, 16)
+    assert (m.norm, m.rmsnorm, m.gelu, m.position_bias) == (("pre", True, "relu", True) if name == "t5" else
+                                                            ("post", False, "erf", False))
+    assert (tmp_path / "out" / "golden_memory.bin").stat().st_size == 16 * 32 * 2
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_noopt"])

@@ -1,6 +1,6 @@
 """Encoder-decoder models (T5, BART) from their ONNX fixtures: the float reference against onnxruntime, the integer
-golden model against the float reference, and the pieces T5 adds (RMSNorm, the relative position bias in the
-softmax's units, ReLU). The engine does not run them in RTL yet (docs/seq2seq.md)."""
+golden model against the float reference, and the pieces T5 adds (RMSNorm, the relative position bias as a
+table over key - query, ReLU). RTL runs: tests/test_encoder_decoder.py (docs/seq2seq.md)."""
 
 from pathlib import Path
 
@@ -65,8 +65,8 @@ def test_integer_golden_model_tracks_float(s2s):
 
 
 def test_t5_relative_position_bias_matters():
-    """Without its relative position bias T5's reference leaves onnxruntime, and the bias reaches the integer
-    softmax as int16 in 2**-8 of log2 (the same table for every layer)."""
+    """Without its relative position bias T5's reference leaves onnxruntime; the bias is a function of key - query
+    (a table per stack), which each layer of the integer model holds in its own score units."""
     fe = load(FIXTURES / "t5.onnx")
     model, host = seq2seq_model(fe), Seq2SeqHost(fe)
     ids, mask, dec = seq2seq_inputs(host, 12, 6, np.random.default_rng(1), 1)[0]
@@ -75,28 +75,28 @@ def test_t5_relative_position_bias_matters():
     assert np.abs(model.encode(r["enc_in"], r["encoder"]) - r["enc_out"]).max() < 1e-4
     unbiased = type(r["encoder"])(r["encoder"].mask, None)
     assert np.abs(model.encode(r["enc_in"], unbiased) - r["enc_out"]).max() > 1e-2
-    from mlo_hw.model.seq2seq import score_bias
-    b = score_bias(r["encoder"].bias)
-    assert b.dtype == np.int64 and np.abs(b).max() > 0
-    np.testing.assert_array_less(np.abs(b / 256 * np.log(2) - r["encoder"].bias), 1 / 256 * np.log(2) / 2 + 1e-12)
+    from mlo_hw.model.golden import position_bias
+    from mlo_hw.model.seq2seq import quantize_seq2seq, relative_table
+    table = relative_table(r["encoder"].bias, 16, r["encoder"].mask)
+    keep = r["encoder"].mask
+    assert table.shape == (2, 31) and np.allclose(position_bias(table, 12, 12)[:, keep], r["encoder"].bias[:, keep])
+    assert not table[:, :3].any()                              # distances -15..-13: beyond the 12 tokens
+    with pytest.raises(ValueError, match="not a function of key - query"):
+        relative_table(r["encoder"].bias + np.random.default_rng(0).normal(0, 1, (2, 12, 12)), 16)
+    q = quantize_seq2seq(model, [r], True, radius=16)
+    layer = q.encoder[1]
+    unit = layer.scales["q"] * layer.scales["k"] / np.sqrt(16)
+    assert layer.score_bias.shape == (2, 31) and np.abs(layer.score_bias * unit - table).max() <= unit / 2 + 1e-12
+    assert q.decoder[0].score_bias is not None and q.decoder[0].cross is not None
 
 
-def test_softmax_bias():
-    """A zero bias is no bias, bit for bit; a bias constant along a row changes nothing; a bias of one log2 unit
-    (256) on one key doubles its exponent."""
-    rng = np.random.default_rng(0)
-    s = rng.integers(-5000, 5000, (3, 5, 9))
-    mask = rng.random((5, 9)) < 0.8
-    mask[:, 0] = True
-    plain = nx.softmax(s, mask, 1234, 14)
-    assert np.array_equal(nx.softmax(s, mask, 1234, 14, np.zeros_like(s)), plain)
-    row = rng.integers(-300, 300, (3, 5, 1))
-    assert np.array_equal(nx.softmax(s, mask, 1234, 14, np.broadcast_to(row, s.shape)), plain)
-    flat = np.zeros((1, 1, 4), np.int64)
-    bias = flat.copy()
-    bias[..., 1] = 256
-    p = nx.softmax(flat, np.ones(4, bool), 1, 0, bias)
-    assert p[0, 0, 1] == 2 * p[0, 0, 0] - 1 or p[0, 0, 1] == 2 * p[0, 0, 0]
+def test_position_bias_of_a_decode_step():
+    """The bias of query rows after P cached keys is the full sequence's rows P.. (what a decode step uses)."""
+    from mlo_hw.model.golden import position_bias
+    table = np.random.default_rng(3).integers(-50, 50, (2, 19))            # radius 10
+    full = position_bias(table, 10, 10)
+    assert np.array_equal(position_bias(table, 3, 8, first_query=5), full[:, 5:8, :8])
+    assert full[0, 4, 6] == table[0, 6 - 4 + 9] and full[1, 6, 4] == table[1, 4 - 6 + 9]
 
 
 def test_integer_rmsnorm():

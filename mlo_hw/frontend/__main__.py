@@ -61,8 +61,9 @@ def _engine_seq2seq(fe, model_path: str, out: Path, seq_len: int | None, name: s
     """An encoder-decoder's config (both stacks), DRAM image and golden vectors into ``out`` (staged)."""
     from ..elaborate import BUILD_MARKS, write_build
     from .seq2seq import Seq2SeqHost, config_dict, float_check, seq2seq_inputs, seq2seq_model
-    raw = config_dict(fe, model_path, 16, name)        # refused (one line) before the host runs anything
+    config_dict(fe, model_path, 16, name)              # refused (one line) before the host runs anything
     host = Seq2SeqHost(fe)
+    raw = config_dict(fe, model_path, 16, name, position_bias=host.has_position_bias())
     if seq_len is None:
         seq_len = host.default_seq_len()
     raw["model"]["seq_len"] = seq_len

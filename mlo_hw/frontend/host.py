@@ -261,9 +261,6 @@ def build_seq2seq_onnx(cfg, calib_count: int = 4):
                       ("norm", model.norm), ("gelu", model.gelu)):
         if getattr(m, name) != got:
             raise ConfigError(f"model.{name}: config says {getattr(m, name)!r}, {cfg.weights.onnx} has {got!r}")
-    if host._between is not None:
-        raise ConfigError(f"weights.onnx: {cfg.weights.onnx} makes the memory on the host and adds a relative position "
-                          "bias (T5): the engine runs BART-style encoder-decoders; T5 runs in the golden model only")
     if model.rms != m.rmsnorm:
         raise ConfigError(f"model.rmsnorm: config says {str(m.rmsnorm).lower()}, {cfg.weights.onnx} has "
                           f"{str(model.rms).lower()}")
@@ -275,22 +272,27 @@ def build_seq2seq_onnx(cfg, calib_count: int = 4):
         calib = [host.run(*c) for c in seq2seq_inputs(host, m.seq_len, m.seq_len, rng, calib_count)]
     except FrontendError as e:
         raise ConfigError(f"model.seq_len: {e}") from None
-    if any(c[k].bias is not None for c in calib for k in ("encoder", "self", "cross")):
-        raise ConfigError(f"weights.onnx: {cfg.weights.onnx} adds a position bias to the attention scores; the engine "
-                          "has none (docs/seq2seq.md)")
-    return model, quantize_seq2seq(model, calib, memory_on_host=False)
+    has_bias = any(c[k].bias is not None for c in calib for k in ("encoder", "self"))
+    if has_bias != m.position_bias:
+        raise ConfigError(f"model.position_bias: config says {str(m.position_bias).lower()}, {cfg.weights.onnx} "
+                          f"{'adds' if has_bias else 'adds no'} position bias to its attention scores")
+    try:
+        return model, quantize_seq2seq(model, calib, host._between is not None, radius=cfg.bias_radius)
+    except ValueError as e:
+        raise ConfigError(f"weights.onnx: {e}") from None
 
 
 def seq2seq_vectors(cfg, rng: np.random.Generator):
     """An encoder-decoder config's float stack inputs from the model's own embeddings: (encoder's, decoder's)
-    [seq_len, hidden] of random unpadded token ids."""
+    [seq_len, hidden] of random unpadded token ids, and the host's part between the stacks (float encoder output ->
+    float memory: :meth:`mlo_hw.frontend.seq2seq.Seq2SeqHost.memory`)."""
     from .seq2seq import Seq2SeqHost, seq2seq_inputs
     try:
         host = Seq2SeqHost(_frontend_for(cfg))
         r = host.run(*seq2seq_inputs(host, cfg.model.seq_len, cfg.model.seq_len, rng, 1)[0])
     except FrontendError as e:
         raise ConfigError(f"weights.onnx: {e}") from None
-    return r["enc_in"], r["dec_in"]
+    return r["enc_in"], r["dec_in"], host.memory
 
 
 def onnx_inputs(cfg, rng: np.random.Generator, count: int):

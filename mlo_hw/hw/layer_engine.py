@@ -63,7 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.hdl import ResetInserter
 from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
@@ -401,6 +401,8 @@ class LayerEngine(wiring.Component):
         # an encoder-decoder: MEMORY_TOKENS latched at START (0: the encoder's run, else the decoder's, with
         # cross-attention); ``cross_phase`` while the heads of the cross-attention run (their Q, mask, multipliers)
         d.mem_tokens = Signal(range(g.tokens + 1), name="mem_tokens")
+        # a relative position bias (T5's): the head's first table entry (head * 2R), stepped by the sequencer
+        d.bias_head = Signal(range(max(g.heads * 2 * cfg.bias_radius, 2)), name="bias_head")
         d.cross_run, d.cross_phase = Signal(name="cross_run"), Signal(name="cross_phase")
         d.bad_memory = Signal(name="bad_memory")
         d.busy, d.done, d.stall = Signal(name="busy"), Signal(name="done"), Signal(name="stall")
@@ -526,15 +528,25 @@ class LayerEngine(wiring.Component):
         cfg, g = self.cfg, self.g
         S, R, pe, simd, words = g.seq, g.rows, g.pe, g.simd, g.words
         softmax, ln_lanes, mover, ws, op, bufs = d.softmax, d.ln_lanes, d.mover, d.ws, d.op, d.bufs
+        d.pgeo = ParamGeometry.from_config(cfg)
+        m.submodules.copier = d.copier = ParamCopier.from_config(cfg)
         # scores: the MVAU's result beat (lane l = key key0 + l, raw accumulators truncated to the softmax's width)
         # with its mask, in groups of the softmax's lanes
         groups, L = d.score_groups, g.softmax_lanes
         d.key0 = key0 = Signal(range(S), name="key0")    # the beat's first key; 0 at a SCORES job's start
         step = groups.i.valid & groups.i.ready
         mask = self._key_mask(m, d, key0, step)
+        bias = self._position_bias(m, d, key0) if cfg.model.position_bias else None
+        sb = softmax.score_bits
         for l in range(pe):
             group = groups.i.payload[l // L]
-            m.d.comb += [group.score[l % L].eq(d.mvau.o.payload[l][:softmax.score_bits]), group.mask[l % L].eq(mask[l])]
+            score = d.mvau.o.payload[l][:sb]
+            if bias is not None:      # the sum saturated to the score's width (golden.position_bias)
+                total = Signal(signed(sb + 1), name=f"biased_score{l}")
+                m.d.comb += total.eq(score.as_signed() + bias[l])
+                score = Mux(total > (1 << (sb - 1)) - 1, (1 << (sb - 1)) - 1,
+                            Mux(total < -(1 << (sb - 1)), -(1 << (sb - 1)), total))
+            m.d.comb += [group.score[l % L].eq(score), group.mask[l % L].eq(mask[l])]
         wiring.connect(m, groups.o, softmax.i)
         if cfg.seq2seq:
             m.d.comb += [softmax.mult.eq(Mux(d.cross_phase, d.hdr["x_softmax_mult"], d.hdr["softmax_mult"])),
@@ -610,8 +622,7 @@ class LayerEngine(wiring.Component):
             m.d.comb += [c for b in d.work.banks for c in (b.r.addr.eq(mover.rd_addr), b.r.en.eq(mover.rd_en))]
         m.d.comb += mover.rd_banks.eq(Cat(*(b.r.data for b in d.work.banks)))
 
-        d.pgeo = ParamGeometry.from_config(cfg)
-        m.submodules.copier = d.copier = copier = ParamCopier.from_config(cfg)
+        copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
                      copier.loaded.eq(ws.param_loaded[d.slot]), copier.flush.eq(d.flush),
                      ws.param_release.eq(copier.release & (d.blk == d.run_blocks - 1))]   # the last LN2 copy: slot done
@@ -625,6 +636,35 @@ class LayerEngine(wiring.Component):
         g = self.g
         lanes = g.softmax_lanes
         return Serializer(g.pe // lanes, score_layout(self.cfg.acc_bits(g.head_dim), lanes))
+
+    def _position_bias(self, m, d, key0):
+        """T5's relative position bias of a score beat (``model.position_bias``): lane l's entry ``key0 + l - query +
+        R - 1`` of the head's table (0 in the cross heads). The table (the copier's BIAS copy, [heads, 2R] int entries)
+        lives in ``pe`` banks of distributed RAM (entry i in bank i % pe), so a beat's ``pe`` consecutive entries are
+        one read of each bank, rotated."""
+        g, cfg, pe = self.g, self.cfg, self.g.pe
+        lp, r = (pe - 1).bit_length(), cfg.bias_radius
+        n = g.heads * 2 * r
+        bits = self.cfg.acc_bits(g.head_dim)
+        banks = []
+        for b in range(pe):
+            mem = Memory(shape=signed(bits), depth=n // pe, init=[], attrs={"ram_style": "distributed"})
+            m.submodules[f"position_bias{b}"] = mem
+            w, rd = mem.write_port(), mem.read_port(domain="comb")
+            c = d.copier.bias
+            m.d.comb += [w.addr.eq(c.addr >> lp), w.data.eq(c.data), w.en.eq(c.en & (c.addr[:lp] == b))]
+            banks.append(rd)
+        base = Signal(range(n + 2 * r), name="bias_base")
+        m.d.comb += base.eq(d.bias_head + key0 + (r - 1) - d.query)
+        for b, rd in enumerate(banks):          # bank b holds the entry of the lane (b - base) % pe
+            m.d.comb += rd.addr.eq((base >> lp) + (b < base[:lp]))
+        data = Array(rd.data for rd in banks)
+        out = []
+        for l in range(pe):
+            lane = Signal(signed(bits), name=f"position_bias_lane{l}")
+            m.d.comb += lane.eq(Mux(d.cross_phase, 0, data[(base[:lp] + l)[:lp]]))
+            out.append(lane)
+        return out
 
     def _key_mask(self, m, d, key0, step):
         """The attention mask of a score beat: bit l is 1 when key ``key0 + l`` may be attended. BERT padding: the
@@ -644,7 +684,7 @@ class LayerEngine(wiring.Component):
     def _causal_mask(self, m, d, key0, step):
         g = self.g
         # the query row's position: CACHE_LEN (0 without a KV cache) + the block's first row + the job's rows
-        query = Signal(range(2 * g.seq), name="query_row")
+        d.query = query = Signal(range(2 * g.seq), name="query_row")
         with m.If(d.op != Op.SCORES):
             m.d.sync += query.eq(d.cache_len + d.blk * g.rows if g.tiled else 0)
         with m.Elif(step & (key0 == g.seq - g.pe)):

@@ -5,19 +5,20 @@ carries (plus its kind, :attr:`IntLayer.norm`). :func:`int_layer` runs one layer
 (the residual stream) and can record every intermediate tensor, so an RTL mismatch can be located to a layer
 and a tensor. The RTL runs post-LN (BERT) and pre-LN (GPT-2) layers (``docs/decode.md``). An encoder-decoder
 model's decoder layer adds a cross-attention block (:class:`IntCross`, reading an :class:`IntMemory`); T5's
-layers normalise by RMS (:attr:`IntLayer.rms`) and add a relative position bias to the scores: these run here
-only so far (:mod:`mlo_hw.model.seq2seq`, ``docs/seq2seq.md``).
+layers normalise by RMS (:attr:`IntLayer.rms`) and add a relative position bias to the scores
+(:attr:`IntLayer.score_bias`): the RTL runs these too (:mod:`mlo_hw.model.seq2seq`, ``docs/seq2seq.md``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import numerics as nx
 
-__all__ = ["IntMatrix", "IntLayer", "IntCross", "IntMemory", "int_matmul", "int_layer", "int_stack", "TRACE_ORDER", "PRE_LN_TRACE_ORDER"]
+__all__ = ["IntMatrix", "IntLayer", "IntCross", "IntMemory", "int_matmul", "position_bias", "score_bits", "int_layer", "int_stack", "TRACE_ORDER", "PRE_LN_TRACE_ORDER"]
 
 # The intermediates of one (post-LN) layer in the order the engine produces them.
 TRACE_ORDER = ("x8", "q", "k", "v", "scores", "probs", "ctx", "attn_out", "res1", "ln1", "ln1_8", "ffn_up",
@@ -61,6 +62,9 @@ class IntLayer:
     norm: str = "post"        # the layer kind (model.norm): "post" (BERT) or "pre" (GPT-2)
     cross: "IntCross | None" = None   # an encoder-decoder model's decoder layer: its cross-attention block
     rms: bool = False         # the norms are RMSNorms (T5): LayerNorm without the mean
+    # T5's relative position bias: int [heads, 2R - 1] in this layer's score units, added to the self-attention's
+    # scores at ``key - query + R - 1`` (positions), the sum saturated to the score width (:func:`position_bias`)
+    score_bias: np.ndarray | None = None
 
     MATRICES = ("q", "k", "v", "o", "ffn_up", "ffn_down")
 
@@ -87,11 +91,10 @@ class IntCross:
 
 @dataclass
 class IntMemory:
-    """What a decoder layer's cross-attention reads: the encoder's output as int16 ``x`` [M, H], the keys a query
-    may attend (``mask`` [M] or [S, M]) and a score ``bias`` in the softmax's units, or None."""
+    """What a decoder layer's cross-attention reads: the encoder's output as int16 ``x`` [M, H] and the keys a query
+    may attend (``mask`` [M] or [S, M])."""
     x: np.ndarray
     mask: np.ndarray
-    bias: np.ndarray | None = None
 
 
 def int_matmul(a, b) -> np.ndarray:
@@ -107,9 +110,24 @@ def _linear(x, m: IntMatrix, bits: int = 8):
     return nx.requant(int_matmul(x, m.w.T) + m.bias, m.mult, m.shift, bits)
 
 
-def _attention(x8, p, mask, heads: int, past, kv8=None, bias=None) -> dict:
+def score_bits(head_dim: int) -> int:
+    """The width of a raw attention score (int8 Q . int8 K over ``head_dim``): what the engine's softmax takes."""
+    return 15 + math.ceil(math.log2(head_dim + 1)) + 1
+
+
+def position_bias(table, queries: int, keys: int, first_query: int = 0) -> np.ndarray:
+    """A relative position bias table [heads, 2R - 1] at the scores of ``queries`` rows (positions ``first_query``..)
+    over ``keys`` keys (positions 0..): [heads, queries, keys], entry ``table[h, key - query + R - 1]``."""
+    table = np.asarray(table)
+    r = (table.shape[1] + 1) // 2
+    rel = np.arange(keys)[None, :] - (first_query + np.arange(queries))[:, None] + r - 1
+    return table[:, rel]
+
+
+def _attention(x8, p, mask, heads: int, past, kv8=None) -> dict:
     """Q, K, V of int8 x8 (K and V of ``kv8`` when given: cross-attention), the attention over ``past`` keys
-    then these, and the O projection (int16); ``p`` an :class:`IntLayer` or :class:`IntCross`."""
+    then these, and the O projection (int16); ``p`` an :class:`IntLayer` (with its position bias) or
+    :class:`IntCross`."""
     s_len, h = x8.shape
     dh = h // heads
     kv8 = x8 if kv8 is None else kv8
@@ -118,7 +136,10 @@ def _attention(x8, p, mask, heads: int, past, kv8=None, bias=None) -> dict:
     split = lambda t: t.reshape(len(t), heads, dh).transpose(1, 0, 2)   # noqa: E731
     qh, kh, vh = split(q), split(k_all), split(v_all)
     scores = np.stack([int_matmul(qh[i], kh[i].T) for i in range(heads)])
-    probs = nx.softmax(scores, nx.per_head(mask), p.softmax_mult, p.softmax_shift, bias)
+    if getattr(p, "score_bias", None) is not None:
+        bias = position_bias(p.score_bias, s_len, len(k_all), len(k_all) - s_len)
+        scores = nx.saturate(scores + bias, score_bits(dh))
+    probs = nx.softmax(scores, nx.per_head(mask), p.softmax_mult, p.softmax_shift)
     ctx_acc = np.stack([int_matmul(probs[i], vh[i]) for i in range(heads)])
     ctx = nx.requant(ctx_acc, p.ctx_mult, p.ctx_shift).transpose(1, 0, 2).reshape(s_len, h)
     return dict(q=q, k=k, v=v, scores=scores, probs=probs, ctx=ctx, attn_out=_linear(ctx, p.o, nx.RES_BITS))
@@ -136,14 +157,14 @@ def _cross(t: dict, x, p: IntLayer, memory: IntMemory, heads: int) -> np.ndarray
     c = p.cross
     t["x_x8"] = nx.narrow(x, c.narrow_q)
     kv8 = nx.narrow(memory.x, c.narrow_mem)
-    t.update({"x_" + k: v for k, v in _attention(t["x_x8"], c, memory.mask, heads, None, kv8, memory.bias).items()})
+    t.update({"x_" + k: v for k, v in _attention(t["x_x8"], c, memory.mask, heads, None, kv8).items()})
     return t["x_attn_out"]
 
 
-def _post_ln(x, p: IntLayer, mask, heads: int, past, bias, memory) -> dict:
+def _post_ln(x, p: IntLayer, mask, heads: int, past, memory) -> dict:
     ln = lambda r, g, b, s: nx.layernorm(r, g, b, s, nx.RES_BITS, p.rms)  # noqa: E731
     t = {"x8": nx.narrow(x, p.narrow_in)}
-    t.update(_attention(t["x8"], p, mask, heads, past, bias=bias))
+    t.update(_attention(t["x8"], p, mask, heads, past))
     t["res1"] = x + t["attn_out"]
     t["ln1"] = a = ln(t["res1"], p.ln1_gain, p.ln1_bias, p.ln1_shift)
     if p.cross is not None:
@@ -156,12 +177,12 @@ def _post_ln(x, p: IntLayer, mask, heads: int, past, bias, memory) -> dict:
     return t
 
 
-def _pre_ln(x, p: IntLayer, mask, heads: int, past, bias, memory) -> dict:
+def _pre_ln(x, p: IntLayer, mask, heads: int, past, memory) -> dict:
     """The residual stream stays int16 (one scale for the whole stack): each add saturates to it."""
     ln = lambda r, g, b, s: nx.layernorm(r, g, b, s, nx.RES_BITS, p.rms)  # noqa: E731
     t = {"ln1": ln(x, p.ln1_gain, p.ln1_bias, p.ln1_shift)}
     t["x8"] = nx.narrow(t["ln1"], p.narrow_in)
-    t.update(_attention(t["x8"], p, mask, heads, past, bias=bias))
+    t.update(_attention(t["x8"], p, mask, heads, past))
     t["res1"] = r = nx.saturate(x + t["attn_out"], nx.RES_BITS)
     if p.cross is not None:
         t["lnx"] = ln(r, p.cross.ln_gain, p.cross.ln_bias, p.cross.ln_shift)
@@ -176,7 +197,7 @@ def _pre_ln(x, p: IntLayer, mask, heads: int, past, bias, memory) -> dict:
 _LAYER_KINDS = {"post": _post_ln, "pre": _pre_ln}
 
 
-def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=None, bias=None,
+def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=None,
               memory: IntMemory | None = None):
     """One integer layer of kind ``p.norm``: int16 x [S, H] -> int16 [S, H]; ``mask`` an
     :func:`~mlo_hw.model.numerics.attention_mask` ([S] keys, or [S, S] rows x keys; true = attend).
@@ -190,24 +211,24 @@ def int_layer(x, p: IntLayer, mask, heads: int, trace: dict | None = None, past=
     Pre-LN (:data:`PRE_LN_TRACE_ORDER`): the LayerNorms read the residual alone; x + O and res1 + FFN down
     saturate to int16.
 
-    ``bias`` (int, broadcast to the scores) is added to the self-attention's scores in the softmax's units
-    (:func:`~mlo_hw.model.numerics.softmax`). A layer with a cross-attention block (``p.cross``) reads
+    A layer with a relative position bias (``p.score_bias``, T5's) adds it to the self-attention's scores (the query
+    rows at positions P.. after ``past``'s P keys). A layer with a cross-attention block (``p.cross``) reads
     ``memory``; its block sits between the self-attention and the FFN (``resx``, ``lnx``, ``x_q`` ..).
     """
     if (p.cross is None) != (memory is None):
         raise ValueError("int_layer: a cross-attention block and a memory go together")
-    t = _LAYER_KINDS[p.norm](np.asarray(x, np.int64), p, mask, heads, past, bias, memory)
+    t = _LAYER_KINDS[p.norm](np.asarray(x, np.int64), p, mask, heads, past, memory)
     if trace is not None:
         trace.update(t)
     return t["out"]
 
 
-def int_stack(x, layers, mask, heads: int, traces: list | None = None, bias=None, memory: IntMemory | None = None):
-    """Every layer in turn (``bias``, ``memory`` as :func:`int_layer`); ``traces`` (a list) receives one dict of
-    intermediates per layer."""
+def int_stack(x, layers, mask, heads: int, traces: list | None = None, memory: IntMemory | None = None):
+    """Every layer in turn (``memory`` as :func:`int_layer`); ``traces`` (a list) receives one dict of intermediates
+    per layer."""
     for p in layers:
         t = {} if traces is not None else None
-        x = int_layer(x, p, mask, heads, t, bias=bias, memory=memory if p.cross is not None else None)
+        x = int_layer(x, p, mask, heads, t, memory=memory if p.cross is not None else None)
         if traces is not None:
             traces.append(t)
     return x

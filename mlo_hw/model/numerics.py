@@ -145,13 +145,12 @@ def per_head(mask) -> np.ndarray:
     return mask[None] if mask.ndim == 2 else mask[None, None, :]
 
 
-def softmax(scores, mask, mult: int, shift: int, bias=None) -> np.ndarray:
+def softmax(scores, mask, mult: int, shift: int) -> np.ndarray:
     """Integer softmax over the last axis; returns unsigned probabilities in units of 2**-8.
 
     ``scores`` are the int accumulators of Q.K^T; ``mask`` (broadcast to scores) is true where a key
-    may be attended. ``mult / 2**shift`` converts a score difference to units of 2**-8 of log2; ``bias``
-    (broadcast to scores; T5's relative position bias) is added in those units, ``a = score * mult + bias *
-    2**shift`` (``a = score * mult`` without one)::
+    may be attended. ``mult / 2**shift`` converts a score difference to units of 2**-8 of log2 (with
+    ``a = score * mult``)::
 
         mx  = max(a where mask)
         u   = floor((mx - a) / 2**shift)                      # >= 0
@@ -165,8 +164,6 @@ def softmax(scores, mask, mult: int, shift: int, bias=None) -> np.ndarray:
     mask = np.broadcast_to(np.asarray(mask, dtype=bool), s.shape)
     lowest = np.iinfo(np.int64).min
     a = s * int(mult)
-    if bias is not None:
-        a = a + np.left_shift(np.broadcast_to(_i64(bias), s.shape), int(shift))
     mx = np.where(mask, a, lowest).max(axis=-1, keepdims=True)
     u = np.right_shift(np.where(mask, mx - a, 0), int(shift))
     q = np.minimum(np.right_shift(u, EXP_FRAC_BITS), 16)

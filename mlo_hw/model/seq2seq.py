@@ -10,8 +10,8 @@ block (:class:`~mlo_hw.model.golden.IntCross`):
 - the memory is the encoder stack's int16 output itself when the cross-attention reads that (BART), else the
   host's part between the stacks (T5's final RMSNorm) runs in float on the dequantized output and its result
   is quantized to int16 at its own scale (:attr:`IntSeq2Seq.memory_scale`);
-- the score biases (T5's relative position bias, shared by every layer of a stack) are integers in the
-  softmax's units, 2**-8 of log2 (:func:`score_bias`), so one table serves every layer whatever its scales;
+- T5's relative position bias (one float table per stack, by ``key - query``: :func:`relative_table`) becomes an
+  integer table per layer in that layer's score units (``IntLayer.score_bias``), added to the raw scores;
 - a post-LN decoder layer has three residual adds, each with its own int16 scale; a pre-LN stack has one.
 """
 
@@ -24,33 +24,34 @@ import numpy as np
 
 from ..config import config_from_dict
 from . import numerics as nx
-from .golden import IntCross, IntLayer, IntMemory, int_stack
+from .golden import IntCross, IntLayer, IntMemory, int_stack, score_bits
 from .quantize import (_attention_multipliers, _calibrate_stack, _layernorm_params, _matrix, _mse_range,
                        _narrow_shifts, _post_ln_scales, _pre_ln_scales, _quantize_layer, _res_scale, _INT8, _INT16)
 from .reference import Memory
 
-__all__ = ["IntScores", "IntSeq2Seq", "score_bias", "quantize_seq2seq", "int_scores"]
-
-_BIAS_BITS = 16         # a score bias in the softmax's units: int16 (T5's biases are a few units of e)
+__all__ = ["IntSeq2Seq", "quantize_seq2seq", "relative_table", "random_seq2seq"]
 
 
-@dataclass
-class IntScores:
-    """The keys a query may attend (``mask`` [S, keys]) and the integer score bias (softmax units) or None."""
-    mask: np.ndarray
-    bias: np.ndarray | None
-
-
-def score_bias(bias) -> np.ndarray:
-    """A float score bias (natural-log units, added to the scaled scores) in the softmax's units: 2**-8 of log2,
-    rounded half up, saturated to int16."""
-    b = np.asarray(bias, np.float64) / math.log(2) * nx.EXP_TABLE_SIZE
-    return nx.saturate(np.floor(b + 0.5).astype(np.int64), _BIAS_BITS)
-
-
-def int_scores(scores) -> IntScores:
-    """The integer form of a :class:`mlo_hw.frontend.seq2seq.Scores`."""
-    return IntScores(scores.mask, None if scores.bias is None else score_bias(scores.bias))
+def relative_table(bias, radius: int, mask=None) -> np.ndarray | None:
+    """A float score bias [heads, S, S] that depends on ``key - query`` only (T5's buckets) as a table [heads,
+    2 radius - 1] over the relative distance (entry ``d + radius - 1``), read where ``mask`` [S, S] (default: all)
+    lets a query attend (distances never attended are zero), or None without a bias; ValueError when the bias is
+    not such a function there."""
+    if bias is None:
+        return None
+    from .golden import position_bias
+    bias = np.asarray(bias, np.float64)
+    heads, s, keys = bias.shape
+    if s != keys or s > radius:
+        raise ValueError(f"relative_table: a bias over {s} queries x {keys} keys does not fit a table of radius {radius}")
+    mask = np.ones((s, s), bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), (s, s))
+    q, k = np.nonzero(mask)
+    table = np.zeros((heads, 2 * radius - 1))
+    table[:, k - q + radius - 1] = bias[:, q, k]
+    if not np.allclose(position_bias(table, s, s)[:, mask], bias[:, mask], rtol=0,
+                       atol=1e-6 * max(1.0, float(np.abs(bias).max()))):
+        raise ValueError("relative_table: the score bias is not a function of key - query")
+    return table
 
 
 @dataclass
@@ -91,8 +92,9 @@ class IntSeq2Seq:
     def quantize(x, scale: float) -> np.ndarray:
         return np.clip(np.floor(np.asarray(x) / scale + 0.5), -_INT16 - 1, _INT16).astype(np.int64)
 
-    def encode(self, x_int, scores: IntScores, traces=None) -> np.ndarray:
-        return int_stack(x_int, self.encoder, scores.mask, self.heads, traces, scores.bias)
+    def encode(self, x_int, mask, traces=None) -> np.ndarray:
+        """The encoder's layers on int16 ``x_int`` (``mask`` [S, S] or [S]: the keys each query attends)."""
+        return int_stack(x_int, self.encoder, mask, self.heads, traces)
 
     def memory(self, enc_int, between=None) -> np.ndarray:
         """The int16 memory from the encoder's int16 output (``between``: the host's float function)."""
@@ -100,9 +102,10 @@ class IntSeq2Seq:
             return np.asarray(enc_int, np.int64)
         return self.quantize(between(np.asarray(enc_int) * self.encoder_out_scale), self.memory_scale)
 
-    def decode(self, y_int, scores: IntScores, memory_int, cross: IntScores, traces=None) -> np.ndarray:
-        return int_stack(y_int, self.decoder, scores.mask, self.heads, traces, scores.bias,
-                         IntMemory(memory_int, cross.mask, cross.bias))
+    def decode(self, y_int, mask, memory_int, cross_mask, traces=None) -> np.ndarray:
+        """The decoder's layers on int16 ``y_int`` (``mask``: its causal mask) with cross-attention over the int16
+        ``memory_int`` (``cross_mask``: the memory keys each query attends)."""
+        return int_stack(y_int, self.decoder, mask, self.heads, traces, IntMemory(memory_int, cross_mask))
 
 
 def _stack_config(model, layers: int, seq_len: int, causal: bool):
@@ -154,11 +157,27 @@ def _quantize_cross(p, st, r: dict, cfg, mem_channel, s_mem: float) -> IntCross:
                     narrow_q=k_q, narrow_mem=k_mem, ln_gain=ln[0], ln_bias=ln[1], ln_shift=ln[2])
 
 
-def quantize_seq2seq(model, calib: list[dict], memory_on_host: bool) -> IntSeq2Seq:
+def _layer_bias(layer: IntLayer, table, head_dim: int):
+    """A float relative position bias table as the layer's integer one, in its score units (s_q s_k / sqrt(d))."""
+    if table is None:
+        return None
+    unit = layer.scales["q"] * layer.scales["k"] / math.sqrt(head_dim)
+    return nx.saturate(np.floor(np.asarray(table) / unit + 0.5).astype(np.int64), score_bits(head_dim) - 1)
+
+
+def quantize_seq2seq(model, calib: list[dict], memory_on_host: bool, radius: int | None = None) -> IntSeq2Seq:
     """Quantize an encoder-decoder ``model`` (:class:`mlo_hw.frontend.seq2seq.Seq2Seq`) on ``calib``: what
     :meth:`mlo_hw.frontend.seq2seq.Seq2SeqHost.run` returns per input (each stack's input, the memory, the
-    :class:`~mlo_hw.frontend.seq2seq.Scores`); ``memory_on_host``: the memory is not the encoder's output itself."""
+    :class:`~mlo_hw.frontend.seq2seq.Scores`); ``memory_on_host``: the memory is not the encoder's output itself.
+    A score bias (T5's) becomes each self-attention layer's table over ``key - query`` out to ``radius`` - 1 (default:
+    the longest calibration input; an engine's: its padded sequence)."""
     enc_len, dec_len = (max(len(c[k]) for c in calib) for k in ("enc_in", "dec_in"))
+    radius = max(enc_len, dec_len) if radius is None else radius
+    longest = {k: max(calib, key=lambda c: len(c[k + "_in"])) for k in ("enc", "dec")}
+    tables = {"encoder": relative_table(longest["enc"]["encoder"].bias, radius, longest["enc"]["encoder"].mask),
+              "decoder": relative_table(longest["dec"]["self"].bias, radius, longest["dec"]["self"].mask)}
+    if longest["dec"]["cross"].bias is not None:
+        raise ValueError("quantize_seq2seq: a cross-attention score bias is not modelled (T5's cross-attention has none)")
     enc_cfg = _stack_config(model, len(model.encoder), enc_len, False)
     dec_cfg = _stack_config(model, len(model.decoder), dec_len, True)
     kind = dict(eps=model.eps, norm=model.norm, gelu=model.gelu, rms=model.rms)
@@ -177,8 +196,11 @@ def quantize_seq2seq(model, calib: list[dict], memory_on_host: bool) -> IntSeq2S
         layer = _quantize_layer(p, st, r, dec_cfg)
         layer.cross = _quantize_cross(p.cross, st, r, dec_cfg, mem.max(axis=0), s_mem)
         decoder.append(layer)
-    for layer in encoder + decoder:
-        layer.rms = model.rms
+    dh = model.hidden // model.heads
+    for stack, layers in (("encoder", encoder), ("decoder", decoder)):
+        for layer in layers:
+            layer.rms = model.rms
+            layer.score_bias = _layer_bias(layer, tables[stack], dh)
     return IntSeq2Seq(encoder=encoder, decoder=decoder, heads=model.heads, encoder_scale=encoder[0].scales["res1"],
                       decoder_scale=decoder[0].scales["res1"], encoder_out_scale=enc_out_scale,
                       decoder_out_scale=decoder[-1].scales["out"], memory_scale=s_mem, memory_on_host=memory_on_host)
@@ -201,13 +223,18 @@ def random_seq2seq(cfg, rng: np.random.Generator, calib_count: int = 3):
         d.update(ln_g=1.0 + rng.normal(0, 0.1, h), ln_b=rng.normal(0, 0.1, h))
         p.cross = FloatCross.from_dict(d)
     model = Seq2Seq(enc, dec, m.heads, h, m.intermediate, m.norm, m.rmsnorm, m.gelu, m.layernorm_eps)
+    # T5's kind (model.position_bias): a random relative position bias per stack, over key - query
+    from .golden import position_bias
+    tables = [rng.normal(0.0, 0.5, (m.heads, 2 * s - 1)) if m.position_bias else None for _ in range(2)]
+    bias = [None if t is None else position_bias(t, s, s) for t in tables]
     calib = []
     for n in range(calib_count):
         te, td = (s if n == 0 else int(rng.integers(1, s + 1)) for _ in range(2))
         keys_e, keys_d = np.arange(s) < te, np.arange(s) < td
-        enc_scores = Scores(np.broadcast_to(keys_e, (s, s)), None)
+        enc_keys = Scores(np.broadcast_to(keys_e, (s, s)), None)
+        enc_scores = Scores(enc_keys.mask, bias[0])
         x = rng.normal(0.0, 1.0, (s, h))
         calib.append({"enc_in": x, "encoder": enc_scores, "dec_in": rng.normal(0.0, 1.0, (s, h)),
-                      "self": Scores(nx.attention_mask(keys_d, True), None), "cross": enc_scores,
+                      "self": Scores(nx.attention_mask(keys_d, True), bias[1]), "cross": enc_keys,
                       "memory": model.encode(x, enc_scores)})
-    return model, quantize_seq2seq(model, calib, memory_on_host=False)
+    return model, quantize_seq2seq(model, calib, memory_on_host=False, radius=cfg.bias_radius)

@@ -52,6 +52,23 @@ CROSS_HEADER_FIELDS = ("xq_shift", "xk_shift", "xv_shift", "xo_shift", "x_softma
 CROSS_MATRICES = ("xq", "xk", "xv", "xo")       # the cross block's Q, K, V, O (IntCross's q, k, v, o)
 
 
+def bias_words(cfg) -> int:
+    """A layer's relative position bias table (``model.position_bias``, T5's): int32 [heads, 2R] after the GELU
+    table in its section (per head the distances -(R-1)..R-1 and a zero), or 0 words."""
+    return cfg.model.heads * 2 * cfg.bias_radius if cfg.model.position_bias else 0
+
+
+def _bias_image(cfg, table) -> np.ndarray:
+    """A layer's int table [heads, 2R - 1] (or None: zeros) as the image's [heads, 2R]."""
+    out = np.zeros((cfg.model.heads, 2 * cfg.bias_radius), np.int64)
+    if table is not None:
+        if np.shape(table) != (cfg.model.heads, 2 * cfg.bias_radius - 1):
+            raise ValueError(f"weight image: a position bias table of shape {list(np.shape(table))}; the config's is "
+                             f"[{cfg.model.heads}, {2 * cfg.bias_radius - 1}]")
+        out[:, :-1] = table
+    return out
+
+
 def header_fields(cfg) -> tuple[str, ...]:
     """The header's fields of ``cfg``'s layers: :data:`HEADER_FIELDS`, and an encoder-decoder's cross fields."""
     return HEADER_FIELDS + (CROSS_HEADER_FIELDS if cfg.seq2seq else ())
@@ -121,7 +138,7 @@ def layout(cfg) -> Layout:
     mats = {m.name: m for m in cfg.matrices}
     cross = 2 if cfg.seq2seq else 1
     sizes = {"header": 4 * len(header_fields(cfg)), "narrow": 2 * cross * h, "ln1": 8 * cross * h, "ln2": 8 * h,
-             "gelu": 1 << cfg.numerics.act_bits}
+             "gelu": (1 << cfg.numerics.act_bits) + 4 * bias_words(cfg)}
     sections, off = [], 0
     for name in section_order(cfg):
         if name in mats:
@@ -216,6 +233,10 @@ def pack_image(cfg, layers: list[IntLayer]) -> bytes:
         _check_range(f"layer {l} gelu", p.gelu, 0, 255)
         _check_range(f"layer {l} narrow", narrow, 0, nx.NARROW_SHIFT_MAX)
         put(lay["gelu"].offset, _le(p.gelu, np.uint8))
+        if cfg.model.position_bias:
+            table = _bias_image(cfg, p.score_bias)
+            _check_range(f"layer {l} position bias", table, -2**31, 2**31 - 1)
+            put(lay["gelu"].offset + (1 << cfg.numerics.act_bits), _le(table, np.int32))
         put(lay["narrow"].offset, _le(narrow, np.uint8))
     return bytes(img)
 
@@ -250,6 +271,9 @@ def unpack_image(cfg, img: bytes, layers: int | None = None) -> list[dict]:
             d[f"{ln}.gain"] = get(base + lay[ln].offset, h, np.int32)
             d[f"{ln}.bias"] = get(base + lay[ln].offset + 4 * h, h, np.int32)
         d["gelu"] = get(base + lay["gelu"].offset, 1 << cfg.numerics.act_bits, np.uint8)
+        if cfg.model.position_bias:
+            d["position_bias"] = get(base + lay["gelu"].offset + (1 << cfg.numerics.act_bits), bias_words(cfg),
+                                     np.int32).reshape(cfg.model.heads, -1)[:, :-1]
         d["narrow_in"] = get(base + lay["narrow"].offset, h, np.uint8)
         d["narrow_ln1"] = get(base + lay["narrow"].offset + h, h, np.uint8)
         if cfg.seq2seq:
@@ -283,7 +307,8 @@ def image_layers(cfg, img: bytes, layers: int | None = None, cross: bool | None 
                             ln1_gain=d["ln1.gain"], ln1_bias=d["ln1.bias"], ln1_shift=d["ln1_shift"], gelu=d["gelu"],
                             narrow_in=d["narrow_in"], narrow_ln1=d["narrow_ln1"],
                             ln2_gain=d["ln2.gain"], ln2_bias=d["ln2.bias"], ln2_shift=d["ln2_shift"],
-                            norm=cfg.model.norm, cross=cross_block, rms=cfg.model.rmsnorm))   # the layer kind is the config's (the manifest records it)
+                            norm=cfg.model.norm, cross=cross_block, rms=cfg.model.rmsnorm,
+                            score_bias=d.get("position_bias")))   # the layer kind is the config's (the manifest records it)
     return out
 
 
@@ -323,6 +348,9 @@ def manifest(cfg, base: int = 0) -> dict:
                 n = 1 << cfg.numerics.act_bits
                 tensors.append({"name": "gelu.table", "shape": [n], "dtype": "uint8",
                                 "offset": lbase + sec.offset, "bytes": n})
+                if cfg.model.position_bias:
+                    tensors.append({"name": "position_bias", "shape": [cfg.model.heads, 2 * cfg.bias_radius],
+                                    "dtype": "int32", "offset": lbase + sec.offset + n, "bytes": 4 * bias_words(cfg)})
         layers.append({"index": l, "offset": lbase, "tensors": tensors})
     return {"config": cfg.name, "norm": cfg.model.norm, "rmsnorm": cfg.model.rmsnorm, "encoder_layers": cfg.model.encoder_layers, "base": base, "layer_stride": lay.stride, "layer_bytes": lay.layer_bytes,
             "total_bytes": lay.total_bytes, "alignment": ALIGN,

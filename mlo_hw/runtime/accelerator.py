@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..cli import BadInput
-from ..model.quantize import DRAM_DTYPE, dram_bytes, from_dram
+from ..model.quantize import QuantModel, DRAM_DTYPE, dram_bytes, from_dram
 from ..model.weight_image import layout
 from ..perf import layer_bound
 from .backend import Backend, BackendUnavailable
@@ -147,7 +147,8 @@ class Accelerator:
             self.act_bases = (self.backend.alloc(act), self.backend.alloc(act))
             # an encoder-decoder: the memory (the encoder's output) the decoder's runs read
             self.memory_base = self.backend.alloc(act) if self.cfg.seq2seq else None
-            self.memory_tokens = 0          # of the last encode()
+            self.memory_tokens = 0          # of the last encode() (or set_memory())
+            self._memory_pending = False    # a T5-like build's encode() awaits the host's set_memory()
             # a plan with activations in DRAM: the engine's scratch (SCRATCH_BYTES, 4 KiB aligned; 0 on chip)
             scratch = self.regs.reset("SCRATCH_BYTES") if self.regs.has("SCRATCH_BYTES") else 0
             self.scratch = (self.backend.alloc(scratch), scratch) if scratch else None
@@ -254,8 +255,29 @@ class Accelerator:
         self._profile = Profile(self.backend.name, self.cfg.target.clock_mhz, [ProfileRow(range(n), *row)],
                                 self.backend.has_clock, ph or None)
         self.memory_tokens = tokens
+        self._memory_pending = self.build.memory_on_host
         return from_dram(self.backend.read_dram(self.memory_base, self.build.act_bytes), self.cfg.model.seq_len,
                          self.cfg.model.hidden)
+
+    def set_memory(self, memory, tokens: int | None = None) -> None:
+        """An encoder-decoder build: write the int16 memory [seq_len, hidden] the decoder's cross-attention reads
+        (``tokens`` of it attended; default the last :meth:`encode`'s). A build whose memory the host makes from the
+        encoder's output (T5's final norm: ``memory_on_host`` in runtime.json) needs it after every encode(): the
+        host dequantizes encode()'s result (:meth:`dequantize_encoder_output`), applies its part and requantizes
+        (:meth:`quantize_memory`)."""
+        self._seq2seq("set_memory")
+        tokens = self.memory_tokens or None if tokens is None else tokens
+        memory, tokens, _ = self._check_x(memory, tokens, None)
+        self.backend.write_dram(self.memory_base, dram_bytes(memory))
+        self.memory_tokens, self._memory_pending = tokens, False
+
+    def dequantize_encoder_output(self, e) -> np.ndarray:
+        self._seq2seq("dequantize_encoder_output")
+        return np.asarray(e, np.float64) * self.build.encoder_output_scale
+
+    def quantize_memory(self, m) -> np.ndarray:
+        self._seq2seq("quantize_memory")
+        return QuantModel([], self.build.memory_scale, 1.0).quantize_input(m)
 
     def decode(self, y, tokens: int | None = None, *, cache_len: int | None = None,
                timeout: float | None = None) -> np.ndarray:
@@ -266,6 +288,9 @@ class Accelerator:
         self._seq2seq("decode")
         if not self.memory_tokens:
             raise RuntimeInputError("decode: no memory yet (call encode() first)")
+        if self._memory_pending:
+            raise RuntimeInputError(f"decode: build {self.cfg.name}'s memory is made on the host from the encoder's output "
+                                    "(T5's final norm): call set_memory() after encode()")
         if cache_len is not None and (isinstance(cache_len, (bool, np.bool_))
                                       or not isinstance(cache_len, (int, np.integer)) or cache_len < 0):
             raise RuntimeInputError(f"cache_len: expected a non-negative integer, got {cache_len!r}")

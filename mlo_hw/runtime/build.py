@@ -115,6 +115,9 @@ class BuildFolder:
     input_scale: float
     output_scale: float
     decoder_input_scale: float | None = None      # an encoder-decoder: its decoder's int16 input
+    memory_scale: float | None = None             # ... its memory's int16
+    encoder_output_scale: float | None = None     # ... its encoder's int16 output
+    memory_on_host: bool = False                  # ... the memory is the host's function of the encoder's output (T5)
 
     @property
     def seq_len(self) -> int:
@@ -161,7 +164,9 @@ class BuildFolder:
         try:
             cfg = config_from_dict(rt["config"], name="config")
             input_scale, output_scale = float(rt["input_scale"]), float(rt["output_scale"])
-            decoder_scale = float(rt["decoder_input_scale"]) if cfg.seq2seq else None
+            s2s = {"decoder_input_scale": float(rt["decoder_input_scale"]), "memory_scale": float(rt["memory_scale"]),
+                   "encoder_output_scale": float(rt["encoder_output_scale"]),
+                   "memory_on_host": bool(rt["memory_on_host"])} if cfg.seq2seq else {}
         except ConfigError as e:
             raise BadBuild(f"{p / RUNTIME_JSON}: config: {e}") from None
         except (KeyError, TypeError, ValueError) as e:
@@ -174,7 +179,7 @@ class BuildFolder:
         want = layout(cfg).total_bytes
         if len(weights) != want:
             raise BadBuild(f"{p / 'weights.bin'}: {len(weights)} bytes; config {cfg.name} lays out {want}")
-        return cls(p, cfg, regs, weights, input_scale, output_scale, decoder_scale)
+        return cls(p, cfg, regs, weights, input_scale, output_scale, **s2s)
 
     # ---- the host side of the int16 residual stream ----------------------------------------------------
     def quantize_input(self, x) -> np.ndarray:

@@ -32,10 +32,11 @@ class CopyKind(enum.Enum, shape=3):
     LN2 = 2
     NARROW = 3
     LNX = 4            # an encoder-decoder's cross block's norm (after LN1's words in the ln1 section)
+    BIAS = 5           # the relative position bias table (after the GELU table in its section)
 
 
 SECTION = {CopyKind.LN1: "ln1", CopyKind.GELU: "gelu", CopyKind.LN2: "ln2", CopyKind.NARROW: "narrow",
-           CopyKind.LNX: "ln1"}
+           CopyKind.LNX: "ln1", CopyKind.BIAS: "gelu"}
 LN_KINDS = (CopyKind.LN1, CopyKind.LN2, CopyKind.LNX)
 
 
@@ -69,13 +70,15 @@ class ParamCopier(wiring.Component):
     """
 
     def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8,
-                 last: CopyKind = CopyKind.LN2, cross: bool = False):
+                 last: CopyKind = CopyKind.LN2, cross: bool = False, bias_words: int = 0):
         self.hidden, self.lanes, self.pgeo, self.act_bits, self.last = hidden, lanes, pgeo, act_bits, last
         self.cross = cross
         self.count = {CopyKind.LN1: 2 * hidden, CopyKind.GELU: 1 << act_bits, CopyKind.LN2: 2 * hidden,
                       CopyKind.NARROW: (4 if cross else 2) * hidden}
         if cross:
             self.count[CopyKind.LNX] = 2 * hidden
+        if bias_words:
+            self.count[CopyKind.BIAS] = bias_words
         super().__init__({
             "request": In(1), "kind": In(CopyKind), "flush": In(1),
             "busy": Out(1), "done": Out(1), "waiting": Out(1), "release": Out(1),
@@ -84,14 +87,16 @@ class ParamCopier(wiring.Component):
             "ln": Out(ParamWriteSignature(hidden)),
             "gelu": Out(TableWriteSignature(1 << act_bits, unsigned(act_bits))),
             "shift": Out(ShiftWriteSignature(self.count[CopyKind.NARROW] // lanes, lanes)),
+            "bias": Out(ParamWriteSignature(max(bias_words, 2) // 2)),     # entry i of the position bias table
         })
 
     @classmethod
     def from_config(cls, cfg) -> "ParamCopier":
         # a layer's last copy: LN2's after FFN down (post-LN), the GELU table's after LN2 (pre-LN)
         last = CopyKind.GELU if cfg.model.norm == "pre" else CopyKind.LN2
+        from ...model.weight_image import bias_words
         return cls(cfg.model.hidden, cfg.folding.simd, ParamGeometry.from_config(cfg), cfg.numerics.act_bits, last,
-                   cfg.seq2seq)
+                   cfg.seq2seq, bias_words(cfg))
 
     def elaborate(self, platform):
         m = Module()
@@ -108,14 +113,16 @@ class ParamCopier(wiring.Component):
         kinds = {k: v for k, v in SECTION.items() if k in self.count}
         with m.Switch(kind):
             for k, section in kinds.items():
-                bytewise = section in ("gelu", "narrow")
+                bytewise = k in (CopyKind.GELU, CopyKind.NARROW)      # else 32-bit words
                 with m.Case(k):
                     m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k]),
                                  next_word.eq(idx[:2] == 3 if bytewise else 1)]
         byte = self.param_data.word_select(prev[:2], 8)
         m.d.comb += [self.ln.addr.eq(prev), self.ln.data.eq(self.param_data.as_signed()),
                      self.ln.en.eq(write & Cat(*(kind == k for k in LN_KINDS if k in self.count)).any()),
-                     self.gelu.addr.eq(prev), self.gelu.data.eq(byte), self.gelu.en.eq(write & (kind == CopyKind.GELU))]
+                     self.gelu.addr.eq(prev), self.gelu.data.eq(byte), self.gelu.en.eq(write & (kind == CopyKind.GELU)),
+                     self.bias.addr.eq(prev), self.bias.data.eq(self.param_data.as_signed()),
+                     self.bias.en.eq(write & (kind == CopyKind.BIAS) if CopyKind.BIAS in self.count else 0)]
         # the narrowing shifts, one per channel, fill the shift memory's words lane by lane
         word, lane = Signal.like(self.shift.addr), Signal(range(max(lanes, 2)))
         m.d.comb += [self.shift.addr.eq(word), self.shift.data.eq(byte[:SHIFT_LANE_BITS].replicate(lanes))]
@@ -136,8 +143,9 @@ class ParamCopier(wiring.Component):
             m.d.sync += [self.busy.eq(1), self.done.eq(0), idx.eq(0), kind.eq(self.kind), word.eq(0), lane.eq(0)]
             with m.Switch(self.kind):
                 for k, section in kinds.items():
-                    with m.Case(k):      # LNX: after LN1's gains and biases (4 bytes each, H of each)
-                        m.d.sync += addr.eq(self.pgeo.word(section, 8 * self.hidden if k == CopyKind.LNX else 0))
+                    with m.Case(k):      # LNX: after LN1's gains and biases; BIAS: after the GELU table
+                        skip = {CopyKind.LNX: 8 * self.hidden, CopyKind.BIAS: 1 << self.act_bits}.get(k, 0)
+                        m.d.sync += addr.eq(self.pgeo.word(section, skip))
         with m.If(self.flush):
             m.d.sync += [self.busy.eq(0), self.done.eq(0)]
         return m

@@ -297,7 +297,8 @@ class Sequencer:
     def next_head(self):
         m, d, g = self.m, self.d, self.g
         m.d.sync += [self.head.eq(self.head + 1), d.head_kword.eq(d.head_kword + g.words(g.head_dim)),
-                     d.head_vrow.eq(d.head_vrow + (g.head_dim // g.pe) * g.words(g.seq))]
+                     d.head_vrow.eq(d.head_vrow + (g.head_dim // g.pe) * g.words(g.seq)),
+                     d.bias_head.eq(d.bias_head + 2 * self.cfg.bias_radius)]
         with m.If(self.head == g.heads - 1):
             if self.seq2seq:     # post-LN: O, LN1, XQ .. XO, LNX; pre-LN: O, LNX, XQ .. XO, LN2
                 with m.If(d.cross_phase):        # the cross heads' end: XO, then the norm after it
@@ -322,7 +323,7 @@ class Sequencer:
     def to_attention(self, cross=False):
         """The heads (``cross``: of the cross-attention, over the memory's K and V)."""
         d = self.d
-        self.m.d.sync += [self.head.eq(0), d.head_kword.eq(0), d.head_vrow.eq(0)]
+        self.m.d.sync += [self.head.eq(0), d.head_kword.eq(0), d.head_vrow.eq(0), d.bias_head.eq(0)]
         if cross:
             self.m.d.sync += d.cross_phase.eq(1)
         self.first_attention_step()
@@ -585,6 +586,8 @@ class Sequencer:
 
         def pass1_done():
             m.d.sync += d.scratch_ready.eq(1)
+            if self.cfg.model.position_bias:
+                self.request_copy(CopyKind.BIAS)
             self.start_pass("P2_LOAD_Q")
         self.matrix_states(Op.Q, lambda: self.start_matrix(Op.K))
         self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
@@ -602,7 +605,16 @@ class Sequencer:
             self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
             m.next = "P2_LOAD_X_WAIT"
         self.transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual)
-        self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, self.to_attention)
+        if self.cfg.model.position_bias:      # the first block's heads wait for the bias table (copied from pass 2 on)
+            def first_heads():
+                with m.If(d.blk == 0):
+                    m.next = "SCORES_PARAMS"
+                with m.Else():
+                    self.to_attention()
+            self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, first_heads)
+            self.params_state(Op.SCORES, self.to_attention)
+        else:
+            self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, self.to_attention)
         self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_LOAD_Q", self.end_of_layer))
 
     def store_k(self, region, state):
