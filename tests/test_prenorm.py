@@ -57,6 +57,7 @@ def _rtl_runs(cfg, runs):
             assert ((unsaturated > hi) | (unsaturated < lo)).any(), "no residual add saturated"
 
 
+@pytest.mark.slow    # 45 s; the default suite runs pre-LN layers through the DRAM-tiled engine (tests/test_kv_cache.py)
 def test_rtl_pre_ln_on_chip_bit_exact():
     """Two layers of small as GPT-2 layers, all on chip: full length under stalls, and an input large enough that
     x + O saturates in int16."""
