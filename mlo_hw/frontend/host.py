@@ -33,31 +33,43 @@ __all__ = ["Host", "model_inputs", "build_model_onnx", "build_seq2seq_onnx", "co
 _ORT_HINT = "onnxruntime is needed to run the model's embeddings on the host: pip install onnxruntime"
 
 
+def ort_session(model: onnx.ModelProto, outputs=(), dtypes=None):
+    """An onnxruntime session of ``model`` that also returns the graph tensors ``outputs`` (float, unless ``dtypes``
+    maps a name to its ONNX type); onnxruntime missing or refusing the model is a one-line FrontendError."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise FrontendError(_ORT_HINT) from None
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for name in outputs:
+        if name not in have:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(
+                name, (dtypes or {}).get(name, onnx.TensorProto.FLOAT), None))
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 4     # errors become FrontendError (one line)
+    try:
+        return ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:          # onnxruntime's errors (InvalidGraph, Fail, ...) have no common base
+        raise FrontendError(f"onnxruntime cannot load the model: {one_line(e)[:300]}") from None
+
+
+def ort_subgraph(g, inputs, outputs):
+    """An onnxruntime session of the part of graph ``g`` from tensors ``inputs`` to ``outputs``."""
+    return ort_session(onnx.utils.Extractor(g.model).extract_model(list(inputs), list(outputs)))
+
+
 class Host:
     """onnxruntime session of the whole model that also returns the layer stack's input and output."""
 
     def __init__(self, fe: Frontend):
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise FrontendError(_ORT_HINT) from None
         if len(fe.groups) != 1:
             raise FrontendError(f"host: {len(fe.groups)} layer groups; the host runs models with one layer stack")
         self.fe = fe
         grp = fe.groups[0]
         self.stack_in, self.stack_out = grp.layers[0].input, grp.layers[-1].output
-        model = onnx.ModelProto()
-        model.CopyFrom(fe.graph.model)
-        have = {o.name for o in model.graph.output}
-        for name in (self.stack_in, self.stack_out):
-            if name not in have:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 4     # errors become FrontendError (one line)
-        try:
-            self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        except Exception as e:          # onnxruntime's errors (InvalidGraph, Fail, ...) have no common base
-            raise FrontendError(f"onnxruntime cannot load the model: {one_line(e)[:300]}") from None
+        self.session = ort_session(fe.graph.model, (self.stack_in, self.stack_out))
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.ids_name = self._ids_input()
         self.vocab = self._vocab()
@@ -125,13 +137,8 @@ class Host:
     @cached_property
     def _tail(self):
         """onnxruntime session of the graph after the layer stack: stack output (+ model inputs) -> outputs."""
-        import onnxruntime as ort
         g = self.fe.graph
-        inputs = [self.stack_out] + [i.name for i in g.graph_inputs]
-        model = onnx.utils.Extractor(g.model).extract_model(inputs, list(g.graph_outputs))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        return ort_subgraph(g, [self.stack_out] + [i.name for i in g.graph_inputs], g.graph_outputs)
 
     def tail(self, ids, mask, y) -> dict[str, np.ndarray]:
         """The model's outputs from the layer stack's output ``y`` [S, H] (the engine's, dequantized):

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import onnx
 
 from ..cli import one_line
 from ..model.reference import FloatCross, FloatLayer, Memory, float_stack
@@ -244,11 +243,7 @@ class Seq2SeqHost:
     """onnxruntime session of an encoder-decoder model returning what surrounds its two layer stacks."""
 
     def __init__(self, fe):
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise FrontendError("onnxruntime is needed to run the model's embeddings on the host: "
-                                "pip install onnxruntime") from None
+        from .host import ort_session
         self.fe, g = fe, fe.graph
         enc, dec = _groups(fe)
         self.enc_in, self.enc_out = fe.groups[0].layers[0].input, fe.groups[0].layers[-1].output
@@ -261,19 +256,7 @@ class Seq2SeqHost:
         names = [self.enc_in, self.enc_out, self.dec_in, self.dec_out, self.memory_name]
         names += sorted({t for adds in self.addends.values() for layer in adds for t, _ in layer})
         self.names = list(dict.fromkeys(names))
-        model = onnx.ModelProto()
-        model.CopyFrom(g.model)
-        have = {o.name for o in model.graph.output}
-        for name in self.names:
-            if name not in have:
-                model.graph.output.append(onnx.helper.make_tensor_value_info(
-                    name, g.dtypes.get(name, onnx.TensorProto.FLOAT), None))
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 4
-        try:
-            self.session = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        except Exception as e:      # onnxruntime's errors have no common base
-            raise FrontendError(f"onnxruntime cannot load the model: {one_line(e)[:300]}") from None
+        self.session = ort_session(g.model, self.names, g.dtypes)
         self.inputs = [i.name for i in self.session.get_inputs()]
 
     def _feeds(self, ids, mask, dec_ids) -> dict:
@@ -332,13 +315,8 @@ class Seq2SeqHost:
     def _between(self):
         """onnxruntime session of the host's graph from the encoder stack's output to the memory (T5's final
         norm), or None when the cross-attention reads the stack's output itself (BART)."""
-        if self.fe.graph.source(self.enc_out) == self.memory_name:
-            return None
-        import onnxruntime as ort
-        model = onnx.utils.Extractor(self.fe.graph.model).extract_model([self.enc_out], [self.memory_name])
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        from .host import ort_subgraph
+        return ort_subgraph(self.fe.graph, [self.enc_out], [self.memory_name]) if memory_on_host(self.fe) else None
 
     def memory(self, enc_out) -> np.ndarray:
         """The cross-attention's input from the encoder stack's output ``enc_out`` [S, H] (the engine's,
