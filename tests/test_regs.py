@@ -53,5 +53,5 @@ def test_emitted_files(tmp_path):
 
 def test_docs_match_the_map():
     doc = ROOT / "docs" / "registers.md"
-    assert doc.read_text() == markdown(load_config("bert_tiny")), \
-        "docs/registers.md is stale: regenerate with python -m mlo_hw.hw.regs --config bert_tiny --markdown docs/registers.md"
+    assert doc.read_text() == markdown(load_config("bart_tiny")), \
+        "docs/registers.md is stale: regenerate with python -m mlo_hw.hw.regs --config bart_tiny --markdown docs/registers.md"

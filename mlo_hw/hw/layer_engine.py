@@ -536,7 +536,7 @@ class LayerEngine(wiring.Component):
         d.key0 = key0 = Signal(range(S), name="key0")    # the beat's first key; 0 at a SCORES job's start
         step = groups.i.valid & groups.i.ready
         mask = self._key_mask(m, d, key0, step)
-        bias = self._position_bias(m, d, key0) if cfg.model.position_bias else None
+        bias = self._position_bias(m, d, key0, step) if cfg.model.position_bias else None
         sb = softmax.score_bits
         for l in range(pe):
             group = groups.i.payload[l // L]
@@ -637,12 +637,14 @@ class LayerEngine(wiring.Component):
         lanes = g.softmax_lanes
         return Serializer(g.pe // lanes, score_layout(self.cfg.acc_bits(g.head_dim), lanes))
 
-    def _position_bias(self, m, d, key0):
+    def _position_bias(self, m, d, key0, step):
         """T5's relative position bias of a score beat (``model.position_bias``): lane l's entry ``key0 + l - query +
         R - 1`` of the head's table (0 in the cross heads). The table (the copier's BIAS copy, [heads, 2R] int entries)
         lives in ``pe`` banks of distributed RAM (entry i in bank i % pe), so a beat's ``pe`` consecutive entries are
-        one read of each bank, rotated."""
-        g, cfg, pe = self.g, self.cfg, self.g.pe
+        one read of each bank, rotated. The beat's first entry (``bias_base``) is a register, kept equal to
+        ``bias_head + key0 + R - 1 - query`` by stepping it with ``key0`` and ``query``; it takes that sum anew until
+        a SCORES job's first beat (``bias_head`` changes between the jobs, the beat comes cycles after the job)."""
+        g, cfg, pe, S = self.g, self.cfg, self.g.pe, self.g.seq
         lp, r = (pe - 1).bit_length(), cfg.bias_radius
         n = g.heads * 2 * r
         bits = self.cfg.acc_bits(g.head_dim)
@@ -655,7 +657,15 @@ class LayerEngine(wiring.Component):
             m.d.comb += [w.addr.eq(c.addr >> lp), w.data.eq(c.data), w.en.eq(c.en & (c.addr[:lp] == b))]
             banks.append(rd)
         base = Signal(range(n + 2 * r), name="bias_base")
-        m.d.comb += base.eq(d.bias_head + key0 + (r - 1) - d.query)
+        stepped = Signal(name="bias_stepped")      # a beat of this SCORES job has been taken
+        with m.If(d.op != Op.SCORES):
+            m.d.sync += stepped.eq(0)
+        with m.Elif(step):
+            m.d.sync += stepped.eq(1)
+        with m.If(step):            # a row's last beat: key0 back to 0, the query one row on
+            m.d.sync += base.eq(Mux(key0 == S - pe, base - (S - pe) - 1, base + pe))
+        with m.Elif(~stepped):
+            m.d.sync += base.eq(d.bias_head + key0 + (r - 1) - d.query)
         for b, rd in enumerate(banks):          # bank b holds the entry of the lane (b - base) % pe
             m.d.comb += rd.addr.eq((base >> lp) + (b < base[:lp]))
         data = Array(rd.data for rd in banks)

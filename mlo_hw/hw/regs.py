@@ -320,7 +320,10 @@ def c_header(cfg) -> str:
 def markdown(cfg) -> str:
     lines = ["# Control and status registers", "",
              f"Generated from `mlo_hw/hw/regs.py` (`register_map`) for config `{cfg.name}`; the same map is "
-             "emitted as `regs.json` and `mlo_hw_regs.h` by `mlo_hw.hw.regs.write_register_map(out_dir, cfg)`.", "",
+             "emitted as `regs.json` and `mlo_hw_regs.h` by `mlo_hw.hw.regs.write_register_map(out_dir, cfg)`. "
+             "It has every register: CACHE_LEN exists only with a KV cache and MEMORY_* only in an encoder-decoder (as "
+             "do ERROR_CODE's `bad_cache` and `bad_memory`), and the read-only sizes and the reset values in the "
+             "descriptions are the config's; a build's own map is its `regs.json`.", "",
              "32-bit registers on an AXI4-Lite slave (`s_axil_*`); unmapped addresses answer SLVERR. "
              "Access: RO read only, RW read/write, W1C cleared by writing 1, W1P write 1 to pulse (reads 0).", "",
              "| offset | name | access | reset | description |", "|---:|---|---|---:|---|"]
