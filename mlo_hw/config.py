@@ -205,9 +205,9 @@ class Config:
                 Matrix("ffn_up", i, h), Matrix("ffn_down", h, i)) + cross
 
     def acc_bits(self, k: int) -> int:
-        """Signed accumulator width for a K-term dot product plus a bias of the same range."""
-        prod = self.numerics.weight_bits + self.numerics.act_bits - 1   # |w*x| <= 2^(wb+ab-2)
-        return prod + math.ceil(math.log2(k + 1)) + 1
+        """Signed accumulator width for a K-term dot product plus a bias of the same range (``numerics.acc_bits``)."""
+        from .model.numerics import acc_bits
+        return acc_bits(k, self.numerics.weight_bits, self.numerics.act_bits)
 
     @property
     def seq_padded(self) -> int:

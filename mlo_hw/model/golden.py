@@ -11,7 +11,6 @@ layers normalise by RMS (:attr:`IntLayer.rms`) and add a relative position bias 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -112,7 +111,7 @@ def _linear(x, m: IntMatrix, bits: int = 8):
 
 def score_bits(head_dim: int) -> int:
     """The width of a raw attention score (int8 Q . int8 K over ``head_dim``): what the engine's softmax takes."""
-    return 15 + math.ceil(math.log2(head_dim + 1)) + 1
+    return nx.acc_bits(head_dim)
 
 
 def position_bias(table, queries: int, keys: int, first_query: int = 0) -> np.ndarray:

@@ -37,6 +37,12 @@ LN_NORM_BITS = 15       # normalised LayerNorm value t: |t| <= 2**15, units of 2
 LN_GAIN_BITS = 18       # LayerNorm gain G: signed, |G| < 2**17
 
 
+def acc_bits(k: int, weight_bits: int = 8, act_bits: int = 8) -> int:
+    """Signed accumulator width of a ``k``-term dot product of ``weight_bits`` by ``act_bits`` signed integers, plus a
+    bias of the same range (|w x| <= 2^(wb + ab - 2)): the MVAU's accumulators and the raw attention scores."""
+    return weight_bits + act_bits - 1 + math.ceil(math.log2(k + 1)) + 1
+
+
 def _i64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.int64)
 
