@@ -37,6 +37,10 @@ def main(argv=None) -> int:
                          "(default just below a 4 KiB page)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
+    if cfg.seq2seq:
+        raise UsageError(f"--config: {cfg.name} is an encoder-decoder (model.encoder_layers); this bench streams one "
+                         "layer's sections in image order, the on-chip engine's program, which an encoder-decoder does "
+                         "not have: bench/cycles.py reports its weight stalls")
     lay = layout(cfg)
     if args.base < 0 or args.base % cfg.axi_data_bytes:
         raise UsageError(f"--base: {args.base:#x} is not a non-negative multiple of the {cfg.axi_data_bytes}-byte "

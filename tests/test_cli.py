@@ -288,6 +288,7 @@ CASES = [
     ("dma-base-beyond", "bench/dma", ["--base", "0xffffffc0"], {}, "exceeds the 32-bit address space"),
     ("dma-base-text", "bench/dma", ["--base", "zz"], {}, "argument --base: invalid address value: 'zz'"),
     ("dma-config-missing", "bench/dma", ["--config", "/nonexistent/small.yaml"], {}, "--config: no such file"),
+    ("dma-seq2seq", "bench/dma", ["--config", "bart_tiny"], {}, "--config: bart_tiny is an encoder-decoder"),
     ("decode-no-cache", "bench/decode", ["--config", "small"], {},
      "--config: small has no KV cache (it needs model.causal: true and activations in DRAM"),
     ("decode-too-long", "bench/decode", ["--prompt", "200"], {},
