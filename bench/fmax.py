@@ -26,20 +26,22 @@ from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
 @command(SynthError)
 def main(argv=None) -> int:
     from mlo_hw.boards import design_component
-    from mlo_hw.ecp5 import ROUTERS, fmax_line, route_engine, wrapped_verilog
+    from mlo_hw.ecp5 import PLACERS, ROUTERS, fmax_line, route_engine, wrapped_verilog
     ap = ArgumentParser(prog="bench/fmax.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
     ap.add_argument("-o", "--output", type=folder, help="work folder (default build/<config>/pnr_ecp5)")
     ap.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
     ap.add_argument("--router", choices=ROUTERS, default="router1",
                     help="nextpnr's router (default router1; router2 copes better with congestion)")
+    ap.add_argument("--placer", choices=PLACERS, default="heap",
+                    help="nextpnr's placer (default heap; static, the electrostatic placer, spreads a dense design)")
     args = ap.parse_args(argv)
     tools = ecp5_tools()
     cfg = load_config(args.config)
     t0 = time.perf_counter()
     out = args.output or Path("build") / cfg.name / "pnr_ecp5"
     routed = route_engine(wrapped_verilog(design_component(cfg)), out, cfg.target.clock_mhz, tools, args.seed,
-                          args.router)
+                          args.router, args.placer)
     if not routed["ran"]:
         raise SynthError(routed["reason"])
     print(fmax_line(routed))

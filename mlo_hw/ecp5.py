@@ -32,7 +32,8 @@ from .cli import BadInput
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
            "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "fmax_line",
-           "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "route_engine"]
+           "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS", "PLACERS",
+           "route_engine"]
 
 DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
 DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
@@ -244,21 +245,24 @@ def synthesize(out: Path, tools: dict[str, str]) -> str | None:
 
 
 ROUTERS = ("router1", "router2")
+PLACERS = ("heap", "static")
 
 
-def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, router: str) -> tuple[int, dict]:
+def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, router: str,
+                     placer: str) -> tuple[int, dict]:
     """nextpnr-ecp5 on ``out/top.json`` (a missed constraint is no failure): its exit status and parsed log."""
     cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf-allow-unconstrained",
-           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--router", router]
+           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--placer", placer, "--router", router]
     rc = _run(cmd, out, out / "nextpnr.log")
     return rc, parse_nextpnr((out / "nextpnr.log").read_text(errors="replace"))
 
 
 def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str], seed: int = 1,
-                 router: str = "router1") -> dict:
+                 router: str = "router1", placer: str = "heap") -> dict:
     """Synthesize (``synth_ecp5``, :func:`synth_ecp5_lines`) and place and route (nextpnr-ecp5 on
-    :data:`DEVICE` at ``mhz``, with nextpnr's ``router``: router1, its default, or router2, which negotiates
-    congestion over the whole design at once) the wrapped design ``verilog_text`` in ``out``. Returns ``{"ran": True,
+    :data:`DEVICE` at ``mhz``, with nextpnr's ``placer``: heap, its default, or static, its electrostatic placer,
+    and ``router``: router1, its default, or router2, which negotiates congestion over the whole design at once)
+    the wrapped design ``verilog_text`` in ``out``. Returns ``{"ran": True,
     "fmax_mhz", "target_mhz", "clock", "fmax", "util", "path", "path_lines", "synth_seconds", "pnr_seconds"}``
     (the slowest clock's figures) or ``{"ran": False, "reason"}``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -267,7 +271,7 @@ def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str]
     if (why := synthesize(out, tools)) is not None:
         return {"ran": False, "reason": why}
     t1 = time.perf_counter()
-    rc, parsed = _place_and_route(out, tools, mhz, seed, router)
+    rc, parsed = _place_and_route(out, tools, mhz, seed, router, placer)
     t2 = time.perf_counter()
     if rc or not parsed["fmax"]:
         return {"ran": False, "reason": _failure(f"nextpnr-ecp5 (exit {rc})", out / "nextpnr.log")}

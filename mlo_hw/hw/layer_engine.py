@@ -500,8 +500,12 @@ class LayerEngine(wiring.Component):
         m.submodules.results = d.writer = writer = ResultWriter(
             pe=pe, simd=simd, seq=g.rows, hidden=g.hidden, intermediate=g.inter, tile_rows=g.tile_rows,
             k_local=d.K_LOCAL, v_local=d.V_LOCAL, bank_words=g.work_words // pe)
-        m.d.comb += [writer.i.valid.eq(res_valid), writer.i.payload.bytes.eq(res_data),
-                     writer.i.payload.wide.eq(res_wide)]
+        # the beat registered in front of the writer: the op's result mux and the buffers' write muxes (which the
+        # LayerNorm lanes' writes share) are a clock apart, as they are far apart on the die
+        beat = Signal.like(writer.i.payload, name="result_beat")
+        beat_valid = Signal(name="result_beat_valid")
+        m.d.sync += [beat_valid.eq(res_valid & ~d.flush), beat.bytes.eq(res_data), beat.wide.eq(res_wide)]
+        m.d.comb += [writer.i.valid.eq(beat_valid), writer.i.payload.eq(beat)]
         for i, b in enumerate(d.work.banks):
             m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
                          b.w.en.eq(writer.banks[i].en)]
