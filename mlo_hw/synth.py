@@ -406,13 +406,15 @@ def ecp5_tools() -> dict[str, str]:
 
 
 def route_ecp5(cfg, design: Design, out: Path, tools: dict[str, str]) -> dict:
-    """Place and route the engine, on three pins, on an ECP5-85F speed 8 (the routed proxy for Artix-7):
-    :func:`mlo_hw.ecp5.route_engine` in ``out/pnr_ecp5``; ``{"ran": False, "reason"}`` without the engine."""
+    """Place and route the engine, on three pins, on an ECP5-85F speed 8 (the routed proxy for Artix-7), built for
+    it (:func:`mlo_hw.ecp5.proxy_config`): :func:`mlo_hw.ecp5.route_engine` in ``out/pnr_ecp5``;
+    ``{"ran": False, "reason"}`` without the engine."""
     if design.kind != "engine":
         return {"ran": False, "reason": "--pnr ecp5 routes the engine, which is not built yet"}
     from .boards import design_component
-    from .ecp5 import route_engine, wrapped_verilog
-    return route_engine(wrapped_verilog(design_component(cfg)), out / "pnr_ecp5", cfg.target.clock_mhz, tools)
+    from .ecp5 import proxy_config, route_engine, wrapped_verilog
+    return route_engine(wrapped_verilog(design_component(proxy_config(cfg))), out / "pnr_ecp5",
+                        cfg.target.clock_mhz, tools)
 
 
 def run_pnr(choice: str, cfg, design: Design, part: str, out: Path, tools: dict[str, str]) -> dict:

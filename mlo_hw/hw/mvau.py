@@ -83,10 +83,19 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 
-__all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer"]
+__all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
 DSP_A_BITS = 25         # DSP48E1 multiplier: 25 x 18 signed
 DSP_B_BITS = 18
+ECP5_MULT_BITS = 18     # ECP5 MULT18X18D: 18 x 18 signed (a packed weight does not fit it)
+
+
+def multiplier_ports(part_family: str) -> tuple[int, int]:
+    """The signed (A, B) widths of one hardware multiplier of a part family: the DSP48E1's on 7-series, the
+    MULT18X18D's on ECP5 (``lfe5...``), where two channels cannot share a multiplier."""
+    if part_family.startswith("lfe5"):
+        return ECP5_MULT_BITS, ECP5_MULT_BITS
+    return DSP_A_BITS, DSP_B_BITS
 BIAS_BITS = 32          # bias words in the weight image are int32
 SHIFT_BITS = 6          # requant shift 0..63 (numerics.quantize_multiplier caps it at 62)
 
@@ -104,11 +113,13 @@ class MVAUParams:
     act_bits: int = 8
     mult_bits: int = nx.MULT_BITS
     pack_dsp: bool = True       # two channels per multiplier (see the module docstring)
+    dsp_a_bits: int = DSP_A_BITS   # the part's multiplier ports (multiplier_ports): packing needs the wide A port
+    dsp_b_bits: int = DSP_B_BITS
     requant_lanes: int | None = None    # requantizer lanes (None: pe); fewer take a beat in pe / lanes cycles
 
     def __post_init__(self):
         for name in ("pe", "simd", "max_cols", "max_rows", "max_vectors", "acc_bits", "weight_bits",
-                     "act_bits", "mult_bits"):
+                     "act_bits", "mult_bits", "dsp_a_bits", "dsp_b_bits"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"MVAUParams.{name}: expected a positive integer, got {v!r}")
@@ -136,6 +147,7 @@ class MVAUParams:
         kw = dict(pe=f.pe, simd=f.simd, max_cols=max_cols, max_rows=max_rows,
                   max_vectors=cfg.seq_padded, acc_bits=cfg.acc_bits(max_cols),
                   weight_bits=cfg.numerics.weight_bits, act_bits=cfg.numerics.act_bits)
+        kw["dsp_a_bits"], kw["dsp_b_bits"] = multiplier_ports(cfg.part_family)
         kw.update(overrides)
         if "requant_lanes" not in overrides:
             kw["requant_lanes"] = cls.shared_lanes(kw["pe"], max(1, min_cols // kw["simd"]))
@@ -174,9 +186,9 @@ class MVAUParams:
 
     @property
     def packed(self) -> bool:
-        """Two channels share one DSP48E1 multiply (needs the packed weight to fit the A port)."""
-        return (self.pack_dsp and self.pe >= 2 and self.packed_bits <= DSP_A_BITS
-                and self.act_bits + 1 <= DSP_B_BITS)
+        """Two channels share one DSP48E1 multiply (needs the packed weight to fit the A port: not on ECP5)."""
+        return (self.pack_dsp and self.pe >= 2 and self.packed_bits <= self.dsp_a_bits
+                and self.act_bits + 1 <= self.dsp_b_bits)
 
     @property
     def packed_bits(self) -> int:
@@ -238,9 +250,10 @@ def _tag_layout(p: MVAUParams) -> data.StructLayout:
 
 
 def _dsp_product(m: Module, a, b, name: str) -> Signal:
-    """``a * b`` through the DSP48E1's M and P registers: valid two cycles after its operands."""
-    mreg = Signal(signed(len(a) + len(b)), name=f"{name}_m")
-    preg = Signal(signed(len(a) + len(b)), name=f"{name}_p")
+    """``a * b`` through the DSP48E1's M and P registers (no reset, as a DSP's): valid two cycles after its
+    operands."""
+    mreg = Signal(signed(len(a) + len(b)), name=f"{name}_m", reset_less=True)
+    preg = Signal(signed(len(a) + len(b)), name=f"{name}_p", reset_less=True)
     m.d.sync += [mreg.eq(a * b), preg.eq(mreg)]
     return preg
 
@@ -358,7 +371,8 @@ class MACArray(wiring.Component):
     Timing: a free-running pipeline without enable, one step per cycle: ``dot`` holds the step
     presented :attr:`latency` = ``4 + ceil(log2 simd)`` cycles earlier (operand registers, DSP M,
     DSP P, lane split, then one register level per adder-tree halving).
-    With ``p.packed`` two channels share each multiplier (see the module docstring).
+    With ``p.packed`` two channels share each multiplier (see the module docstring). The registers have no reset
+    (the MVAU's tags say which steps are valid), so a flush of the engine does not fan out to them.
     """
 
     def __init__(self, p: MVAUParams):
@@ -376,7 +390,7 @@ class MACArray(wiring.Component):
         p = self.p
         # ---- operand registers (DSP A and B inputs) ---------------------------------------------
         # Activations as 9-bit signed: int8 sign-extended or uint8 zero-extended.
-        a2 = [Signal(signed(p.act_bits + 1), name=f"a{s}") for s in range(p.simd)]
+        a2 = [Signal(signed(p.act_bits + 1), name=f"a{s}", reset_less=True) for s in range(p.simd)]
         for s in range(p.simd):
             lane = self.act[s]
             m.d.sync += a2[s].eq(Mux(self.act_unsigned, lane.as_unsigned(), lane.as_signed()))
@@ -386,13 +400,13 @@ class MACArray(wiring.Component):
         wpk = {}
         for (lo, hi) in groups:
             for s in range(p.simd):
-                r = Signal(signed(p.packed_bits), name=f"wpk{lo}_{s}")
+                r = Signal(signed(p.packed_bits), name=f"wpk{lo}_{s}", reset_less=True)
                 m.d.sync += r.eq(w(lo, s) + (w(hi, s) << p.prod_bits))
                 wpk[lo, s] = r
         w2 = {}
         for c in singles:
             for s in range(p.simd):
-                r = Signal(signed(p.weight_bits), name=f"w{c}_{s}")
+                r = Signal(signed(p.weight_bits), name=f"w{c}_{s}", reset_less=True)
                 m.d.sync += r.eq(w(c, s))
                 w2[c, s] = r
 
@@ -401,7 +415,8 @@ class MACArray(wiring.Component):
         prods.update({key: _dsp_product(m, w2[key], a2[key[1]], f"pr{key[0]}_{key[1]}") for key in w2})
 
         # ---- split packed products into channel lanes -------------------------------------------
-        lanes = [[Signal(signed(p.prod_bits), name=f"l{c}_{s}") for s in range(p.simd)] for c in range(p.pe)]
+        lanes = [[Signal(signed(p.prod_bits), name=f"l{c}_{s}", reset_less=True) for s in range(p.simd)]
+                 for c in range(p.pe)]
         for (lo, hi) in groups:
             for s in range(p.simd):
                 pp = prods[lo, s]
@@ -420,7 +435,7 @@ class MACArray(wiring.Component):
                 width = len(row[0]) + 1
                 sums = []
                 for i in range(0, len(row), 2):
-                    r = Signal(signed(width), name=f"t{t}_{c}_{i // 2}")
+                    r = Signal(signed(width), name=f"t{t}_{c}_{i // 2}", reset_less=True)
                     m.d.sync += r.eq(row[i] + row[i + 1] if i + 1 < len(row) else row[i])
                     sums.append(r)
                 nxt.append(sums)
