@@ -177,9 +177,10 @@ def path_summary(lines: list[str]) -> dict:
 
 def worst_endpoints(report: dict, count: int = 10) -> list[dict]:
     """The ``count`` latest-arriving register inputs of a routed design, one per family (the driving and the sink's
-    block, and the sink register's name with its numbers as ``#``: ``mvau.mac.pk#_#_m``), from nextpnr's ``--report`` with ``--detailed-timing-report``
-    (each endpoint's arrival after the launching clock edge, ns): ``{"ns", "block", "sink", "net", "driver"}``.
-    nextpnr prints one critical path; this ranks the others, the next paths to cut."""
+    block, and the sink register's name with its numbers as ``#``: ``mvau.mac.pk#_#_m``), from nextpnr's
+    ``--report`` with ``--detailed-timing-report`` (each endpoint's arrival after the launching clock edge, ns):
+    ``{"ns", "block", "from", "sink", "net", "driver"}``. nextpnr prints one critical path; this ranks the others,
+    the next paths to cut."""
     ends = []
     for net in report.get("detailed_net_timings", []):
         for e in net.get("endpoints", []):

@@ -285,22 +285,23 @@ class NormaliseOutput(wiring.Component):
                 m.d.sync += out_idx.eq(out_idx + 1)
         ometa = data.StructLayout({"valid": 1, "last": 1, "slot": w.slot_bits})
         o = [Signal(ometa, name=f"out_meta{j}") for j in range(OUT_STAGES + 1)]   # o[j]: stage j (o[-1]: the beat)
-        d2 = Signal(signed(w.d_bits))
-        dk = Signal(signed(w.root_bits + 1))
+        d2 = Signal(signed(w.d_bits), reset_less=True)            # the datapath: no reset
+        dk = Signal(signed(w.root_bits + 1), reset_less=True)
         lo_bits = min(w.root_bits, PART_BITS)                    # dk * inv in two multiplier-sized parts
-        part_lo = Signal(signed(lo_bits + w.inv_bits + 1))
-        part_hi = Signal(signed(w.root_bits + 1 - lo_bits + w.inv_bits))
-        scaled = Signal(signed(w.root_bits + 1 + w.inv_bits))
-        t = Signal(signed(w.t_bits))
-        tg = Signal(signed(w.t_bits + nx.LN_GAIN_BITS))
+        part_lo = Signal(signed(lo_bits + w.inv_bits + 1), reset_less=True)
+        part_hi = Signal(signed(w.root_bits + 1 - lo_bits + w.inv_bits), reset_less=True)
+        scaled = Signal(signed(w.root_bits + 1 + w.inv_bits), reset_less=True)
+        t = Signal(signed(w.t_bits), reset_less=True)
+        tg = Signal(signed(w.t_bits + nx.LN_GAIN_BITS), reset_less=True)
         y0_bits = w.t_bits + nx.LN_GAIN_BITS + 1                 # t * gain + bias
-        y = Signal(signed(y0_bits + 2))                          # ... + 2**(shift-1)
-        g = {j: Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}") for j in range(2, 7)}
-        b = {j: Signal(signed(32), name=f"bias{j}") for j in range(2, 6)}
-        b6, b7 = (Signal(signed(y0_bits + 1), name=f"bias{j}") for j in (6, 7))
-        mean1, k1, k2 = Signal(signed(w.d_bits)), Signal(w.k_shape), Signal(w.k_shape, name="k2")
-        inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}") for j in (2, 3)}
-        e = {j: Signal(range(w.root_bits + 1), name=f"e{j}") for j in range(2, 6)}
+        y = Signal(signed(y0_bits + 2), reset_less=True)                        # ... + 2**(shift-1)
+        g = {j: Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}", reset_less=True) for j in range(2, 7)}
+        b = {j: Signal(signed(32), name=f"bias{j}", reset_less=True) for j in range(2, 6)}
+        b6, b7 = (Signal(signed(y0_bits + 1), name=f"bias{j}", reset_less=True) for j in (6, 7))
+        mean1, k1, k2 = (Signal(signed(w.d_bits), reset_less=True), Signal(w.k_shape, reset_less=True),
+                          Signal(w.k_shape, name="k2", reset_less=True))
+        inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}", reset_less=True) for j in (2, 3)}
+        e = {j: Signal(range(w.root_bits + 1), name=f"e{j}", reset_less=True) for j in range(2, 6)}
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
         shift = Signal(range(y0_bits + 1))
         half = Signal(unsigned(y0_bits))      # 2**(shift-1): rshift_round's rounding term, added to the bias

@@ -271,19 +271,20 @@ def split_product(m: Module, a, b, name: str) -> Signal:
     multiplier's 18-bit port: through its M and P registers. Wider: as two partial products ``a[:17] * b`` and
     ``a[17:] * b``, each registered at its multiplier's output (M), then their sum (P), so that no adder sits
     between a multiplier and its register (an ECP5 MULT18X18D or a DSP48E1 without cascade takes one part each).
+    The registers have no reset, as a DSP's.
     The product is signed when ``a`` is (the requantizer's ``acc + bias``), else unsigned (the softmax's
     distance below the row max)."""
     is_signed = a.shape().signed
     width = len(a) + len(b)
-    preg = Signal(signed(width) if is_signed else unsigned(width), name=f"{name}_p")
+    preg = Signal(signed(width) if is_signed else unsigned(width), name=f"{name}_p", reset_less=True)
     if split_parts(len(a), is_signed) == 1:
-        mreg = Signal.like(preg, name=f"{name}_m")
+        mreg = Signal.like(preg, name=f"{name}_m", reset_less=True)
         m.d.sync += [mreg.eq(a * b), preg.eq(mreg)]
         return preg
     high = a[SPLIT_BITS:].as_signed() if is_signed else a[SPLIT_BITS:]
-    lo = Signal(unsigned(SPLIT_BITS + len(b)), name=f"{name}_mlo")
+    lo = Signal(unsigned(SPLIT_BITS + len(b)), name=f"{name}_mlo", reset_less=True)
     hi = Signal(signed(len(a) - SPLIT_BITS + len(b)) if is_signed else unsigned(len(a) - SPLIT_BITS + len(b)),
-                name=f"{name}_mhi")
+                name=f"{name}_mhi", reset_less=True)
     m.d.sync += [lo.eq(a[:SPLIT_BITS] * b), hi.eq(high * b), preg.eq(lo + (hi << SPLIT_BITS))]
     return preg
 
