@@ -125,3 +125,37 @@ def test_small_config_routes_on_ecp5(tmp_path):
     assert pnr["ran"] and pnr["fmax_mhz"] > 0 and pnr["tool"] == "nextpnr-ecp5"
     assert pnr["path"]["block"] not in ("unknown", "wrapper")
     assert "### Routed on ECP5" in (tmp_path / "report.md").read_text()
+
+
+def test_worst_endpoints_rank_register_families_by_arrival():
+    # the shape of nextpnr's --report with --detailed-timing-report: per net, each endpoint's [min, max] arrival
+    def net(name, driver, *ends):
+        return {"net": name, "driver": driver, "port": "Q", "event": "posedge clk",
+                "endpoints": [{"cell": c, "port": p, "event": "posedge clk", "delay": d} for c, p, d in ends]}
+    report = {"detailed_net_timings": [
+        net("design.engine.mvau.mac.$73[31]", "design.engine.mvau.mac.x",
+            ("design.engine.mvau.mac.pk0_0_m_TRELLIS_FF_Q", "DI", [1.0, 12.5]),
+            ("design.engine.mvau.mac.pk4_6_m_TRELLIS_FF_Q", "DI", [1.0, 12.3])),    # the same family: one line
+        net("design.engine.r__en", "design.engine.seq_state_TRELLIS_FF_Q_3",
+            ("design.engine.buf_x.0.13", "CEB", [2.0, 11.4])),
+        net("design.engine.layernorm.ln0.x", "design.engine.layernorm.ln0.y",
+            ("design.engine.layernorm.ln0.acc_TRELLIS_FF_Q_2", "M", 9.0)),          # a single value
+        net("rst", "rst$tr_io", ("design.engine.x_TRELLIS_FF_Q", "LSR", [0, 20.0]))]}
+    report["detailed_net_timings"][-1]["endpoints"][0]["event"] = "<async>"      # not a clocked path
+    ends = ecp5.worst_endpoints(report, 10)
+    assert [(e["ns"], e["from"], e["block"]) for e in ends] == [
+        (12.5, "MVAU", "MVAU"), (11.4, "sequencer", "activation buffers"), (9.0, "LayerNorm", "LayerNorm")]
+    assert ends[0]["sink"] == "design.engine.mvau.mac.pk0_0_m_TRELLIS_FF_Q.DI"
+    assert ecp5.worst_endpoints(report, 1) == ends[:1] and ecp5.worst_endpoints({}) == []
+
+
+def test_the_proxy_keeps_the_plan_and_takes_the_ecp5_multipliers():
+    from mlo_hw.config import load_config
+    from mlo_hw.hw.mvau import MVAUParams, multiplier_ports
+    from mlo_hw.plan import plan
+    assert multiplier_ports("xc7a35t") == (25, 18) and multiplier_ports("lfe5um5g-85f") == (18, 18)
+    for name in ("bert_tiny", "bert_tiny_s512"):          # on chip and DRAM-tiled on the XC7A35T's block RAM
+        cfg = load_config(name)
+        proxy = ecp5.proxy_config(cfg)
+        assert proxy.part_family == "lfe5um5g-85f" and plan(proxy) == plan(cfg)
+        assert MVAUParams.from_config(cfg).packed and not MVAUParams.from_config(proxy).packed
