@@ -181,7 +181,12 @@ class BufferStore(wiring.Component):
         m.submodules.writer = writer = ActWriter(p, self.max_words * wb, outstanding=self.outstanding)
         m.submodules.queue = queue = fifo.SyncFIFO(width=self.word_bits, depth=self.QUEUE)
         regroup = Regroup(self.word_bits, p.data_bits)
-        m.submodules.regroup = ResetInserter(self.start | self.cancel)(regroup)    # stale parts dropped
+        # stale parts dropped, a cycle after start or cancel: the reset is a register, not the command's logic (a
+        # read's word reaches the regroup three cycles after start at the earliest; nothing is pending there at a
+        # start, which ``busy`` covers; after a cancel its words drop, ``active`` being low)
+        restart = Signal()
+        m.d.sync += restart.eq(self.start | self.cancel)
+        m.submodules.regroup = ResetInserter(restart)(regroup)
         forward_ports(m, self, writer, axi_write_master_members(p))
         m.d.comb += [writer.start.eq(self.start), writer.cancel.eq(self.cancel), writer.clear.eq(self.clear),
                      writer.base.eq(self.base), writer.length.eq(self.words * wb),
