@@ -52,9 +52,9 @@ class SerialDivider(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         qb, db = self.quotient_bits, len(self.divisor)
-        rem = Signal(db)                        # partial remainder, always < divisor
-        low = Signal(qb)                        # dividend bits still to bring down, MSB first
-        divisor = Signal(db)
+        rem = Signal(db, reset_less=True)       # partial remainder, always < divisor (data: no reset)
+        low = Signal(qb, reset_less=True)       # dividend bits still to bring down, MSB first
+        divisor = Signal(db, reset_less=True)
         count = Signal(range(qb + 1))
         trial = Signal(db + 1)
         m.d.comb += trial.eq(Cat(low[-1], rem))
@@ -89,8 +89,8 @@ class SerialSqrt(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.root_bits
-        x = Signal(2 * n)                       # radicand bits still to bring down, two per step
-        rem = Signal(n + 1)                     # remainder <= 2 * root
+        x = Signal(2 * n, reset_less=True)      # radicand bits still to bring down, two per step (data: no reset)
+        rem = Signal(n + 1, reset_less=True)    # remainder <= 2 * root
         count = Signal(range(n + 1))
         rem4 = Signal(n + 3)
         trial = Signal(n + 2)
