@@ -449,7 +449,11 @@ class LayerEngine(wiring.Component):
             m.submodules.attention = d.attw = attw = AttentionWeights(g.work_words // pe, words(max(S, dh)),
                                                                       max(S, dh) // pe)
             m.d.comb += attw.en.eq(mvau.weights.en)
-            with m.If((op == Op.SCORES) | (op == Op.PV)):
+            # registered: a job's first weight word is read at least a cycle after its op begins, its last
+            # before the op ends (the op decode stays off the weight word's path to the MVAU)
+            attention_words = Signal(name="attention_words")
+            m.d.sync += attention_words.eq((op == Op.SCORES) | (op == Op.PV))
+            with m.If(attention_words):
                 m.d.comb += mvau.weights.data.eq(work.read_side_by_side(m, attw.addr))
             with m.Else():
                 m.d.comb += mvau.weights.data.eq(ws.wdata)

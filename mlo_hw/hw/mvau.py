@@ -40,8 +40,8 @@ Interface (clock domain ``sync``):
 
 Throughput: one PE x SIMD step per cycle whenever ``x`` has data (only needed in folds ``nf == 0``)
 and the output buffer has room: no bubbles between folds, vectors or jobs. A job of ``V`` vectors
-takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``13 + ceil(log2(simd))``, plus
-``pe / requant_lanes`` with a shared requantizer: 24 for bert_tiny's 8 x 8 with one requant lane) from its
+takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``14 + ceil(log2(simd))``, plus
+``pe / requant_lanes`` with a shared requantizer: 25 for bert_tiny's 8 x 8 with one requant lane) from its
 command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
 the pipeline after issue runs freely and its results land in an output FIFO that issue never
 overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth; that count is
@@ -370,15 +370,17 @@ class MACArray(wiring.Component):
         ``w`` (in): ``pe * simd`` signed weights, ``W[p, s]`` in lane ``p*simd + s``.
         ``dot`` (out): ``pe`` signed lanes, ``dot[p] = sum_s W[p, s] * act[s]``.
     Timing: a free-running pipeline without enable, one step per cycle: ``dot`` holds the step
-    presented :attr:`latency` = ``4 + ceil(log2 simd)`` cycles earlier (operand registers, DSP M,
-    DSP P, lane split, then one register level per adder-tree halving).
+    presented :attr:`latency` = ``5 + ceil(log2 simd)`` cycles earlier (input registers, operand registers,
+    DSP M, DSP P, lane split, then one register level per adder-tree halving). The input registers take the
+    weight word and the activations where they arrive, so that the wires from the buffers to the multipliers
+    (across the die on a large part) are a register-to-register path of their own.
     With ``p.packed`` two channels share each multiplier (see the module docstring). The registers have no reset
     (the MVAU's tags say which steps are valid), so a flush of the engine does not fan out to them.
     """
 
     def __init__(self, p: MVAUParams):
         self.p = p
-        self.latency = 4 + p.tree_levels
+        self.latency = 5 + p.tree_levels
         super().__init__({
             "act": In(data.ArrayLayout(unsigned(p.act_bits), p.simd)),
             "act_unsigned": In(1),
@@ -391,11 +393,15 @@ class MACArray(wiring.Component):
         p = self.p
         # ---- operand registers (DSP A and B inputs) ---------------------------------------------
         # Activations as 9-bit signed: int8 sign-extended or uint8 zero-extended.
+        act_in = Signal.like(self.act, name="act_in", reset_less=True)      # the input registers
+        act_unsigned = Signal(name="act_unsigned_in", reset_less=True)
+        w_in = Signal.like(self.w, name="w_in", reset_less=True)
+        m.d.sync += [act_in.eq(self.act), act_unsigned.eq(self.act_unsigned), w_in.eq(self.w)]
         a2 = [Signal(signed(p.act_bits + 1), name=f"a{s}", reset_less=True) for s in range(p.simd)]
         for s in range(p.simd):
-            lane = self.act[s]
-            m.d.sync += a2[s].eq(Mux(self.act_unsigned, lane.as_unsigned(), lane.as_signed()))
-        w = lambda ch, s: self.w[ch * p.simd + s]      # noqa: E731  weight (channel, simd lane)
+            lane = act_in[s]
+            m.d.sync += a2[s].eq(Mux(act_unsigned, lane.as_unsigned(), lane.as_signed()))
+        w = lambda ch, s: w_in[ch * p.simd + s]        # noqa: E731  weight (channel, simd lane)
         groups = [(c, c + 1) for c in range(0, p.pe - 1, 2)] if p.packed else []
         singles = [c for c in range(p.pe) if not any(c in g for g in groups)]
         wpk = {}
@@ -559,9 +565,9 @@ class MVAU(wiring.Component):
     """
 
     # Register stages from issue to the output FIFO write, not counting the SIMD adder tree:
-    # buffer/weight read, operand registers (DSP A/B), product (DSP M), DSP P, lane split,
+    # buffer/weight read, MAC input registers, operand registers (DSP A/B), product (DSP M), DSP P, lane split,
     # accumulator, acc + bias, requant product (M), requant product (P), shift, round, saturate.
-    FIXED_STAGES = 12
+    FIXED_STAGES = 13
     FIFO_LATENCY = 1        # SyncFIFO: a write is readable the next cycle
 
     def __init__(self, params: MVAUParams):
