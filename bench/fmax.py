@@ -1,7 +1,7 @@
 """Routed Fmax of the engine on an ECP5-85F speed 8 (the routed proxy for Artix-7), with its critical path.
 
-    .venv/bin/python bench/fmax.py --config small        # about 5 minutes on 2 cores
-    .venv/bin/python bench/fmax.py --config bert_tiny    # about 30 minutes
+    .venv/bin/python bench/fmax.py --config small                                       # about 12 minutes
+    .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router2  # about 17 minutes
 
 Builds the engine for the ECP5 (``mlo_hw.ecp5.proxy_config``: the config's plan, the ECP5's 18 x 18
 multipliers, so the MVAU does not pack two channels in one), wraps it on three pins (``mlo_hw.ecp5.PinWrapper``),
