@@ -39,7 +39,7 @@ def test_abandoned_runs_drain_the_bus_then_run_bit_exact(case):
     run_engine(cfg, engine_params(cfg, "small", drain=True, seed=7), case)
 
 
-@pytest.mark.parametrize("lanes", [4, 32])
+@pytest.mark.parametrize("lanes", [4, pytest.param(32, marks=pytest.mark.slow)])   # 32: MiniLM's SIMD (CI budget)
 def test_narrowing_stage_bit_exact_under_backpressure(lanes):
     v = to_verilog(Narrow(lanes), f"narrow{lanes}")
     assert lint(v, f"narrow{lanes}") == []
