@@ -29,8 +29,7 @@ from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
 
 @command(SynthError)
 def main(argv=None) -> int:
-    from mlo_hw.boards import design_component
-    from mlo_hw.ecp5 import PLACERS, ROUTERS, fmax_line, proxy_config, route_engine, wrapped_verilog
+    from mlo_hw.ecp5 import PLACERS, ROUTERS, fmax_line, proxy_verilog, route_engine
     ap = ArgumentParser(prog="bench/fmax.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
     ap.add_argument("-o", "--output", type=folder, help="work folder (default build/<config>/pnr_ecp5)")
@@ -44,8 +43,7 @@ def main(argv=None) -> int:
     cfg = load_config(args.config)
     t0 = time.perf_counter()
     out = args.output or Path("build") / cfg.name / "pnr_ecp5"
-    routed = route_engine(wrapped_verilog(design_component(proxy_config(cfg))), out, cfg.target.clock_mhz, tools, args.seed,
-                          args.router, args.placer)
+    routed = route_engine(proxy_verilog(cfg), out, cfg.target.clock_mhz, tools, args.seed, args.router, args.placer)
     if not routed["ran"]:
         raise SynthError(routed["reason"])
     print(fmax_line(routed))

@@ -138,8 +138,7 @@ def path_families(top: dict, count: int) -> list[dict]:
 
 @command(SynthError)
 def main(argv=None) -> int:
-    from mlo_hw.boards import design_component
-    from mlo_hw.ecp5 import proxy_config, synthesize, wrapped_verilog
+    from mlo_hw.ecp5 import proxy_verilog, synthesize
     ap = ArgumentParser(prog="bench/paths.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
     ap.add_argument("-o", "--output", type=folder, help="work folder (default build/<config>/paths_ecp5)")
@@ -151,7 +150,7 @@ def main(argv=None) -> int:
     out = args.output or Path("build") / cfg.name / "paths_ecp5"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    (out / "top.v").write_text(wrapped_verilog(design_component(proxy_config(cfg))))
+    (out / "top.v").write_text(proxy_verilog(cfg))
     if (why := synthesize(out, tools)) is not None:
         raise SynthError(why)
     t1 = time.perf_counter()

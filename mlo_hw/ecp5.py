@@ -35,7 +35,8 @@ from .cli import BadInput
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
            "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "worst_endpoints",
            "fmax_line", "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS",
-           "PLACERS", "PROXY_PART", "proxy_config", "route_engine"]
+           "PLACERS", "PROXY_PART", "proxy_config", "proxy_verilog",
+           "route_engine"]
 
 DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
 DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
@@ -258,8 +259,17 @@ def proxy_config(cfg):
     target = dataclasses.replace(cfg.target, part=PROXY_PART, board=PROXY_BOARD, bram36_budget=budget)
     proxy = dataclasses.replace(cfg, target=target)
     if plan(proxy) != plan(cfg):
-        raise ValueError(f"{cfg.name}: the ECP5 proxy's plan differs from the config's")
+        from .config import ConfigError
+        raise ConfigError(f"target.part: {cfg.name}'s plan on the ECP5 proxy differs from its plan on "
+                          f"{cfg.target.part}")
     return proxy
+
+
+def proxy_verilog(cfg) -> str:
+    """The engine of ``cfg`` built for the proxy (:func:`proxy_config`) on three pins (:func:`wrapped_verilog`): what
+    ``bench/fmax.py``, ``bench/paths.py`` and ``mlo_hw.synth --pnr ecp5`` synthesize."""
+    from .boards import design_component
+    return wrapped_verilog(design_component(proxy_config(cfg)))
 
 
 def wrapped_verilog(design) -> str:

@@ -411,10 +411,8 @@ def route_ecp5(cfg, design: Design, out: Path, tools: dict[str, str]) -> dict:
     ``{"ran": False, "reason"}`` without the engine."""
     if design.kind != "engine":
         return {"ran": False, "reason": "--pnr ecp5 routes the engine, which is not built yet"}
-    from .boards import design_component
-    from .ecp5 import proxy_config, route_engine, wrapped_verilog
-    return route_engine(wrapped_verilog(design_component(proxy_config(cfg))), out / "pnr_ecp5",
-                        cfg.target.clock_mhz, tools)
+    from .ecp5 import proxy_verilog, route_engine
+    return route_engine(proxy_verilog(cfg), out / "pnr_ecp5", cfg.target.clock_mhz, tools)
 
 
 def run_pnr(choice: str, cfg, design: Design, part: str, out: Path, tools: dict[str, str]) -> dict:
