@@ -1,4 +1,4 @@
-"""cocotb test of mlo_hw.hw.engine.activation_operand.ActivationOperand: a word memory model (read one cycle late),
+"""cocotb test of mlo_hw.hw.engine.activation_operand.ActivationOperand: a word memory model (read ``read_latency`` cycles late),
 random per-channel shifts through the shift write port, random commands (narrowed or passed through, either
 shift half, strided vectors, 1 to 3 passes), random ``ready`` on ``o``; every beat against ``numerics.narrow`` or the low
 bytes; a negative check."""
@@ -36,11 +36,13 @@ async def random_commands_under_backpressure(dut):
     state = {"data": 0}
 
     async def memory():
+        requests = [(0, 0)] * (P.get("read_latency", 1) - 1)     # registered in front of the block RAM
         while True:
             dut.rd_data.value = state["data"]
             await ReadOnly()
-            if int(dut.rd_en.value):
-                a = int(dut.rd_addr.value)
+            requests.append((int(dut.rd_en.value), int(dut.rd_addr.value)))
+            en, a = requests.pop(0)
+            if en:
                 state["data"] = sum((v & 0xFFFF) << (RB * i) for i, v in enumerate(lanes[a % MEM]))
             await RisingEdge(dut.clk)
     cocotb.start_soon(memory())

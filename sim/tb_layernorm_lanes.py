@@ -1,5 +1,5 @@
 """cocotb test of mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes: rows of (a, b) int16 pairs in a memory model
-(read one cycle late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
+(read ``read_latency`` cycles late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
 maximum, rows made available a few at a time through ``avail`` (a read beyond it returns garbage), the taps (row r in
 lane r % lanes), and a negative check."""
@@ -38,15 +38,17 @@ class Bench:
 
     async def _run(self):
         dut, data = self.dut, 0
+        requests = [(0, 0, 0)] * (P.get("read_latency", 1) - 1)     # registered in front of the block RAM
         while True:
             dut.rd_data.value = data
             dut.avail.value = self.avail
             ready = int(self.rng.random() < self.p_ready)
             dut.w__ready.value = ready
             await ReadOnly()
-            a = int(dut.rd_addr.value)
-            if int(dut.rd_en.value):
-                data = self.mem[a] if a < min(len(self.mem), self.avail) else self.rng.getrandbits(32 * SIMD)
+            requests.append((int(dut.rd_en.value), int(dut.rd_addr.value), self.avail))
+            en, a, avail = requests.pop(0)
+            if en:
+                data = self.mem[a] if a < min(len(self.mem), avail) else self.rng.getrandbits(32 * SIMD)
             if int(dut.w__valid.value) and ready:
                 v = int(dut.w__payload.value)
                 addr_bits = len(dut.w__payload) - RB * SIMD

@@ -2,7 +2,7 @@
 Verilator (cocotbext-axi RAM with random stalls on all five channels, error responses, cancel), lint, synthesis."""
 
 import pytest
-from amaranth import Module
+from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -15,12 +15,13 @@ from sim.runner import lint, simulate, to_verilog
 
 class LoadStore(wiring.Component):
     """Test top: a word buffer filled by a BufferLoad (``ld_*``; ``ld_ready`` gates its write stream, so the
-    testbench applies random backpressure) and drained by a BufferStore (``st_*``), on one AXI4 port."""
+    testbench applies random backpressure) and drained by a BufferStore (``st_*``), on one AXI4 port. With
+    ``read_latency`` 2 the store's read request is registered in front of the buffer (as in the engine)."""
 
-    def __init__(self, p, word_bits, words):
-        self.p = p
+    def __init__(self, p, word_bits, words, read_latency=1):
+        self.p, self.read_latency = p, read_latency
         self.load = BufferLoad(p, word_bits, words)
-        self.store = BufferStore(p, word_bits, words)
+        self.store = BufferStore(p, word_bits, words, read_latency=read_latency)
         self.buffer = Memory(shape=word_bits, depth=words, init=[])
         members = {**axi_read_master_members(p), **axi_write_master_members(p), "ld_ready": In(1)}
         for prefix, block in (("ld", self.load), ("st", self.store)):
@@ -43,23 +44,27 @@ class LoadStore(wiring.Component):
         wp, rp = self.buffer.write_port(), self.buffer.read_port()
         w = self.load.w
         m.d.comb += [w.ready.eq(self.ld_ready), wp.addr.eq(w.payload.addr), wp.data.eq(w.payload.data),
-                     wp.en.eq(w.valid & w.ready),
-                     rp.addr.eq(self.store.r_addr), rp.en.eq(self.store.r_en), self.store.r_data.eq(rp.data)]
+                     wp.en.eq(w.valid & w.ready), self.store.r_data.eq(rp.data)]
+        r_addr, r_en = self.store.r_addr, self.store.r_en
+        for _ in range(self.read_latency - 1):
+            r_addr, r_en = Signal.like(r_addr), Signal.like(r_en)
+            m.d.sync += [r_addr.eq(self.store.r_addr), r_en.eq(self.store.r_en)]
+        m.d.comb += [rp.addr.eq(r_addr), rp.en.eq(r_en)]
         return m
 
 
-# (config-like parameters): AXI data bits, word bits (simd int16 lanes), buffer words
+# (config-like parameters): AXI data bits, word bits (simd int16 lanes), buffer words, read latency
 CASES = {
-    "beat64_word128": (64, 128, 512),      # bert_tiny: two beats a word
-    "beat64_word64": (64, 64, 256),        # small: a beat a word
-    "beat128_word64": (128, 64, 256),      # a wide bus: two words a beat
+    "beat64_word128": (64, 128, 512, 2),   # bert_tiny: two beats a word, the engine's registered read
+    "beat64_word64": (64, 64, 256, 1),     # small: a beat a word
+    "beat128_word64": (128, 64, 256, 2),   # a wide bus: two words a beat
 }
 
 
 def _top(case, max_burst=16):
-    data_bits, word_bits, words = CASES[case]
+    data_bits, word_bits, words, read_latency = CASES[case]
     p = AxiParams(addr_bits=20, data_bits=data_bits, max_burst_beats=max_burst)
-    return p, LoadStore(p, word_bits, words)
+    return p, LoadStore(p, word_bits, words, read_latency)
 
 
 # -m slow (29 s each): every full-stack harness run loads its input and stores its output through LoadStore
@@ -70,7 +75,7 @@ def test_load_and_store_against_axi_ram(case):
     name = f"act_io_{case}"
     v = to_verilog(top, name)
     assert lint(v, name) == []
-    data_bits, word_bits, words = CASES[case]
+    data_bits, word_bits, words, _ = CASES[case]
     simulate(v, name, "tb_activation_io", {"dut": "load_store", "addr_bits": p.addr_bits, "data_bits": data_bits,
                                            "word_bits": word_bits, "words": words, "max_burst": p.max_burst_beats})
 

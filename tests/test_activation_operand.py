@@ -3,20 +3,22 @@ numerics.narrow under backpressure, lint, and a slow synthesis."""
 import pytest
 
 from mlo_hw.hw.engine.activation_operand import ActivationOperand
+from mlo_hw.hw.layer_engine import BUFFER_READ_LATENCY
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 
-@pytest.mark.parametrize("hidden,simd", [(32, 4), (128, 8)])
-def test_vectors_are_narrowed_or_passed_bit_exact(hidden, simd):
+@pytest.mark.parametrize("hidden,simd,read_latency", [(32, 4, 1), (128, 8, BUFFER_READ_LATENCY)])
+def test_vectors_are_narrowed_or_passed_bit_exact(hidden, simd, read_latency):
     mem_words = 4 * hidden
-    dut = ActivationOperand(hidden, simd, 12, hidden // simd + 2, 8, max_passes=3)
-    top = f"operand_{hidden}_{simd}"
+    dut = ActivationOperand(hidden, simd, 12, hidden // simd + 2, 8, max_passes=3, read_latency=read_latency)
+    top = f"operand_{hidden}_{simd}_{read_latency}"
     v = to_verilog(dut, top)
     assert lint(v, top) == []
     widths = {name: (f.offset, f.width) for name, f in dut.signature.members["cmd"].shape}
     simulate(v, top, "tb_activation_operand", {"hidden": hidden, "simd": simd, "mem_words": mem_words,
-                                               "cmd_widths": widths, "max_passes": 3})
+                                               "cmd_widths": widths, "max_passes": 3,
+                                               "read_latency": read_latency})
 
 
 @pytest.mark.slow

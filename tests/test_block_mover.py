@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from mlo_hw.hw.axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
 from mlo_hw.hw.engine.block_mover import BlockMover, Transfer
+from mlo_hw.hw.layer_engine import BUFFER_READ_LATENCY
 from mlo_hw.model import numerics as nx
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
@@ -21,8 +22,8 @@ class MoverTop(wiring.Component):
     """Test top: a ``BlockMover`` with the engine's buffers as real memories and flat ports.
 
     X and Y: ``rows * hidden / simd`` words of ``simd`` int16 lanes (16-bit write granularity, one read port);
-    WORK: ``pe`` banks of ``simd``-byte words, one read port each (data one cycle after ``rd_en``), as in
-    ``LayerEngine``. The mover's buffer ports are routed by the kind latched at ``start`` (as the engine
+    WORK: ``pe`` banks of ``simd``-byte words, one read port each. Every read request of the mover is registered
+    in front of the memories (data ``BUFFER_READ_LATENCY`` cycles after ``rd_en``), as in ``LayerEngine``. The mover's buffer ports are routed by the kind latched at ``start`` (as the engine
     routes them by its op): LOAD_X writes X, LOAD_Q writes Y, STORE_X reads X, STORE_Q reads Y, STORE_K and
     STORE_VT read every WORK bank.
 
@@ -39,7 +40,7 @@ class MoverTop(wiring.Component):
         self.max_words = 2 * self.x_words                    # byte words of an int16 block
         self.local_bits = max(self.max_words, self.bank_words).bit_length()
         self.mover = BlockMover(p, simd=simd, pe=pe, max_words=self.max_words, max_runs=max_runs,
-                                local_bits=self.local_bits)
+                                local_bits=self.local_bits, read_latency=BUFFER_READ_LATENCY)
         cmd = self.mover.cmd
         members = {**axi_read_master_members(p), **axi_write_master_members(p),
                    "start": In(1), "cancel": In(1), "clear": In(1), "kind": In(Transfer),
@@ -65,6 +66,8 @@ class MoverTop(wiring.Component):
         route = Signal(Transfer)
         with m.If(self.start):
             m.d.sync += route.eq(self.kind)
+        rd_addr, rd_en = Signal.like(mover.rd_addr), Signal()    # the request's register beside the memories
+        m.d.sync += [rd_addr.eq(mover.rd_addr), rd_en.eq(mover.rd_en)]
 
         # X and Y: the mover writes (loads) or reads (stores) one of them; the backdoor otherwise
         rsel = Signal()
@@ -84,7 +87,7 @@ class MoverTop(wiring.Component):
             with m.If(self.bd_re):
                 m.d.comb += [r.addr.eq(self.bd_addr), r.en.eq(self.bd_rsel == i)]
             with m.Else():
-                m.d.comb += [r.addr.eq(mover.rd_addr), r.en.eq(mover.rd_en & (route == store))]
+                m.d.comb += [r.addr.eq(rd_addr), r.en.eq(rd_en & (route == store))]
             data.append(r.data)
         m.d.comb += [mover.rd_word.eq(Mux(route == Transfer.STORE_X, data[0], data[1])),
                      self.bd_rdata.eq(Mux(rsel, data[1], data[0]))]
@@ -96,7 +99,7 @@ class MoverTop(wiring.Component):
             m.submodules[f"work{b}"] = mem
             w, r = mem.write_port(), mem.read_port()
             m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data), w.en.eq(self.bd_we & (self.bd_sel == 2 + b)),
-                         r.addr.eq(mover.rd_addr), r.en.eq(mover.rd_en)]
+                         r.addr.eq(rd_addr), r.en.eq(rd_en)]
             banks.append(r.data)
         m.d.comb += mover.rd_banks.eq(Cat(*banks))
         return m

@@ -4,6 +4,7 @@ import pytest
 
 from mlo_hw.config import load_config
 from mlo_hw.hw.engine.layernorm_lanes import LayerNormLanes
+from mlo_hw.hw.layer_engine import BUFFER_READ_LATENCY
 from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
@@ -15,12 +16,14 @@ from sim.runner import lint, simulate, to_verilog
     pytest.param("bert_tiny", 6, 2, marks=pytest.mark.slow), pytest.param("bert_tiny", 6, 4, marks=pytest.mark.slow)])
 def test_rows_are_layernormed_bit_exact(name, max_rows, lanes):
     cfg = load_config(name)
-    dut = LayerNormLanes(cfg.model.hidden, cfg.folding.simd, max_rows, lanes)
+    read_latency = 1 if lanes == 1 else BUFFER_READ_LATENCY       # the engine's, and the unregistered read
+    dut = LayerNormLanes(cfg.model.hidden, cfg.folding.simd, max_rows, lanes, read_latency=read_latency)
     top = f"ln_lanes_{name}_{lanes}"
     v = to_verilog(dut, top)
     assert lint(v, top) == []
     simulate(v, top, "tb_layernorm_lanes", {"hidden": cfg.model.hidden, "simd": cfg.folding.simd,
-                                            "max_rows": max_rows, "lanes": lanes})
+                                            "max_rows": max_rows, "lanes": lanes,
+                                            "read_latency": read_latency})
 
 
 @pytest.mark.slow

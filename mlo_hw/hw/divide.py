@@ -55,7 +55,7 @@ class SerialDivider(wiring.Component):
         rem = Signal(db, reset_less=True)       # partial remainder, always < divisor (data: no reset)
         low = Signal(qb, reset_less=True)       # dividend bits still to bring down, MSB first
         divisor = Signal(db, reset_less=True)
-        count = Signal(range(qb + 1))
+        count = Signal(range(qb + 1), reset_less=True)      # steps left, loaded at start (``busy`` has the reset)
         trial = Signal(db + 1)
         m.d.comb += trial.eq(Cat(low[-1], rem))
         m.d.sync += self.done.eq(0)
@@ -91,7 +91,7 @@ class SerialSqrt(wiring.Component):
         n = self.root_bits
         x = Signal(2 * n, reset_less=True)      # radicand bits still to bring down, two per step (data: no reset)
         rem = Signal(n + 1, reset_less=True)    # remainder <= 2 * root
-        count = Signal(range(n + 1))
+        count = Signal(range(n + 1), reset_less=True)       # steps left, loaded at start (``busy`` has the reset)
         rem4 = Signal(n + 3)
         trial = Signal(n + 2)
         m.d.comb += [rem4.eq(Cat(x[-2:], rem)), trial.eq(Cat(Const(1, 2), self.root))]
@@ -127,10 +127,11 @@ class SerialMultiplier(wiring.Component):
         m = Module()
         nb = self.multiplier_bits
         width = len(self.product)
-        addend = Signal(signed(width))          # a << step
-        negative = Signal()                     # b < 0: subtract the addends
-        bits = Signal(unsigned(nb))             # |b|, LSB first
-        count = Signal(range(nb + 1))
+        # data and the step count: no reset (loaded at start; ``busy`` has the reset)
+        addend = Signal(signed(width), reset_less=True)     # a << step
+        negative = Signal(reset_less=True)                  # b < 0: subtract the addends
+        bits = Signal(unsigned(nb), reset_less=True)        # |b|, LSB first
+        count = Signal(range(nb + 1), reset_less=True)
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += [addend.eq(self.a), negative.eq(self.b < 0), bits.eq(abs(self.b)),

@@ -237,15 +237,27 @@ def with_seq_len(cfg, seq_len: int, bram36_budget: float | None = None):
     return new
 
 
+BUFFER_READ_LATENCY = 2     # an activation buffer read: the request registered beside the block RAM, then the read
+
+
 class _Buffer:
     """A word memory (``lanes`` elements of ``lane_bits`` a word, one write enable per element) with one
-    read and one write port."""
+    read and one write port. A read is requested on ``rd_addr``/``rd_en`` (driven by the block that reads; the
+    op's multiplexer in front), registered beside the block RAM and answered on ``r.data``
+    :data:`BUFFER_READ_LATENCY` cycles later (non-transparent: a write in the cycle after the request is not
+    seen). The request's register keeps the op decode and the wire across the die off the block RAM's inputs."""
 
     def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8):
         self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[])
         m.submodules[name] = self.mem
         self.w = self.mem.write_port(granularity=lane_bits)
         self.r = self.mem.read_port()
+        self.rd_addr = Signal.like(self.r.addr, name=f"{name}_rd_addr")
+        self.rd_en = Signal(name=f"{name}_rd_en")
+        self.req_addr = Signal.like(self.r.addr, name=f"{name}_req_addr", reset_less=True)
+        self.req_en = Signal(name=f"{name}_req_en", reset_less=True)
+        m.d.sync += [self.req_addr.eq(self.rd_addr), self.req_en.eq(self.rd_en)]
+        m.d.comb += [self.r.addr.eq(self.req_addr), self.r.en.eq(self.req_en)]
 
 
 class _Banks:
@@ -255,23 +267,29 @@ class _Banks:
     def __init__(self, m, name: str, words_per_bank: int, word_bytes: int, n: int):
         self.banks = [_Buffer(m, f"{name}{b}", words_per_bank, word_bytes) for b in range(n)]
         self.lp = (n - 1).bit_length()
-        self.sel = Signal(range(max(n, 2)), name=f"{name}_sel")
+        self.sel = Signal(range(max(n, 2)), name=f"{name}_sel")             # the bank of the word on r.data
+        self.rd_bank = Signal.like(self.sel, name=f"{name}_rd_bank")        # of a row-major read request
+        req_bank = Signal.like(self.sel, name=f"{name}_req_bank")           # registered with the request
+        m.d.sync += req_bank.eq(self.rd_bank)
+        with m.If(self.banks[0].req_en):
+            m.d.sync += self.sel.eq(req_bank)
 
     def _split(self, addr):
         return (addr[:self.lp], addr[self.lp:]) if self.lp else (Const(0, 1), addr)
 
     def read(self, m, addr, en):
-        """Row-major read: the word arrives one cycle later on the returned value."""
+        """Row-major read: the word arrives :data:`BUFFER_READ_LATENCY` cycles later on the returned value."""
         bank, local = self._split(addr)
+        m.d.comb += self.rd_bank.eq(bank)
         for b in self.banks:
-            m.d.comb += [b.r.addr.eq(local), b.r.en.eq(en)]
-        with m.If(en):
-            m.d.sync += self.sel.eq(bank)
+            m.d.comb += [b.rd_addr.eq(local), b.rd_en.eq(en)]
         return Array(b.r.data for b in self.banks)[self.sel]
 
     def read_side_by_side(self, m, local):
+        """One word of every bank, straight to the block RAMs (the MVAU's weight read: data a cycle later), in
+        place of the registered request."""
         for b in self.banks:
-            m.d.comb += b.r.addr.eq(local)
+            m.d.comb += [b.r.addr.eq(local), b.r.en.eq(1)]
         return Cat(*(b.r.data for b in self.banks))
 
 
@@ -344,16 +362,18 @@ class LayerEngine(wiring.Component):
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
                 ("score_groups", "score_groups", self._score_groups()),
-                ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg)), ("gelu", "gelu", GeluTable.from_config(cfg)),
+                ("layernorm", "ln_lanes", LayerNormLanes.from_config(cfg, BUFFER_READ_LATENCY)), ("gelu", "gelu", GeluTable.from_config(cfg)),
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S,
                                                                 max_passes=g.max_tiles,
-                                                                shift_sets=4 if cfg.seq2seq else 2))):
+                                                                shift_sets=4 if cfg.seq2seq else 2,
+                                                                read_latency=BUFFER_READ_LATENCY))):
             m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block
         ap_in = AxiParams.from_config(cfg)                # the masters inside (ID 1 bit)
         m.submodules.mover = d.mover = mover = BlockMover(ap_in, simd=simd, pe=g.pe, max_words=2 * words(g.rows * H),
-                                                          max_runs=max(g.heads, H // g.pe), local_bits=g.addr_bits)
+                                                          max_runs=max(g.heads, H // g.pe), local_bits=g.addr_bits,
+                                                          read_latency=BUFFER_READ_LATENCY)
         forward_ports(m, self, regs, axil_slave_members(AXIL_ADDR_BITS))
         m.d.comb += self.irq.eq(regs.irq)
         # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: round robin per
@@ -471,11 +491,11 @@ class LayerEngine(wiring.Component):
             for o, name in src.items():
                 with m.Case(o):
                     b = bufs[name]
-                    m.d.comb += [b.r.addr.eq(operand.rd_addr), b.r.en.eq(operand.rd_en),
+                    m.d.comb += [b.rd_addr.eq(operand.rd_addr), b.rd_en.eq(operand.rd_en),
                                  operand.rd_data.eq(b.r.data if name != "p" else spread(b.r.data))]
                     if o == Op.SCORES and self.cfg.seq2seq and not self.pre_ln:   # the cross heads: Q^c in X
                         x = bufs["x"]
-                        m.d.comb += [x.r.addr.eq(operand.rd_addr), x.r.en.eq(operand.rd_en)]
+                        m.d.comb += [x.rd_addr.eq(operand.rd_addr), x.rd_en.eq(operand.rd_en)]
                         with m.If(d.cross_phase):
                             m.d.comb += operand.rd_data.eq(x.r.data)
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
@@ -522,10 +542,10 @@ class LayerEngine(wiring.Component):
                 b = bufs[name]
                 m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
         if self.pre_ln:        # O's and FFN down's results added into the residual stream in X, saturated
-            m.submodules.residual_add = add = ResidualAdd(writer.max_words, simd)
+            m.submodules.residual_add = add = ResidualAdd(writer.max_words, simd, BUFFER_READ_LATENCY)
             x = bufs["x"]
             with m.If((op == Op.O) | (op == Op.FFN_DOWN) | (op == Op.XO)):
-                m.d.comb += [add.i.eq(writer.rows), x.r.addr.eq(add.rd_addr), x.r.en.eq(add.rd_en)]
+                m.d.comb += [add.i.eq(writer.rows), x.rd_addr.eq(add.rd_addr), x.rd_en.eq(add.rd_en)]
             m.d.comb += add.rd_data.eq(x.r.data)
             with m.If(add.o.en.any()):          # a cycle after the beat (op is still the matrix's)
                 m.d.comb += [x.w.addr.eq(add.o.addr), x.w.data.eq(add.o.data), x.w.en.eq(add.o.en)]
@@ -592,7 +612,7 @@ class LayerEngine(wiring.Component):
         if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
             with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2) | (ln_op == Op.LNX)):
                 x, r = bufs["x"], bufs["r"]
-                m.d.comb += [x.r.addr.eq(ln_lanes.rd_addr), x.r.en.eq(ln_lanes.rd_en),
+                m.d.comb += [x.rd_addr.eq(ln_lanes.rd_addr), x.rd_en.eq(ln_lanes.rd_en),
                              ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))]
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
                     m.d.comb += [r.w.addr.eq(ln_lanes.w.payload.addr), r.w.data.eq(ln_lanes.w.payload.data),
@@ -600,7 +620,7 @@ class LayerEngine(wiring.Component):
         for o, a_buf, b_buf in () if self.pre_ln else ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
             with m.If(ln_op == o):
                 for name in ("x", "y"):
-                    m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]
+                    m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
                 m.d.comb += ln_lanes.rd_data.eq(pairs(bufs[a_buf].r.data, bufs[b_buf].r.data))
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):   # the output overwrites the row's b buffer
                     b = bufs[b_buf]
@@ -609,7 +629,7 @@ class LayerEngine(wiring.Component):
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):
-                    m.d.comb += [bufs[name].r.addr.eq(ln_lanes.rd_addr), bufs[name].r.en.eq(ln_lanes.rd_en)]
+                    m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
                 m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["y"].r.data, bufs["x"].r.data))
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
                     y = bufs["y"]
@@ -625,9 +645,9 @@ class LayerEngine(wiring.Component):
         for o, name in ((Op.STORE, "x"), (Op.STORE_QKV, "y")):
             with m.If(op == o):
                 b = bufs[name]
-                m.d.comb += [b.r.addr.eq(mover.rd_addr), b.r.en.eq(mover.rd_en), mover.rd_word.eq(b.r.data)]
+                m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en), mover.rd_word.eq(b.r.data)]
         with m.If(op == Op.STORE_QKV):
-            m.d.comb += [c for b in d.work.banks for c in (b.r.addr.eq(mover.rd_addr), b.r.en.eq(mover.rd_en))]
+            m.d.comb += [c for b in d.work.banks for c in (b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en))]
         m.d.comb += mover.rd_banks.eq(Cat(*(b.r.data for b in d.work.banks)))
 
         copier = d.copier

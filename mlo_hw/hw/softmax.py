@@ -270,22 +270,27 @@ class Softmax(wiring.Component):
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
         for k in range(self.lanes):
-            dist = Signal(unsigned(w), name=f"dist{k}")              # stage 2: below the row max
-            keep = [Signal(name=f"masked_in{k}_{j}") for j in range(5)]
+            # the lane's datapath registers have no reset (``meta``, which has, says which hold a word)
+            dist = Signal(unsigned(w), name=f"dist{k}", reset_less=True)              # stage 2: below the row max
+            keep = [Signal(name=f"masked_in{k}_{j}", reset_less=True) for j in range(5)]
             m.d.sync += [dist.eq(Mux(word.mask[k], row_max - word.score[k], 0)), keep[0].eq(word.mask[k])]
             # stages 3 and 4: the product, its partial products registered at their multipliers
             prod = split_product(m, dist, mult, f"prod{k}")
             m.d.sync += [keep[1].eq(keep[0]), keep[2].eq(keep[1])]
-            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}")        # stage 5: the scaled distance
+            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}", reset_less=True)     # stage 5: the scaled distance
             m.d.sync += [u.eq(prod >> shift), keep[3].eq(keep[2])]
-            q = Signal(range(17), name=f"q{k}")                           # stage 6: table index, shift q
+            # stage 6: table index, shift q (a shift of 16 or more leaves 0: ``over``; a flag, not a constant
+            # loaded into q, so that the test is no reset input of q's flip-flops)
+            q = Signal(4, name=f"q{k}", reset_less=True)
+            over = Signal(name=f"over{k}", reset_less=True)
             table = Memory(shape=unsigned(EXP_BITS), depth=nx.EXP_TABLE_SIZE,
                            init=[int(v) for v in nx.exp2_table()])
             m.submodules[f"exp2_{k}"] = table
             table_r = table.read_port()
             m.d.comb += table_r.addr.eq(u[:nx.EXP_FRAC_BITS])
-            m.d.sync += [q.eq(Mux(u >= (16 << nx.EXP_FRAC_BITS), 16, u[nx.EXP_FRAC_BITS:])), keep[4].eq(keep[3])]
-            m.d.comb += e[k].eq(Mux(keep[4] & (q < 16), table_r.data >> q, 0))     # stage 6
+            m.d.sync += [q.eq(u[nx.EXP_FRAC_BITS:nx.EXP_FRAC_BITS + 4]), over.eq(u[nx.EXP_FRAC_BITS + 4:].any()),
+                         keep[4].eq(keep[3])]
+            m.d.comb += e[k].eq(Mux(keep[4] & ~over, table_r.data >> q, 0))     # stage 6
         end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
         exp_w = s.exps.write_port()
         m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]

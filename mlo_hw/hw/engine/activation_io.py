@@ -152,21 +152,22 @@ class BufferStore(wiring.Component):
         start (pulse: latches ``base``, ``words``, ``word_base``), cancel, clear (clears ``error``)
         base: byte address, beat aligned (else ``error`` with the bad-command code, nothing written)
         words: words to transfer (``words * word_bits / 8`` bytes, a whole number of beats)
-        r_addr, r_en: Out; r_data: In, the buffer word at ``r_addr`` one cycle after ``r_en``
+        r_addr, r_en: Out; r_data: In, the buffer word at ``r_addr`` ``read_latency`` cycles after ``r_en``
         busy, done (pulse: every B response OKAY), error, error_addr, error_code: the writer's (the
         failing burst's first byte address and BRESP, see :mod:`mlo_hw.hw.act_dma`)
         m_axi_aw* / m_axi_w* / m_axi_b*
 
-    Timing: reads run ahead into a three-word queue, so the W channel gets one beat a cycle (word >= beat),
-    or one beat per ``beat / word`` cycles (word < beat: one buffer read a cycle); the first W beat
-    three cycles after ``start``. A ``cancel`` stops the reads; the writer completes the bursts already
+    Timing: reads run ahead into a queue of ``read_latency + 2`` words, so the W channel gets one beat a cycle
+    (word >= beat), or one beat per ``beat / word`` cycles (word < beat: one buffer read a cycle); the first W
+    beat ``read_latency + 2`` cycles after ``start``. A ``cancel`` stops the reads; the writer completes the bursts already
     issued with WSTRB 0 (see :class:`~mlo_hw.hw.act_dma.WriteDma`).
     """
 
-    QUEUE = 3       # a read is in flight a cycle and queued a cycle before it can leave: 3 keep one a cycle
-
-    def __init__(self, p: AxiParams, word_bits: int, max_words: int, *, outstanding: int = 8):
+    def __init__(self, p: AxiParams, word_bits: int, max_words: int, *, outstanding: int = 8, read_latency: int = 1):
         self.p, self.word_bits, self.max_words, self.outstanding = p, word_bits, max_words, outstanding
+        self.read_latency = read_latency
+        # a read is in flight read_latency cycles and queued a cycle before it can leave: this many keep one a cycle
+        self.queue_depth = read_latency + 2
         super().__init__({
             "start": In(1), "cancel": In(1), "clear": In(1),
             "base": In(p.addr_bits), "words": In(range(max_words + 1)), "word_base": In(range(max(max_words, 2))),
@@ -179,10 +180,10 @@ class BufferStore(wiring.Component):
         m = Module()
         p, wb = self.p, self.word_bits // 8
         m.submodules.writer = writer = ActWriter(p, self.max_words * wb, outstanding=self.outstanding)
-        m.submodules.queue = queue = fifo.SyncFIFO(width=self.word_bits, depth=self.QUEUE)
+        m.submodules.queue = queue = fifo.SyncFIFO(width=self.word_bits, depth=self.queue_depth)
         regroup = Regroup(self.word_bits, p.data_bits)
         # stale parts dropped, a cycle after start or cancel: the reset is a register, not the command's logic (a
-        # read's word reaches the regroup three cycles after start at the earliest; nothing is pending there at a
+        # read's word reaches the regroup read_latency + 2 cycles after start at the earliest; nothing is pending there at a
         # start, which ``busy`` covers; after a cancel its words drop, ``active`` being low)
         restart = Signal()
         m.d.sync += restart.eq(self.start | self.cancel)
@@ -194,9 +195,10 @@ class BufferStore(wiring.Component):
                      self.error_code.eq(writer.error_code)]
         addr = Signal.like(self.r_addr)
         left = Signal.like(self.words)              # words still to read
-        in_flight = Signal()                        # a read issued last cycle: its word arrives now
-        room = Signal(range(self.QUEUE + 2))
-        m.d.comb += [room.eq(self.QUEUE - queue.level - in_flight),
+        flight = Signal(self.read_latency)          # bit i: a read issued i + 1 cycles ago (the last: its word is here)
+        in_flight = flight[-1]
+        room = Signal(range(self.queue_depth + 1))
+        m.d.comb += [room.eq(self.queue_depth - queue.level - sum(flight)),
                      self.r_en.eq((left != 0) & (room != 0) & ~self.cancel), self.r_addr.eq(addr)]
         with m.If(self.start):
             m.d.sync += [addr.eq(self.word_base), left.eq(self.words)]
@@ -204,7 +206,7 @@ class BufferStore(wiring.Component):
             m.d.sync += left.eq(0)
         with m.Elif(self.r_en):
             m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
-        m.d.sync += in_flight.eq(self.r_en)
+        m.d.sync += flight.eq(Cat(self.r_en, flight[:-1]))
         active = Signal()                           # from start to cancel: words go to the writer
         with m.If(self.start):
             m.d.sync += active.eq(1)
@@ -216,7 +218,7 @@ class BufferStore(wiring.Component):
                      writer.lanes.payload.data.eq(regroup.o.payload),
                      writer.lanes.valid.eq(regroup.o.valid & active),
                      regroup.o.ready.eq(writer.lanes.ready | ~active),     # a cancelled transfer's words drop
-                     self.busy.eq(writer.busy | (left != 0) | in_flight | queue.r_rdy | regroup.o.valid)]
+                     self.busy.eq(writer.busy | (left != 0) | flight.any() | queue.r_rdy | regroup.o.valid)]
         with m.If(self.start):
             m.d.comb += queue.r_en.eq(1)            # nothing stale survives into a new transfer
         return m

@@ -101,17 +101,18 @@ class ActivationOperand(wiring.Component):
         shift memory word of the vector's first column (0: the layer input's shifts, ``hidden / simd``:
         LN1's output's; an encoder-decoder's (``shift_sets`` 4) ``2 hidden / simd`` the cross Q input's, ``3 hidden /
         simd`` the memory's). A narrowed vector is ``hidden / simd`` words.
-        ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) one cycle later.
+        ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) ``read_latency`` cycles later.
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
-    Timing: one word a cycle while ``o.ready``; a word leaves four cycles after its read (the buffer's read
-    register, then :class:`Narrow`'s three stages).
+    Timing: one word a cycle while ``o.ready``; a word leaves ``read_latency + 4`` cycles after its read (the
+    buffer, :class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s queue, then :class:`Narrow`'s three stages).
+    ``rd_addr`` and ``rd_en`` come from registers.
     """
 
     def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
-                 shift_sets: int = 2):
-        self.hidden, self.simd = hidden, simd
+                 shift_sets: int = 2, read_latency: int = 1):
+        self.hidden, self.simd, self.read_latency = hidden, simd, read_latency
         self.shift_words = shift_sets * hidden // simd
         self.max_words, self.max_vectors, self.max_passes, self.addr_bits = max_words, max_vectors, max_passes, addr_bits
         super().__init__({
@@ -126,7 +127,7 @@ class ActivationOperand(wiring.Component):
         m = Module()
         simd, row_words = self.simd, self.hidden // self.simd
         m.submodules.reader = reader = VectorReader(self.addr_bits, nx.RES_BITS * simd, self.max_words,
-                                                    self.max_vectors, self.max_passes)
+                                                    self.max_vectors, self.max_passes, self.read_latency)
         m.submodules.narrow = narrow = Narrow(simd)
         m.submodules.shifts = shifts = Memory(shape=unsigned(SHIFT_LANE_BITS * simd), depth=self.shift_words,
                                               init=[])

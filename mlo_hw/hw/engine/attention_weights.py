@@ -42,14 +42,14 @@ class AttentionWeights(wiring.Component):
         cfg = Signal.like(self.cfg)
         sf = Signal(range(self.max_cols + 1))
         nf = Signal(range(self.max_rows + 1))
-        row = Signal(range(self.max_addr + 1))
-        m.d.comb += self.addr.eq(cfg.base + row + sf)
+        row = Signal(range(self.max_addr + 1))      # base + nf * stride: the first word of the row being read
+        # ``addr`` is a register (base + row + sf, kept by stepping): it drives WORK's block RAMs directly
         with m.If(self.en):
-            m.d.sync += sf.eq(sf + 1)
+            m.d.sync += [sf.eq(sf + 1), self.addr.eq(self.addr + 1)]
             with m.If(sf == cfg.cols - 1):
-                m.d.sync += [sf.eq(0), nf.eq(nf + 1), row.eq(row + cfg.stride)]
+                m.d.sync += [sf.eq(0), nf.eq(nf + 1), row.eq(row + cfg.stride), self.addr.eq(row + cfg.stride)]
                 with m.If(nf == cfg.rows - 1):
-                    m.d.sync += [nf.eq(0), row.eq(0)]
+                    m.d.sync += [nf.eq(0), row.eq(cfg.base), self.addr.eq(cfg.base)]
         with m.If(self.start):
-            m.d.sync += [cfg.eq(self.cfg), sf.eq(0), nf.eq(0), row.eq(0)]
+            m.d.sync += [cfg.eq(self.cfg), sf.eq(0), nf.eq(0), row.eq(self.cfg.base), self.addr.eq(self.cfg.base)]
         return m

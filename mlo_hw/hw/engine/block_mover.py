@@ -59,7 +59,7 @@ class BlockMover(wiring.Component):
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
         is started after an error.
         Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or the same bank-local word of every WORK
-        bank); one cycle later ``rd_word`` (the X or Y word the engine routes back) or ``rd_banks``.
+        bank); ``read_latency`` cycles later ``rd_word`` (the X or Y word the engine routes back) or ``rd_banks``.
         Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``) into X
         (LOAD_X) or Y (LOAD_Q).
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
@@ -68,11 +68,12 @@ class BlockMover(wiring.Component):
     ``BufferLoad``/``BufferStore``).
     """
 
-    def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int):
+    def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int,
+                 read_latency: int = 1):
         if simd % 2:
             raise ValueError(f"BlockMover: simd={simd} bytes must hold whole int16 elements")
         self.p, self.simd, self.pe, self.max_words = p, simd, pe, max_words
-        self.local_bits = local_bits
+        self.local_bits, self.read_latency = local_bits, read_latency
         super().__init__({
             "start": In(1), "cmd": In(mover_command_layout(p.addr_bits, max_words, max_runs, local_bits)),
             "cancel": In(1), "clear": In(1), "busy": Out(1),
@@ -87,7 +88,7 @@ class BlockMover(wiring.Component):
         m = Module()
         p, simd, pe = self.p, self.simd, self.pe
         m.submodules.load = load = BufferLoad(p, 8 * simd, self.max_words)
-        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words)
+        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words, read_latency=self.read_latency)
         forward_ports(m, self, load, axi_read_master_members(p))
         forward_ports(m, self, store, axi_write_master_members(p))
 
@@ -119,9 +120,11 @@ class BlockMover(wiring.Component):
             m.d.sync += [bank.eq(0), inner.eq(0), outer.eq(0)]
 
         # ---- buffer reads for the store ------------------------------------------------------------------
-        half, bank_q = Signal(), Signal(range(pe))        # of the read in flight
-        with m.If(store.r_en):
-            m.d.sync += [half.eq(store.r_addr[0]), bank_q.eq(bank)]
+        half, bank_q = store.r_addr[0], bank                # of the read whose word is on rd_word / rd_banks
+        for i in range(self.read_latency):                   # delayed as the read is
+            half_q, bank_q_next = Signal(name=f"half_q{i}"), Signal(range(pe), name=f"bank_q{i}")
+            m.d.sync += [half_q.eq(half), bank_q_next.eq(bank_q)]
+            half, bank_q = half_q, bank_q_next
         m.d.comb += self.rd_en.eq(store.r_en)
         w8 = 8 * simd
         with m.Switch(cmd.kind):

@@ -29,7 +29,7 @@ class LayerNormLanes(wiring.Component):
         start (pulse): latches ``rows`` (1 .. ``max_rows``) and restarts the counters; the read begins the
         next cycle. ``shift``: the LayerNorm output shift (hold it during the run). ``param``: the gain/bias
         write port, broadcast to every lane (:class:`~mlo_hw.hw.layernorm.ParamWriteSignature`).
-        ``rd_addr``/``rd_en`` -> ``rd_data`` one cycle later: pair word j, row-major from word 0, ``hidden /
+        ``rd_addr``/``rd_en`` (from registers) -> ``rd_data`` ``read_latency`` cycles later: pair word j, row-major from word 0, ``hidden /
         simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half. ``avail``: pair
         words ``0 .. avail - 1`` may be read (all when left undriven): the engine starts a LayerNorm while the
         matrix before it still writes its last tile's rows, and raises ``avail`` a row at a time.
@@ -49,11 +49,12 @@ class LayerNormLanes(wiring.Component):
     word. The engine resets the whole component on a soft reset.
     """
 
-    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int, rms: bool = False):
+    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int, rms: bool = False, read_latency: int = 1):
         if not 1 <= lanes <= simd:
             raise ValueError(f"LayerNormLanes: lanes must be 1..simd={simd} (one read port of simd pairs a cycle "
                              f"feeds them), got {lanes}")
         self.hidden, self.simd, self.max_rows, self.lanes, self.rms = hidden, simd, max_rows, lanes, rms
+        self.read_latency = read_latency
         self.row_words = hidden // simd
         max_words = max_rows * self.row_words
         rb = nx.RES_BITS
@@ -68,15 +69,17 @@ class LayerNormLanes(wiring.Component):
         })
 
     @classmethod
-    def from_config(cls, cfg) -> "LayerNormLanes":
+    def from_config(cls, cfg, read_latency: int = 1) -> "LayerNormLanes":
         """The engine's: ``folding.ln_lanes`` lanes, up to ``seq_padded`` rows."""
-        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, cfg.folding.ln_lanes, cfg.model.rmsnorm)
+        return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, cfg.folding.ln_lanes, cfg.model.rmsnorm,
+                   read_latency)
 
     def elaborate(self, platform):
         m = Module()
         rb, simd, rw, n = nx.RES_BITS, self.simd, self.row_words, self.lanes
         max_words = self.max_rows * rw
-        m.submodules.reader = reader = VectorReader(len(self.rd_addr), 2 * rb * simd, max_words, 1)
+        m.submodules.reader = reader = VectorReader(len(self.rd_addr), 2 * rb * simd, max_words, 1,
+                                                    latency=self.read_latency)
         m.d.comb += [reader.start.eq(self.start), reader.base.eq(0), reader.stride.eq(0),
                      reader.words.eq(self.rows * rw), reader.vectors.eq(1),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),

@@ -23,17 +23,17 @@ class ResidualAdd(wiring.Component):
 
     Interface:
         ``i``: a row write (:func:`~mlo_hw.hw.engine.result_writer.rows_write_layout`; a write when any ``en`` bit is set), every cycle if need be.
-        ``rd_addr``/``rd_en`` -> ``rd_data`` one cycle later: X's read port (non-transparent).
+        ``rd_addr``/``rd_en`` -> ``rd_data`` ``read_latency`` cycles later: X's read port (non-transparent).
         ``o``: X's write port, the enabled lanes' sums.
 
-    Timing: a write offered in cycle t reads X in t and writes the sum in t + 1, so a write may follow every
-    cycle. Two writes in a row to the same word are safe when their lanes differ (the result writer's beats of
+    Timing: a write offered in cycle t reads X in t and writes the sum in t + ``read_latency``, so a write may
+    follow every cycle. Two writes in a row to the same word are safe when their lanes differ (the result writer's beats of
     one row fill a word ``pe`` lanes at a time): each writes only its own lanes, and the read of the second sees
     the first's lanes stale but never writes them. X's ports must be the adder's alone while it runs.
     """
 
-    def __init__(self, words: int, simd: int):
-        self.words, self.simd = words, simd
+    def __init__(self, words: int, simd: int, read_latency: int = 1):
+        self.words, self.simd, self.read_latency = words, simd, read_latency
         layout = rows_write_layout(words, simd)
         super().__init__({
             "i": In(layout),
@@ -44,9 +44,12 @@ class ResidualAdd(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rb, lo, hi = nx.RES_BITS, -(1 << (nx.RES_BITS - 1)), (1 << (nx.RES_BITS - 1)) - 1
-        held = Signal.like(self.i)                     # the write whose old word is on rd_data
         m.d.comb += [self.rd_addr.eq(self.i.addr), self.rd_en.eq(self.i.en.any())]
-        m.d.sync += held.eq(self.i)
+        held = self.i
+        for i in range(self.read_latency):             # the write whose old word is on rd_data
+            stage = Signal.like(self.i, name=f"held{i}")
+            m.d.sync += stage.eq(held)
+            held = stage
         sums = []
         for lane in range(self.simd):
             s = Signal(signed(rb + 1), name=f"sum{lane}")

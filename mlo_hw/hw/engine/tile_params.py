@@ -29,7 +29,8 @@ class TileParamLatch(wiring.Component):
         instead every channel reads bias 0 and ``fixed_mult`` (PV's requantization), and no read is counted.
         A job's set is free again after its ``vectors * tile_rows / pe`` reads.
 
-    Timing: latching takes ``tile_rows / pe + 1`` cycles when a set is free.
+    Timing: latching takes ``tile_rows / pe + 1`` cycles when a set is free. The sets' registers load on
+    enables that are flip-flops themselves (set the cycle before, when their group's read is issued).
     """
 
     def __init__(self, mvau_params, tile_rows: int, vectors: int):
@@ -47,7 +48,8 @@ class TileParamLatch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         nfg, S = self.groups, self.vectors
-        sets = [[Signal(self.params.data.shape(), name=f"set{i}_{j}") for j in range(nfg)] for i in range(2)]
+        sets = [[Signal(self.params.data.shape(), name=f"set{i}_{j}", reset_less=True) for j in range(nfg)]
+                for i in range(2)]
         latch_set, read_set = Signal(), Signal()   # the set the next latch fills; the set the next job reads
         idx = Signal(range(nfg + 2))               # the group being latched (+1: its data arrives)
         reads = Signal(range(S * nfg + 1))         # parameter reads of the job being read
@@ -68,13 +70,17 @@ class TileParamLatch(wiring.Component):
             for p in range(self.mp.pe):
                 m.d.comb += [self.params.data.bias[p].eq(0), self.params.data.mult[p].eq(self.fixed_mult)]
 
+        # group j's write enable, registered in the cycle its read is issued (idx == j): the enable of the set's
+        # registers comes from a flip-flop, not from the sequencer's latch step through this decode
+        load = [[Signal(name=f"load{i}_{j}") for j in range(nfg)] for i in range(2)]
         m.d.comb += self.src_addr.eq(idx)
+        for i in range(2):
+            for j in range(nfg):
+                m.d.sync += load[i][j].eq(self.latch & (pending < 2) & (latch_set == i) & (idx == j))
+                with m.If(load[i][j]):
+                    m.d.sync += sets[i][j].eq(self.src_data)
         with m.If(self.latch & (pending < 2)):
             m.d.sync += idx.eq(idx + 1)
-            for i in range(2):
-                for j in range(nfg):
-                    with m.If((latch_set == i) & (idx == j + 1)):
-                        m.d.sync += sets[i][j].eq(self.src_data)
             with m.If(idx == nfg):
                 m.d.comb += self.latched.eq(1)
                 m.d.sync += idx.eq(0)

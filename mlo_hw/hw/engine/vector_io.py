@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["VectorReader", "Serializer"]
@@ -13,14 +14,20 @@ class VectorReader(wiring.Component):
     """Streams ``vectors`` x ``words`` words of a memory: word ``base + v * stride + w``, ``passes`` times over.
 
     ``start`` (pulse) latches ``base``, ``stride``, ``words``, ``vectors`` (all >= 1) and ``passes`` (at most
-    ``max_passes``; 0 or left undriven: 1). The memory read port is driven through ``addr``/``en``
-    and answers on ``data`` one cycle later (block RAM). ``o``: one word per cycle while ``o.ready``, the
-    passes back to back, none while ``hold`` (the next word is not there yet); ``busy`` until the last word has
-    left.
+    ``max_passes``; 0 or left undriven: 1); start it only when not ``busy``. The memory read port is driven
+    through ``addr``/``en`` and answers on ``data`` ``latency`` cycles after ``en``. ``o``: one word per cycle
+    while ``o.ready``, the passes back to back, none while ``hold`` (the next word may not be read yet); ``busy``
+    until the last word has left.
+
+    Timing: ``addr`` and ``en`` come from registers (``o.ready`` reaches neither): a read is issued while the
+    words in flight and queued leave room in a queue of ``latency + 2`` words, which keeps one word a cycle
+    flowing. A word is on ``o`` ``latency + 1`` cycles after its read.
     """
 
-    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1):
+    def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
+                 latency: int = 1):
         self.max_words, self.max_vectors, self.max_passes = max_words, max_vectors, max_passes
+        self.word_bits, self.latency = word_bits, latency
         super().__init__({
             "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
             "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
@@ -31,31 +38,35 @@ class VectorReader(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        depth = self.latency + 2
+        m.submodules.queue = queue = SyncFIFO(width=self.word_bits, depth=depth)
         active = Signal()
         w = Signal(range(max(self.max_words, 2)))
         v = Signal(range(max(self.max_vectors, 2)))
         row, base = Signal.like(self.addr), Signal.like(self.addr)
         words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
         passes, p = Signal.like(self.passes), Signal(range(max(self.max_passes, 2)))
-        advance = Signal()
-        take = Signal()
-        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & active & ~self.hold),
-                     self.addr.eq(row + w), self.en.eq(advance), self.o.payload.eq(self.data),
-                     self.busy.eq(active | self.o.valid)]
-        with m.If(advance):
-            m.d.sync += self.o.valid.eq(take)
-        with m.If(take):
-            m.d.sync += w.eq(w + 1)
+        flight = Signal(self.latency)                # bit i: a read issued i + 1 cycles ago
+        owed = Signal(range(depth + 1))              # queue entries taken: words queued or in flight
+        issue = Signal()
+        pop = queue.r_rdy & queue.r_en
+        m.d.comb += [issue.eq(active & ~self.hold & (owed != depth)), self.en.eq(issue),
+                     queue.w_en.eq(flight[-1]), queue.w_data.eq(self.data),
+                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
+                     self.busy.eq(active | (owed != 0))]
+        m.d.sync += [flight.eq(Cat(issue, flight[:-1])), owed.eq(owed + issue - pop)]
+        with m.If(issue):
+            m.d.sync += [w.eq(w + 1), self.addr.eq(self.addr + 1)]
             with m.If(w == words - 1):
-                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride)]
+                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride), self.addr.eq(row + stride)]
                 with m.If(v == vectors - 1):
-                    m.d.sync += [v.eq(0), row.eq(base), p.eq(p + 1)]
+                    m.d.sync += [v.eq(0), row.eq(base), self.addr.eq(base), p.eq(p + 1)]
                     with m.If(p + 1 >= passes):
                         m.d.sync += active.eq(0)
         with m.If(self.start):
             m.d.sync += [active.eq(1), w.eq(0), v.eq(0), p.eq(0), row.eq(self.base), base.eq(self.base),
-                         words.eq(self.words), vectors.eq(self.vectors), stride.eq(self.stride),
-                         passes.eq(self.passes)]
+                         self.addr.eq(self.base), words.eq(self.words), vectors.eq(self.vectors),
+                         stride.eq(self.stride), passes.eq(self.passes)]
         return m
 
 
