@@ -20,10 +20,17 @@ from amaranth.lib.wiring import In, Out
 from ..config import ConfigError
 from ..model.weight_image import layout
 
-__all__ = ["PARAM_SECTIONS", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
+__all__ = ["PARAM_SECTIONS", "NO_COLLISION", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
            "tile_write_layout"]
 
 PARAM_SECTIONS = ("header", "narrow", "ln1", "gelu", "ln2")
+
+# The attribute of a memory whose users never read a word in the cycle it is written (or ignore what such a read
+# returns): synthesis need not give the read port the old word on such a collision. yosys otherwise emulates it on
+# the ECP5's DP16KD (the write delayed a cycle, an address comparator and a bypass multiplexer behind the block
+# RAM: a flip-flop and a LUT a data bit); synth_xilinx maps either way to the same block RAM. Simulation keeps the
+# read-first model, so a design that did depend on it would still show it there.
+NO_COLLISION = {"no_rw_check": 1}
 
 
 def index_range(n: int) -> range:
@@ -124,7 +131,10 @@ class BankedMemory(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = max(self.read_bits, self.beat_bits)
-        m.submodules.ram = mem = Memory(shape=unsigned(width), depth=self.banks * self.rows, init=[])
+        # collision free: the writer fills a bank the reader is not reading (claim/full/release), the ParamStore a
+        # section its readers wait for (``loaded``)
+        m.submodules.ram = mem = Memory(shape=unsigned(width), depth=self.banks * self.rows, init=[],
+                                        attrs=NO_COLLISION)
         wp = mem.write_port(granularity=self.beat_bits)
         rp = mem.read_port()
         m.d.comb += [

@@ -72,7 +72,7 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadArbiter
-from .buffers import ParamGeometry
+from .buffers import NO_COLLISION, ParamGeometry
 from ..config import ConfigError
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
@@ -248,7 +248,10 @@ class _Buffer:
     seen). The request's register keeps the op decode and the wire across the die off the block RAM's inputs."""
 
     def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8):
-        self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[])
+        # collision free: no block reads a word in the cycle it is written (the LayerNorm lanes read rows the
+        # writer has finished, ``ln_avail``); the residual add's read of a word the previous write is changing
+        # uses only the lanes that write did not touch
+        self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[], attrs=NO_COLLISION)
         m.submodules[name] = self.mem
         self.w = self.mem.write_port(granularity=lane_bits)
         self.r = self.mem.read_port()

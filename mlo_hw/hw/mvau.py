@@ -82,6 +82,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
+from .buffers import NO_COLLISION
 
 __all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
@@ -628,8 +629,9 @@ class MVAU(wiring.Component):
 
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
         m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]
+        # collision free: a word is read in the cycle it is written only on a stream step, which takes x_reg
         vbuf = m.submodules.vbuf = memory.Memory(shape=unsigned(p.simd * p.act_bits),
-                                                 depth=p.max_col_folds, init=[])
+                                                 depth=p.max_col_folds, init=[], attrs=NO_COLLISION)
         wr = vbuf.write_port()
         rd = vbuf.read_port(transparent_for=())
         m.d.comb += [wr.addr.eq(issue_u.sf), wr.data.eq(self.x.payload.as_value()),
