@@ -132,14 +132,19 @@ class SerialMultiplier(wiring.Component):
         negative = Signal(reset_less=True)                  # b < 0: subtract the addends
         bits = Signal(unsigned(nb), reset_less=True)        # |b|, LSB first
         count = Signal(range(nb + 1), reset_less=True)
+        # the running sum starts from 0 in the first step (``first``) rather than being cleared at ``start``: a
+        # clear would be the flip-flops' reset input, fed by whatever decodes ``start``
+        product = Signal(signed(width), reset_less=True)
+        first = Signal(reset_less=True)
+        base, term = Mux(first, 0, product), Mux(bits[0], addend, 0)
+        m.d.comb += self.product.eq(product)
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
-            m.d.sync += [addend.eq(self.a), negative.eq(self.b < 0), bits.eq(abs(self.b)),
-                         self.product.eq(0), count.eq(nb), self.busy.eq(1)]
+            m.d.sync += [addend.eq(self.a), negative.eq(self.b < 0), bits.eq(abs(self.b)), first.eq(1),
+                         count.eq(nb), self.busy.eq(1)]
         with m.Elif(self.busy):
-            with m.If(bits[0]):
-                m.d.sync += self.product.eq(Mux(negative, self.product - addend, self.product + addend))
-            m.d.sync += [addend.eq(addend << 1), bits.eq(bits >> 1), count.eq(count - 1)]
+            m.d.sync += [product.eq(Mux(negative, base - term, base + term)), first.eq(0),
+                         addend.eq(addend << 1), bits.eq(bits >> 1), count.eq(count - 1)]
             with m.If(count == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
         return m

@@ -126,13 +126,16 @@ class MeanVariance(wiring.Component):
         centre_bits = max(w.sum_bits + 5, h.bit_length() + w.d_bits) + 1      # 32*S - H*m, signed
         m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, w.d_bits - 1)
         s_cur = self.sum
-        mean = self.mean[mn_slot]
+        # the slots' results: data without reset (the phases say which are final), driven onto the outputs
+        means, vars_ = Signal.like(self.mean, reset_less=True), Signal.like(self.var, reset_less=True)
+        m.d.comb += [self.mean.eq(means), self.var.eq(vars_)]
+        mean = means[mn_slot]
         centre = Signal(signed(centre_bits))
         with m.FSM(name="mean_fsm"):
             with m.State("IDLE"):
                 with m.If(self.pending):
                     if self.rms:          # no mean: D = sum((16 r)**2)
-                        m.d.sync += [self.mean[mn_slot].eq(0), self.var[mn_slot].eq(self.sq << 8),
+                        m.d.sync += [means[mn_slot].eq(0), vars_[mn_slot].eq(self.sq << 8),
                                      mn_slot.eq(mn_slot + 1)]
                         m.d.comb += self.done.eq(1)
                     else:
@@ -140,7 +143,7 @@ class MeanVariance(wiring.Component):
                         m.next = "DIVIDE"
             with m.State("DIVIDE"):
                 with m.If(mean_div.done):
-                    m.d.sync += self.mean[mn_slot].eq(mean_div.quotient - w.mean_offset)
+                    m.d.sync += means[mn_slot].eq(mean_div.quotient - w.mean_offset)
                     m.next = "CENTRE"
             with m.State("CENTRE"):
                 m.d.sync += centre.eq((s_cur << 5) - h * mean)
@@ -151,7 +154,7 @@ class MeanVariance(wiring.Component):
             with m.State("MULTIPLY"):
                 with m.If(var_mul.done):
                     m.d.comb += self.done.eq(1)
-                    m.d.sync += [self.var[mn_slot].eq((self.sq << 8) - var_mul.product), mn_slot.eq(mn_slot + 1)]
+                    m.d.sync += [vars_[mn_slot].eq((self.sq << 8) - var_mul.product), mn_slot.eq(mn_slot + 1)]
                     m.next = "IDLE"
         m.d.comb += [mean_div.dividend.eq((s_cur << 5) + h + 2 * h * w.mean_offset),
                      mean_div.divisor.eq(2 * h),
@@ -190,6 +193,9 @@ class InverseStd(wiring.Component):
         w = self.w
         sc_slot = self.slot
         var = self.var
+        # the slots' results: data without reset, driven onto the outputs
+        ks, es, invs = (Signal.like(port, reset_less=True) for port in (self.k, self.e, self.inv))
+        m.d.comb += [self.k.eq(ks), self.e.eq(es), self.inv.eq(invs)]
         var_len = Signal(range(w.var_bits + 1))
         k = Signal(w.k_shape)
         m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
@@ -205,7 +211,7 @@ class InverseStd(wiring.Component):
                     m.next = "NORMALISE"
             with m.State("NORMALISE"):
                 m.d.comb += sqrt.start.eq(1)
-                m.d.sync += self.k[sc_slot].eq(k)
+                m.d.sync += ks[sc_slot].eq(k)
                 m.next = "SQRT"
             with m.State("SQRT"):
                 with m.If(sqrt.done):
@@ -213,13 +219,13 @@ class InverseStd(wiring.Component):
                     m.next = "LENGTH"
             with m.State("LENGTH"):
                 m.d.comb += recip.start.eq(1)
-                m.d.sync += self.e[sc_slot].eq(root_len)
+                m.d.sync += es[sc_slot].eq(root_len)
                 m.next = "RECIP"
             with m.State("RECIP"):
                 with m.If(recip.done):
                     zero = sqrt.root == 0             # zero variance: t = 0, out = sat(rshift_round(bias))
                     m.d.comb += self.done.eq(1)
-                    m.d.sync += [self.inv[sc_slot].eq(Mux(zero, 0, recip.quotient)), sc_slot.eq(sc_slot + 1)]
+                    m.d.sync += [invs[sc_slot].eq(Mux(zero, 0, recip.quotient)), sc_slot.eq(sc_slot + 1)]
                     m.next = "IDLE"
         return m
 

@@ -503,7 +503,8 @@ class Requantizer(wiring.Component):
             acc, bias, mult = list(self.acc), list(self.prm.bias), list(self.prm.mult)
             m.d.comb += [ctl0.raw.eq(self.raw), ctl0.wide.eq(self.wide), ctl0.shift.eq(self.shift)]
         else:                                        # hold the set; group ``grp`` of k channels a cycle
-            held = Signal(data.StructLayout({"acc": self.acc.shape(), "prm": self.prm.shape(), "ctl": ctl_layout}))
+            held = Signal(data.StructLayout({"acc": self.acc.shape(), "prm": self.prm.shape(), "ctl": ctl_layout}),
+                          reset_less=True)          # data: ``feeding`` says when it holds a set
             grp = Signal(range(G))
             feeding = Signal()
             with m.If(feeding):
