@@ -450,8 +450,10 @@ class LayerEngine(wiring.Component):
         g, mp = self.g, self.mvau_params
         S, H, I, R, pe, simd, tr, dh, words = g.seq, g.hidden, g.inter, g.rows, g.pe, g.simd, g.tile_rows, g.head_dim, g.words
         mvau, ws, op, work, bufs, operand = d.mvau, d.ws, d.op, d.work, d.bufs, d.operand
-        is_matrix_op = Signal()
-        m.d.comb += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
+        # registered (the op decode stays off the latch's read counter): the MVAU reads a job's parameters tens of
+        # cycles after the op begins, and its last before the op ends
+        is_matrix_op = Signal(name="is_matrix_op")
+        m.d.sync += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
         # a tile's bias/mult, latched in two sets so that jobs overlap (PV reads a fixed multiplier instead)
         m.submodules.tile_params = d.tparams = tparams = TileParamLatch(mp, tr, R)
         m.d.comb += [tparams.matrix.eq(is_matrix_op),
