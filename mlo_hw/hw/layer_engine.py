@@ -244,8 +244,11 @@ class _Buffer:
     """A word memory (``lanes`` elements of ``lane_bits`` a word, one write enable per element) with one
     read and one write port. A read is requested on ``rd_addr``/``rd_en`` (driven by the block that reads; the
     op's multiplexer in front), registered beside the block RAM and answered on ``r.data``
-    :data:`BUFFER_READ_LATENCY` cycles later (non-transparent: a write in the cycle after the request is not
-    seen). The request's register keeps the op decode and the wire across the die off the block RAM's inputs."""
+    :data:`BUFFER_READ_LATENCY` cycles later. A write (``w.addr``, ``w.data``, ``w.en``, one bit an element) is
+    registered likewise and lands a cycle later, so a read requested in the cycle after a write's sees the old
+    word; the engine reads nothing that soon after it was written (a reader waits for a row's or a transfer's
+    completion, which the writers count as they write, before its request). The registers keep the op decode and
+    the wire across the die off the block RAM's inputs."""
 
     def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8):
         # collision free: no block reads a word in the cycle it is written (the LayerNorm lanes read rows the
@@ -253,7 +256,12 @@ class _Buffer:
         # uses only the lanes that write did not touch
         self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[], attrs=NO_COLLISION)
         m.submodules[name] = self.mem
-        self.w = self.mem.write_port(granularity=lane_bits)
+        port = self.mem.write_port(granularity=lane_bits)
+        self.w = SimpleNamespace(**{f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
+        for f in ("addr", "data", "en"):
+            held = Signal.like(getattr(port, f), name=f"{name}_wq_{f}", reset_less=True)
+            m.d.sync += held.eq(getattr(self.w, f))
+            m.d.comb += getattr(port, f).eq(held)
         self.r = self.mem.read_port()
         self.rd_addr = Signal.like(self.r.addr, name=f"{name}_rd_addr")
         self.rd_en = Signal(name=f"{name}_rd_en")
