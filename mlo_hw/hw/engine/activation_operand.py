@@ -46,9 +46,11 @@ class Narrow(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        held = Signal.like(self.i.payload)                     # stage 1: the input word
-        shifted = Signal(data.ArrayLayout(signed(nx.RES_BITS + 1), self.lanes))    # stage 2: t per lane
-        low, bypass = Signal(data.ArrayLayout(signed(8), self.lanes)), Signal()    # stage 2: the bypass bytes
+        # the stages' data registers have no reset (``full1``, ``full2`` and ``o.valid`` say what they hold)
+        held = Signal.like(self.i.payload, reset_less=True)                        # stage 1: the input word
+        shifted = Signal(data.ArrayLayout(signed(nx.RES_BITS + 1), self.lanes), reset_less=True)  # stage 2: t
+        low = Signal(data.ArrayLayout(signed(8), self.lanes), reset_less=True)     # stage 2: the bypass bytes
+        bypass = Signal(reset_less=True)
         full1, full2 = Signal(), Signal()
         take3 = ~self.o.valid | self.o.ready
         take2 = ~full2 | take3
