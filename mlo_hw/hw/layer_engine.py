@@ -255,6 +255,7 @@ class _Buffer:
         # writer has finished, ``ln_avail``); the residual add's read of a word the previous write is changing
         # uses only the lanes that write did not touch
         self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[], attrs=NO_COLLISION)
+        self.name = name
         m.submodules[name] = self.mem
         port = self.mem.write_port(granularity=lane_bits)
         self.w = SimpleNamespace(**{f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
@@ -263,12 +264,21 @@ class _Buffer:
             m.d.sync += held.eq(getattr(self.w, f))
             m.d.comb += getattr(port, f).eq(held)
         self.r = self.mem.read_port()
+        self._write_port = port
         self.rd_addr = Signal.like(self.r.addr, name=f"{name}_rd_addr")
         self.rd_en = Signal(name=f"{name}_rd_en")
         self.req_addr = Signal.like(self.r.addr, name=f"{name}_req_addr", reset_less=True)
         self.req_en = Signal(name=f"{name}_req_en", reset_less=True)
         m.d.sync += [self.req_addr.eq(self.rd_addr), self.req_en.eq(self.rd_en)]
         m.d.comb += [self.r.addr.eq(self.req_addr), self.r.en.eq(self.req_en)]
+
+    def collision(self, m):
+        """High when the block RAM reads and writes one word at the same clock edge (``NO_COLLISION`` says
+        never): what the traced engine's ``trace_collision`` reports."""
+        hit = Signal(name=f"{self.name}_collision")
+        wp = self._write_port
+        m.d.comb += hit.eq(self.r.en & wp.en.any() & (self.r.addr == wp.addr))
+        return hit
 
 
 class _Banks:
@@ -312,12 +322,14 @@ def trace_members(cfg) -> dict:
     in the LSBs); ``trace_ln_*``: per LayerNorm lane (``folding.ln_lanes`` of them), an output element
     (int16, lane i in bits 16i..16i+15), and ``trace_ln_op``, the LayerNorm it belongs to (LN1 starts during O's
     last tile and LN2 during FFN down's, so ``op`` may still name the matrix). ``*_valid`` is high in the cycle the handshake completes.
-    ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments."""
+    ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments.
+    ``trace_collision``: an activation buffer's block RAM reads and writes one word at the same clock edge (their
+    memories are marked ``no_rw_check``, which assumes this never happens; the harness stops on it)."""
     mp, lanes = MVAUParams.from_config(cfg), cfg.folding.ln_lanes
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
             "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * nx.RES_BITS), "trace_ln_op": Out(Op),
-            "trace_compute": Out(1), "trace_stall": Out(1)}
+            "trace_compute": Out(1), "trace_stall": Out(1), "trace_collision": Out(1)}
 
 
 class LayerEngine(wiring.Component):
@@ -356,7 +368,8 @@ class LayerEngine(wiring.Component):
                          self.trace_probs_data.eq(softmax.o.payload),
                          self.trace_ln_valid.eq(ln_lanes.taps.valid), self.trace_ln_data.eq(ln_lanes.taps.data),
                          self.trace_ln_op.eq(d.ln_op),
-                         self.trace_compute.eq(regs.compute_busy), self.trace_stall.eq(regs.dma_stall)]
+                         self.trace_compute.eq(regs.compute_busy), self.trace_stall.eq(regs.dma_stall),
+                         self.trace_collision.eq(Cat(*(b.collision(m) for b in (*d.bufs.values(), *d.work.banks))).any())]
         return m
 
     def _blocks(self, m, d):
