@@ -252,8 +252,7 @@ class _Buffer:
 
     def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8):
         # collision free: no block reads a word in the cycle it is written (the LayerNorm lanes read rows the
-        # writer has finished, ``ln_avail``); the residual add's read of a word the previous write is changing
-        # uses only the lanes that write did not touch
+        # writer has finished, ``ln_avail``); the traced engine checks it (:meth:`collision`, ``trace_collision``)
         self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[], attrs=NO_COLLISION)
         self.name = name
         m.submodules[name] = self.mem

@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .divide import SerialDivider
 from .mvau import split_product
+from .pipeline import delayed
 
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
@@ -197,15 +198,6 @@ class Softmax(wiring.Component):
         """What travels with a beat through a pipeline: valid, first/last beat of the row, its slot and index."""
         return data.StructLayout({"valid": 1, "first": 1, "last": 1, "slot": s.slot_bits, "idx": s.idx_bits})
 
-    def _delay(self, m, first, cycles, name):
-        """``first`` delayed by ``cycles`` registers (``first`` itself for 0)."""
-        out = first
-        for k in range(cycles):
-            nxt = Signal.like(first, name=f"{name}{k}")
-            m.d.sync += nxt.eq(out)
-            out = nxt
-        return out
-
     def _ingest(self, m, s):
         """Store the beats; the row max over masked-in keys (a lane tree per beat, then across beats)."""
         n, w = self.beats, self.score_bits
@@ -235,7 +227,7 @@ class Softmax(wiring.Component):
         meta = Signal(self._meta(s), name="max_meta")
         m.d.comb += [meta.valid.eq(take), meta.first.eq(in_idx == 0), meta.last.eq(in_idx == n - 1),
                      meta.slot.eq(in_slot)]
-        end = self._delay(m, meta, levels + INGEST_PIPE, "max_meta")
+        end = delayed(m, meta, levels + INGEST_PIPE, "max_meta")
         # across the row's beats
         run = Signal(cand)
         merged = Signal(cand)
@@ -291,12 +283,12 @@ class Softmax(wiring.Component):
             m.d.sync += [q.eq(u[nx.EXP_FRAC_BITS:nx.EXP_FRAC_BITS + 4]), over.eq(u[nx.EXP_FRAC_BITS + 4:].any()),
                          keep[4].eq(keep[3])]
             m.d.comb += e[k].eq(Mux(keep[4] & ~over, table_r.data >> q, 0))     # stage 6
-        end = self._delay(m, meta, EXP_PIPE - 1, "ex_meta")
+        end = delayed(m, meta, EXP_PIPE - 1, "ex_meta")
         exp_w = s.exps.write_port()
         m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
         # the row sum: a lane tree per word, then across the row's words
         beat_sum, levels = _tree(m, [e[k] for k in range(self.lanes)], s.sum_shape, lambda a, b: a + b, "sum_tree")
-        tail = self._delay(m, end, levels, "sum_meta")
+        tail = delayed(m, end, levels, "sum_meta")
         acc = Signal(s.sum_shape)
         total = Signal(s.sum_shape)
         m.d.comb += total.eq(Mux(tail.first, 0, acc) + beat_sum)

@@ -27,6 +27,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...model import numerics as nx
+from ..pipeline import delayed
 from ..axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
 from .activation_io import BufferLoad, BufferStore
 
@@ -120,11 +121,9 @@ class BlockMover(wiring.Component):
             m.d.sync += [bank.eq(0), inner.eq(0), outer.eq(0)]
 
         # ---- buffer reads for the store ------------------------------------------------------------------
-        half, bank_q = store.r_addr[0], bank                # of the read whose word is on rd_word / rd_banks
-        for i in range(self.read_latency):                   # delayed as the read is
-            half_q, bank_q_next = Signal(name=f"half_q{i}"), Signal(range(pe), name=f"bank_q{i}")
-            m.d.sync += [half_q.eq(half), bank_q_next.eq(bank_q)]
-            half, bank_q = half_q, bank_q_next
+        # of the read whose word is on rd_word / rd_banks: delayed as the read is
+        half = delayed(m, store.r_addr[0], self.read_latency, "half_q")
+        bank_q = delayed(m, bank, self.read_latency, "bank_q")
         m.d.comb += self.rd_en.eq(store.r_en)
         w8 = 8 * simd
         with m.Switch(cmd.kind):

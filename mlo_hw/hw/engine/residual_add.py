@@ -13,6 +13,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...model import numerics as nx
+from ..pipeline import delayed
 from .result_writer import rows_write_layout
 
 __all__ = ["ResidualAdd"]
@@ -45,11 +46,7 @@ class ResidualAdd(wiring.Component):
         m = Module()
         rb, lo, hi = nx.RES_BITS, -(1 << (nx.RES_BITS - 1)), (1 << (nx.RES_BITS - 1)) - 1
         m.d.comb += [self.rd_addr.eq(self.i.addr), self.rd_en.eq(self.i.en.any())]
-        held = self.i
-        for i in range(self.read_latency):             # the write whose old word is on rd_data
-            stage = Signal.like(self.i, name=f"held{i}")
-            m.d.sync += stage.eq(held)
-            held = stage
+        held = delayed(m, self.i, self.read_latency, "held")     # the write whose old word is on rd_data
         sums = []
         for lane in range(self.simd):
             s = Signal(signed(rb + 1), name=f"sum{lane}")
