@@ -304,7 +304,7 @@ class Harness:
         lines = r.stdout.splitlines()
         if r.returncode != 0:
             detail = "; ".join(line for line in (r.stdout + r.stderr).splitlines()
-                               if line.startswith(("axi_dram", "protocol_error", "buffer_collision", "error", "%")))
+                               if line.startswith(("axi_dram", "protocol_error", "buffer_collision", "stale_op", "error", "%")))
             raise AssertionError(f"harness exited with {r.returncode}: {detail or r.stderr[-500:]}")
         return lines
 

@@ -60,6 +60,23 @@ def test_an_injected_read_error_stops_the_run_with_its_address(small):
     assert r.error_addr == addr and r.error_code & 3 == 2, (hex(r.error_addr), r.error_code)
 
 
+def test_an_op_register_behind_its_state_stops_the_traced_run(monkeypatch):
+    """``op`` is a register the sequencer's ``goto`` loads with the next state's op (``trace_stale_op`` checks it
+    every cycle): a transition into LN2_RUN that loads K's op instead stops the run with stale_op and exit 5."""
+    from mlo_hw.hw.engine.sequencer import Sequencer
+    goto = Sequencer.goto
+
+    def goto_with_a_wrong_op(self, name):
+        goto(self, name)
+        if name == "LN2_RUN":
+            self.m.d.sync += self.d.op.eq(self.Op.K)
+    monkeypatch.setattr(Sequencer, "goto", goto_with_a_wrong_op)
+    cfg = load_config("small")
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    with pytest.raises(AssertionError, match=r"harness exited with 5: stale_op cycle=\d+ layer=0 op=3"):
+        sim.run(random_input(cfg, sim.model, 3), cfg.model.seq_len, trace=False)
+
+
 def _random_error_beat(cfg, sim, rng, kind):
     """(kind, byte address) of a random beat the engine moves: of the weights (read), the input (read) or
     the output (write)."""

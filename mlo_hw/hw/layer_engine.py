@@ -29,7 +29,8 @@ weight read's, else the activations'). The activation mover and the weight strea
 
 Schedule of a layer (one phase after another). The sequencer has one state variable, its FSM: a state names
 the phase and its step (``Q_TILE_WAIT``, ``Q_LATCH``, ``Q_JOB``, ``Q_WAIT``, ..., ``SCORES_JOB``, ``LN1_RUN``),
-and ``op``, which every datapath multiplexer selects on, is decoded from it::
+and ``op``, which every datapath multiplexer selects on, is a register the sequencer loads with the next state's op
+at every transition (so it is the state's op in every cycle, with no decode in front of the multiplexers)::
 
     Q, K, V   tiles of tile_rows channels: per tile every token row of X streams through the MVAU
               (narrowed per channel from int16 to int8 by the header's ``narrow`` shifts);
@@ -323,12 +324,14 @@ def trace_members(cfg) -> dict:
     last tile and LN2 during FFN down's, so ``op`` may still name the matrix). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments.
     ``trace_collision``: an activation buffer's block RAM reads and writes one word at the same clock edge (their
-    memories are marked ``no_rw_check``, which assumes this never happens; the harness stops on it)."""
+    memories are marked ``no_rw_check``, which assumes this never happens; the harness stops on it).
+    ``trace_stale_op``: ``op`` or ``ln_op`` (registers) is not the sequencer's state's (the harness stops on it)."""
     mp, lanes = MVAUParams.from_config(cfg), cfg.folding.ln_lanes
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
             "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * nx.RES_BITS), "trace_ln_op": Out(Op),
-            "trace_compute": Out(1), "trace_stall": Out(1), "trace_collision": Out(1)}
+            "trace_compute": Out(1), "trace_stall": Out(1), "trace_collision": Out(1),
+            "trace_stale_op": Out(1)}
 
 
 class LayerEngine(wiring.Component):
@@ -359,7 +362,8 @@ class LayerEngine(wiring.Component):
         self._mvau_results(m, d)
         self._softmax_layernorm_params(m, d)
         self._status(m, d)
-        Sequencer(m, d, self.cfg, self.g, Op).build()
+        seq = Sequencer(m, d, self.cfg, self.g, Op)
+        seq.build()
         if self.trace:
             mvau, softmax, ln_lanes, regs = d.mvau, d.softmax, d.ln_lanes, d.regs
             m.d.comb += [self.trace_mvau_valid.eq(mvau.o.valid & mvau.o.ready), self.trace_mvau_data.eq(mvau.o.payload),
@@ -368,7 +372,8 @@ class LayerEngine(wiring.Component):
                          self.trace_ln_valid.eq(ln_lanes.taps.valid), self.trace_ln_data.eq(ln_lanes.taps.data),
                          self.trace_ln_op.eq(d.ln_op),
                          self.trace_compute.eq(regs.compute_busy), self.trace_stall.eq(regs.dma_stall),
-                         self.trace_collision.eq(Cat(*(b.collision(m) for b in (*d.bufs.values(), *d.work.banks))).any())]
+                         self.trace_collision.eq(Cat(*(b.collision(m) for b in (*d.bufs.values(), *d.work.banks))).any()),
+                         self.trace_stale_op.eq(seq.stale_op())]
         return m
 
     def _blocks(self, m, d):

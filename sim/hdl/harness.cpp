@@ -19,7 +19,8 @@
 // Every line it prints for the caller starts with a keyword; a protocol error of the DRAM model stops the
 // run with "protocol_error cycle=N" and exit status 3, an activation buffer read and written at one word in one
 // cycle (trace_collision: their memories assume it never happens) with "buffer_collision cycle=N layer=L op=O"
-// and exit status 4; a bad script line exits with status 2.
+// and exit status 4, an op register that is not its sequencer state's (trace_stale_op) with "stale_op cycle=N
+// layer=L op=O" and exit status 5; a bad script line exits with status 2.
 //
 // Widths come from the build (-D): PE, ACC_BITS, SOFTMAX_LANES, LN_LANES, RES_BITS.
 #include "Vsim_top.h"
@@ -84,12 +85,13 @@ static std::map<std::pair<int, int>, std::vector<uint64_t>> profile;
 // Values just before the rising edge: the handshakes that complete at it.
 static void sample() {
     int layer = top->layer, op = top->op;
-    if (top->trace_collision) {
+    if (top->trace_collision || top->trace_stale_op) {
         trace_stop();
-        printf("buffer_collision cycle=%llu layer=%d op=%d\n", (unsigned long long)cycle, layer, op);
+        printf("%s cycle=%llu layer=%d op=%d\n", top->trace_collision ? "buffer_collision" : "stale_op",
+               (unsigned long long)cycle, layer, op);
         fflush(stdout);
         top->final();
-        exit(4);
+        exit(top->trace_collision ? 4 : 5);
     }
     auto& row = profile[{layer, op}];
     if (row.empty()) row.assign(3, 0);

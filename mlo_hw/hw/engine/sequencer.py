@@ -3,9 +3,10 @@
 :class:`Sequencer` writes the FSM of :class:`~mlo_hw.hw.layer_engine.LayerEngine` into the engine's module. It
 drives the datapath's components through their start/command ports (the MVAU's job stream, the activation
 operand, the result writer, the tile parameter latch, the parameter copier, the LayerNorm lanes, the activation
-mover, the weight streamer's tile and parameter handshakes) and watches their progress counters; ``op`` (which
-every datapath multiplexer selects on), ``busy``, ``stall`` and ``done`` are decoded from the state. The states,
-per layer (``docs/engine.md``, ``docs/tiling.md``)::
+mover, the weight streamer's tile and parameter handshakes) and watches their progress counters. ``op`` (which
+every datapath multiplexer selects on) and ``ln_op`` (the LayerNorm lanes') are registers, loaded with the next
+state's at every transition (:meth:`Sequencer.goto`), so that no state decode sits in front of a multiplexer;
+``busy``, ``stall`` and ``done`` are decoded from the state. The states, per layer (``docs/engine.md``, ``docs/tiling.md``)::
 
     IDLE -> LOAD (on chip) or FETCH (tiled) -> HEADER_WAIT -> HEADER_READ -> Q_PARAMS
     on chip:  Q, K, V -> per head SCORES, PV -> O -> LN1 -> FFN_UP -> FFN_DOWN -> LN2 -> (next layer | STORE)
@@ -29,7 +30,9 @@ exposes (``d``, a namespace built there) so that each job's handshake is written
 
 from __future__ import annotations
 
-from amaranth import Const, Mux, Signal, signed
+from contextlib import contextmanager
+
+from amaranth import Cat, Const, Mux, Signal, signed
 
 from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
@@ -76,12 +79,39 @@ class Sequencer:
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
         # the LayerNorm after O / FFN down started during the matrix's last tile (``ln_early``, until the next
-        # matrix); ``ln_partial`` while that tile still writes (its ``ln_early_op``); the rows it has finished
+        # matrix); ``ln_partial`` while that tile still writes (``ln_op`` names it); the rows it has finished
         self.ln_early, self.ln_partial = Signal(name="ln_early"), Signal(name="ln_partial")
-        self.ln_early_op = Signal(ops, name="ln_early_op")
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
         self.overlap_layernorm = layernorm_overlaps(cfg)
         self.pre_ln = cfg.model.norm == "pre"      # the layer kind: LayerNorm before (GPT-2) or after (BERT)
+        # every state's (op, ln_op) and, per state a transition names, the constants goto() loads (driven in build,
+        # once every state is known)
+        self.state_ops, self.next_ops = {}, {}
+
+    # ---- states and transitions ---------------------------------------------------------------------------
+    @contextmanager
+    def state(self, name, op=None, ln_op=None):
+        """State ``name`` of the FSM, in which ``op`` and ``ln_op`` are the given ops (``None``: IDLE)."""
+        assert name not in self.state_ops, name
+        self.state_ops[name] = tuple(self.Op.IDLE if o is None else o for o in (op, ln_op))
+        with self.m.State(name):
+            yield
+
+    def goto(self, name):
+        """The transition to state ``name`` (``m.next``), loading ``op`` and ``ln_op`` with its ops in the same edge;
+        where transitions compete, the last one written wins for the registers as for the state."""
+        if name not in self.next_ops:
+            self.next_ops[name] = tuple(Signal(self.Op, name=f"{kind}_of_{name.lower()}") for kind in ("op", "ln_op"))
+        self.m.next = name
+        self.m.d.sync += [self.d.op.eq(self.next_ops[name][0]), self.d.ln_op.eq(self.next_ops[name][1])]
+
+    def stale_op(self):
+        """1 while ``op`` or ``ln_op`` is not the current state's (a transition written without :meth:`goto`): the
+        traced engine's ``trace_stale_op``, a simulation check. Outside the LayerNorm's states ``ln_op`` may name
+        the LayerNorm started early (``ln_partial``)."""
+        d, Op = self.d, self.Op
+        return Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~self.ln_partial if lo == Op.IDLE else 1)))
+                     for name, (o, lo) in self.state_ops.items())).any()
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
@@ -108,14 +138,14 @@ class Sequencer:
         m.d.comb += d.tparams.clear.eq(1)
         self.start_writer(self.placement[o], g.tile_rows // g.pe, g.words(self.dst_cols.get(o, g.hidden)),
                           base=d.F_BASE if o == self.Op.FFN_UP else 0, tiles=1)
-        m.next = f"{o.name}_TILE_WAIT"
+        self.goto(f"{o.name}_TILE_WAIT")
 
     def abandon(self):
         # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
         self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0)]
-        self.m.next = "IDLE"
+        self.goto("IDLE")
 
     def abort(self):
         # an AXI error on the weights or the activations, or a soft reset, abandons the run
@@ -141,10 +171,10 @@ class Sequencer:
     def tile_wait_state(self, o, then: str):
         """``o``'s next tile is not in the tile buffer yet: a DMA stall."""
         m, d = self.m, self.d
-        with m.State(f"{o.name}_TILE_WAIT"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.stall.eq(~d.ws.tile_ready)]
+        with self.state(f"{o.name}_TILE_WAIT", o):
+            m.d.comb += [d.busy.eq(1), d.stall.eq(~d.ws.tile_ready)]
             with m.If(d.ws.tile_ready):
-                m.next = then
+                self.goto(then)
             self.abort()
 
     def matrix_states(self, o, then):
@@ -156,14 +186,14 @@ class Sequencer:
         m, d, g, Op = self.m, self.d, self.g, self.Op
         cols, name, cmd = self.mat_cols[o], o.name, d.mvau.cmd.payload
         self.tile_wait_state(o, f"{name}_LATCH")
-        with m.State(f"{name}_LATCH"):
+        with self.state(f"{name}_LATCH", o):
             # the tile's bias/mult into the free parameter set (the previous job may still read the other)
-            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.tparams.latch.eq(1)]
+            m.d.comb += [d.busy.eq(1), d.tparams.latch.eq(1)]
             with m.If(d.tparams.latched):
-                m.next = f"{name}_JOB"
+                self.goto(f"{name}_JOB")
             self.abort()
-        with m.State(f"{name}_JOB"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.mvau.cmd.valid.eq(1),
+        with self.state(f"{name}_JOB", o):
+            m.d.comb += [d.busy.eq(1), d.mvau.cmd.valid.eq(1),
                          cmd.col_folds.eq(cols // g.simd), cmd.row_folds.eq(g.tile_rows // g.pe),
                          cmd.vectors.eq(g.rows), cmd.shift.eq(d.hdr[self.mat_shift[o]]), cmd.raw.eq(0),
                          cmd.act_unsigned.eq(o == Op.FFN_DOWN),      # uint8 GELU codes
@@ -174,10 +204,10 @@ class Sequencer:
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += [d.operand.start.eq(self.tile == 0), d.tparams.job.eq(1)]
                 m.d.sync += d.issued.eq(0)
-                m.next = f"{name}_WAIT"
+                self.goto(f"{name}_WAIT")
             self.abort()
-        with m.State(f"{name}_WAIT"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+        with self.state(f"{name}_WAIT", o):
+            m.d.comb += d.busy.eq(1)
             with m.If(~self.last_tile):
                 # the next tile's bias/mult from the other bank once it is full; once begun, without a gap
                 latching = Signal(name=f"{name.lower()}_latching")
@@ -190,11 +220,11 @@ class Sequencer:
                     m.d.sync += [self.tile.eq(self.tile + 1), self.last_tile.eq(self.tile + 1 == self.tiles),
                                  self.ahead_started.eq(0), self.ahead.eq(0)]
                     with m.If(self.ahead | (latching & d.tparams.latched)):
-                        m.next = f"{name}_JOB"
+                        self.goto(f"{name}_JOB")
                     with m.Elif(latching):         # the rest of the latch, from the same bank, now the read bank
-                        m.next = f"{name}_LATCH"
+                        self.goto(f"{name}_LATCH")
                     with m.Else():
-                        m.next = f"{name}_TILE_WAIT"
+                        self.goto(f"{name}_TILE_WAIT")
             with m.Else():
                 if o in (Op.O, Op.FFN_DOWN) and self.overlap_layernorm:
                     self.early_layernorm(Op.LN1 if o == Op.O else Op.LN2)
@@ -203,7 +233,7 @@ class Sequencer:
                     m.d.sync += [self.tile.eq(self.tile + 1), self.ln_partial.eq(0)]
                     if o in (Op.O, Op.FFN_DOWN) and self.overlap_layernorm:
                         with m.If(self.ln_early):
-                            m.next = "LN1_RUN" if o == Op.O else "LN2_RUN"
+                            self.goto("LN1_RUN" if o == Op.O else "LN2_RUN")
                         with m.Else():
                             then()
                     else:
@@ -232,10 +262,10 @@ class Sequencer:
         m, d = self.m, self.d
         with m.If(~self.ln_early & d.copier.done):
             self.start_layernorm(ln)
-            m.d.sync += [self.ln_early.eq(1), self.ln_partial.eq(1), self.ln_early_op.eq(ln), self.ln_rows.eq(0)]
+            m.d.sync += [self.ln_early.eq(1), self.ln_partial.eq(1), d.ln_op.eq(ln), self.ln_rows.eq(0)]
 
     def partial_layernorm(self):
-        """Outside the FSM, from registers only: while ``ln_partial``, the lanes follow ``ln_early_op`` and may
+        """Outside the FSM, from registers only: while ``ln_partial``, the lanes follow ``ln_op`` and may
         read ``ln_rows`` rows, registered a cycle behind the result writer's count (row-major result beats,
         ``tile_rows / pe`` a row, from the last tile's first beat on)."""
         m, d, g = self.m, self.d, self.g
@@ -246,7 +276,7 @@ class Sequencer:
         since = Signal(signed(len(d.writer.count) + 1), name="ln_since")
         m.d.comb += since.eq(d.writer.count - first)
         with m.If(self.ln_partial):
-            m.d.comb += [d.ln_op.eq(self.ln_early_op), d.ln_avail.eq(self.ln_rows * g.words(g.hidden))]
+            m.d.comb += d.ln_avail.eq(self.ln_rows * g.words(g.hidden))
             with m.If(since >= 0):
                 m.d.sync += self.ln_rows.eq(since >> (groups.bit_length() - 1))
 
@@ -257,8 +287,8 @@ class Sequencer:
         S, R, cmd = g.seq, g.rows, d.mvau.cmd.payload
         if g.tiled:
             self.tile_wait_state(o, f"{o.name}_JOB")
-        with m.State(f"{o.name}_JOB"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1), d.mvau.cmd.valid.eq(1),
+        with self.state(f"{o.name}_JOB", o):
+            m.d.comb += [d.busy.eq(1), d.mvau.cmd.valid.eq(1),
                          cmd.col_folds.eq(cols // g.simd), cmd.row_folds.eq(job_rows // g.pe), cmd.vectors.eq(R)]
             if o == Op.SCORES:
                 m.d.comb += cmd.raw.eq(1)
@@ -281,10 +311,10 @@ class Sequencer:
                     m.d.sync += self.expected.eq(R * g.head_dim // g.pe)
                     self.start_writer(Placement.ROWS8, g.head_dim // g.pe, g.words(g.hidden), chan_word=d.head_kword,
                                       base=d.CTX_BASE)
-                m.next = f"{o.name}_WAIT"
+                self.goto(f"{o.name}_WAIT")
             self.abort()
-        with m.State(f"{o.name}_WAIT"):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+        with self.state(f"{o.name}_WAIT", o):
+            m.d.comb += d.busy.eq(1)
             with m.If((d.p_count == R * S) if o == Op.SCORES else (d.writer.count == self.expected)):
                 if g.tiled:       # every weight word has been read long before the last result
                     m.d.comb += d.ws.tile_release.eq(1)
@@ -292,7 +322,7 @@ class Sequencer:
             self.abort()
 
     def first_attention_step(self):
-        self.m.next = "SCORES_TILE_WAIT" if self.g.tiled else "SCORES_JOB"
+        self.goto("SCORES_TILE_WAIT" if self.g.tiled else "SCORES_JOB")
 
     def next_head(self):
         m, d, g = self.m, self.d, self.g
@@ -331,8 +361,7 @@ class Sequencer:
     def params_state(self, o, then):
         """Once the parameter copy of ``o`` (Q: the narrowing shifts; FFN up: the GELU table) is done, ``then()``."""
         m, d = self.m, self.d
-        with m.State(f"{o.name}_PARAMS"):
-            m.d.comb += d.op.eq(o)
+        with self.state(f"{o.name}_PARAMS", o):
             self.wait_for_copy()
             with m.If(d.copier.done):
                 then()
@@ -341,15 +370,14 @@ class Sequencer:
     def layernorm_states(self, o, then):
         """LayerNorm ``o`` over the block's rows, once its gains and biases (copied during the phase before) are in."""
         m, d, g = self.m, self.d, self.g
-        with m.State(f"{o.name}_PARAMS"):
-            m.d.comb += [d.op.eq(o), d.ln_op.eq(o)]
+        with self.state(f"{o.name}_PARAMS", o, ln_op=o):
             self.wait_for_copy()
             with m.If(d.copier.done):
                 self.start_layernorm(o)
-                m.next = f"{o.name}_RUN"
+                self.goto(f"{o.name}_RUN")
             self.abort()
-        with m.State(f"{o.name}_RUN"):
-            m.d.comb += [d.op.eq(o), d.ln_op.eq(o), d.busy.eq(1)]
+        with self.state(f"{o.name}_RUN", o, ln_op=o):
+            m.d.comb += d.busy.eq(1)
             with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
                 then()
             self.abort()
@@ -357,8 +385,8 @@ class Sequencer:
     def transfer_wait(self, name, o, then):
         """Wait for the mover (busy from the cycle after its start); an error ends the run (ERROR)."""
         m, d = self.m, self.d
-        with m.State(name):
-            m.d.comb += [d.op.eq(o), d.busy.eq(1)]
+        with self.state(name, o):
+            m.d.comb += d.busy.eq(1)
             with m.If(d.regs.soft_reset):                # the mover finishes its bursts (cancel)
                 self.abandon()
             with m.Elif(~d.mover.busy):
@@ -375,7 +403,7 @@ class Sequencer:
             self.partial_layernorm()
         with m.If(self.hdr_sel):                # the header's reads (header_states), else the copier's
             m.d.comb += self.d.ws.param_addr.eq(self.hdr_addr)
-        with m.FSM(name="seq"):
+        with m.FSM(name="seq") as self.fsm:
             self.start_states()
             self.header_states()
             if self.pre_ln:        # LN1 before Q, K, V (tiled: of every block in pass 1)
@@ -390,11 +418,14 @@ class Sequencer:
                 self.matrix_states(Op.V, self.to_attention)
                 after_layer = self.end_of_layer
             self.layer_tail_states(after_layer)
+        for name, sigs in self.next_ops.items():
+            assert name in self.state_ops, f"a transition to {name}, which is no state"
+            m.d.comb += [sig.eq(o) for sig, o in zip(sigs, self.state_ops[name])]
 
     def pre_ln_first(self):
         """Pre-LN, on chip: once the narrowing shifts are in, LN1's gains and biases, then LN1."""
         self.request_copy(CopyKind.LN1)
-        self.m.next = "LN1_PARAMS"
+        self.goto("LN1_PARAMS")
 
     def blocks_setup(self):
         """The block counter's companions: each block's offsets in DRAM, the layer's source and destination."""
@@ -452,7 +483,7 @@ class Sequencer:
         # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
         m.d.sync += [d.blk.eq(0), self.x_off.eq(0), self.q_off.eq(0), self.k_off.eq(d.cache_len * g.head_dim),
                      self.vt_off.eq(d.cache_len * g.pe), self.io_left.eq(self.io_words)]
-        m.next = first
+        self.goto(first)
 
     def next_block(self, more, last):
         m, d, g = self.m, self.d, self.g
@@ -463,7 +494,7 @@ class Sequencer:
         with m.If(d.blk == d.run_blocks - 1):
             last()
         with m.Else():
-            m.next = more
+            self.goto(more)
 
     def end_of_layer(self):
         m, d = self.m, self.d
@@ -472,19 +503,19 @@ class Sequencer:
         with m.If(self.last_layer):
             if self.g.tiled:
                 m.d.comb += d.done.eq(1)
-                m.next = "IDLE"
+                self.goto("IDLE")
             else:
                 self.transfer(Transfer.STORE_X, d.regs.output_base, self.io_words)
-                m.next = "STORE"
+                self.goto("STORE")
         with m.Else():
-            m.next = "HEADER_WAIT"
+            self.goto("HEADER_WAIT")
 
     def start_states(self):
         """IDLE (START checks TOKENS and, tiled, the scratch base), then the input load (on chip) or the weight
         stream's start (tiled, once LAYERS is latched)."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
         regs = d.regs
-        with m.State("IDLE"):
+        with self.state("IDLE"):
             m.d.comb += d.flush.eq(regs.start | regs.soft_reset)
             with m.If(regs.start):
                 m.d.sync += [d.tokens.eq(regs.tokens), d.bad_tokens.eq(0), d.bad_scratch.eq(0), d.bad_cache.eq(0),
@@ -506,18 +537,18 @@ class Sequencer:
                     m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0),
                                  self.first_layer.eq(1), self.last_layer.eq(regs.layers == 1)]
                     if g.tiled:
-                        m.next = "FETCH"
+                        self.goto("FETCH")
                     else:
                         self.transfer(Transfer.LOAD_X, regs.input_base, self.io_words)
-                        m.next = "LOAD"
+                        self.goto("LOAD")
         if g.tiled:
-            with m.State("FETCH"):
+            with self.state("FETCH"):
                 m.d.comb += [d.busy.eq(1), d.ws.start.eq(~regs.soft_reset)]
-                m.next = "HEADER_WAIT"
+                self.goto("HEADER_WAIT")
         else:
             def after_input():
                 m.d.comb += d.ws.start.eq(1)
-                m.next = "HEADER_WAIT"
+                self.goto("HEADER_WAIT")
             self.transfer_wait("LOAD", Op.LOAD, after_input)
 
     def header_states(self):
@@ -525,13 +556,13 @@ class Sequencer:
         m, d = self.m, self.d
         header = d.pgeo.word("header")
         fields = header_fields(self.cfg)
-        with m.State("HEADER_WAIT"):
+        with self.state("HEADER_WAIT"):
             m.d.comb += [d.busy.eq(1), d.stall.eq(1)]
             m.d.sync += [self.hdr_sel.eq(1), self.hdr_addr.eq(header), d.scratch_ready.eq(0)]
             with m.If(d.ws.param_loaded[d.slot][PARAM_SECTIONS.index("header")]):
-                m.next = "HEADER_READ"
+                self.goto("HEADER_READ")
             self.abort()
-        with m.State("HEADER_READ"):
+        with self.state("HEADER_READ"):
             m.d.comb += d.busy.eq(1)
             m.d.sync += self.hdr_addr.eq(self.hdr_addr + 1)
             # the store's read data is a cycle behind its address: field i arrives while hdr_addr is header + i + 1
@@ -543,7 +574,7 @@ class Sequencer:
                 # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                 self.request_copy(CopyKind.NARROW)
                 m.d.sync += self.hdr_sel.eq(0)
-                m.next = "Q_PARAMS"
+                self.goto("Q_PARAMS")
             self.abort()
 
     def tiled_states(self):
@@ -563,20 +594,20 @@ class Sequencer:
         self.params_state(Op.Q, first_pass)
         if self.seq2seq:
             self.memory_pass_states()
-        with m.State("P1_LOAD_X"):
-            m.d.comb += [d.op.eq(Op.LOAD), d.busy.eq(1)]
+        with self.state("P1_LOAD_X", Op.LOAD):
+            m.d.comb += d.busy.eq(1)
             self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
             if self.pre_ln:        # LN1's gains and biases while the block loads
                 self.request_copy(CopyKind.LN1)
-            m.next = "P1_LOAD_X_WAIT"
+            self.goto("P1_LOAD_X_WAIT")
 
         def to_ln1():
-            m.next = "LN1_PARAMS"
+            self.goto("LN1_PARAMS")
         self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1 if self.pre_ln else lambda: self.start_matrix(Op.Q))
 
         def store_q():
             self.transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
-            m.next = "P1_STORE_Q"
+            self.goto("P1_STORE_Q")
 
         def store_k():
             self.store_k(sc.k, "P1_STORE_K")
@@ -596,19 +627,19 @@ class Sequencer:
         self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt)
         self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_LOAD_X", pass1_done))
 
-        with m.State("P2_LOAD_Q"):
-            m.d.comb += [d.op.eq(Op.LOAD_Q), d.busy.eq(1)]
+        with self.state("P2_LOAD_Q", Op.LOAD_Q):
+            m.d.comb += d.busy.eq(1)
             self.transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
-            m.next = "P2_LOAD_Q_WAIT"
+            self.goto("P2_LOAD_Q_WAIT")
 
         def load_residual():
             self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
-            m.next = "P2_LOAD_X_WAIT"
+            self.goto("P2_LOAD_X_WAIT")
         self.transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual)
         if self.cfg.model.position_bias:      # the first block's heads wait for the bias table (copied from pass 2 on)
             def first_heads():
                 with m.If(d.blk == 0):
-                    m.next = "SCORES_PARAMS"
+                    self.goto("SCORES_PARAMS")
                 with m.Else():
                     self.to_attention()
             self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, first_heads)
@@ -623,7 +654,7 @@ class Sequencer:
         self.transfer(Transfer.STORE_K, d.regs.scratch_base + region + self.kv_layer + self.k_off, self.k_words,
                       runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=g.words(g.head_dim),
                       inner=g.words(g.head_dim), outer_stride=g.words(g.hidden))
-        self.m.next = state
+        self.goto(state)
 
     def store_vt(self, region, state):
         """A block's V^T (a run per ``pe`` channels) into the layer's ``region`` of the scratch."""
@@ -631,17 +662,17 @@ class Sequencer:
         self.transfer(Transfer.STORE_VT, d.regs.scratch_base + region + self.kv_layer + self.vt_off, self.vt_words,
                       runs=g.hidden // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=g.words(g.rows),
                       inner=g.words(g.rows))
-        self.m.next = state
+        self.goto(state)
 
     def memory_pass_states(self):
         """Pass 0 of a decoder run's prefill, per memory block: the block in (MEMORY_BASE, like the input: its
         MEMORY_TOKENS rows of the sequence's), the cross K and V of it (narrowed by the memory's shifts), their K_h
         and V_h^T runs into the layer's ``xk`` and ``xvt`` regions; then pass 1."""
         m, d, Op, sc = self.m, self.d, self.Op, self.sc
-        with m.State("P0_LOAD_M"):
-            m.d.comb += [d.op.eq(Op.LOAD), d.busy.eq(1)]
+        with self.state("P0_LOAD_M", Op.LOAD):
+            m.d.comb += d.busy.eq(1)
             self.transfer(Transfer.LOAD_X, d.regs.memory_base + self.x_off, self.io_block)
-            m.next = "P0_LOAD_M_WAIT"
+            self.goto("P0_LOAD_M_WAIT")
         self.transfer_wait("P0_LOAD_M_WAIT", Op.LOAD, lambda: self.start_matrix(Op.XK))
         self.matrix_states(Op.XK, lambda: self.start_matrix(Op.XV))
         self.matrix_states(Op.XV, lambda: self.store_k(sc.xk, "P0_STORE_K"))
@@ -653,7 +684,7 @@ class Sequencer:
         """Tiled: after the layer's last phase, the block's output rows to the next layer's input (or the output)."""
         self.transfer(Transfer.STORE_X, self.dst + self.x_off,
                       Mux(self.last_layer, self.io_block, self.block_words))
-        self.m.next = "P2_STORE_X"
+        self.goto("P2_STORE_X")
 
     def layer_tail_states(self, after_layer):
         """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2 (pre-LN: O, LN2, FFN up, FFN down),
@@ -661,16 +692,16 @@ class Sequencer:
         m, d, g, Op = self.m, self.d, self.g, self.Op
 
         def to_pv():
-            m.next = "PV_TILE_WAIT" if g.tiled else "PV_JOB"
+            self.goto("PV_TILE_WAIT" if g.tiled else "PV_JOB")
 
         def to_ln1():
-            m.next = "LN1_PARAMS"
+            self.goto("LN1_PARAMS")
 
         def to_ffn_up():
-            m.next = "FFN_UP_PARAMS"
+            self.goto("FFN_UP_PARAMS")
 
         def to_lnx():
-            m.next = "LNX_PARAMS"
+            self.goto("LNX_PARAMS")
 
         def after_ln1():          # post-LN: the FFN next, or in a decoder run the cross-attention block first
             if self.seq2seq:
@@ -687,7 +718,7 @@ class Sequencer:
                 self.request_copy(CopyKind.LN2)
 
         def to_ln2():
-            m.next = "LN2_PARAMS"
+            self.goto("LN2_PARAMS")
         self.attention_states(Op.SCORES, g.seq, g.head_dim, to_pv)
         self.attention_states(Op.PV, g.head_dim, g.seq, self.next_head)
         self.params_state(Op.FFN_UP, lambda: self.start_matrix(Op.FFN_UP))
@@ -696,7 +727,7 @@ class Sequencer:
             def after_o():       # pre-LN: LN2 next, or in a decoder run the cross-attention block first (LNX, XQ ..)
                 if self.seq2seq:
                     with m.If(d.cross_run):
-                        m.next = "LNX_PARAMS"
+                        self.goto("LNX_PARAMS")
                     with m.Else():
                         to_ln2()
                 else:
@@ -720,5 +751,5 @@ class Sequencer:
         if not g.tiled:
             def stored():
                 m.d.comb += d.done.eq(1)
-                m.next = "IDLE"
+                self.goto("IDLE")
             self.transfer_wait("STORE", Op.STORE, stored)
