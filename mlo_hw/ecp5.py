@@ -40,6 +40,10 @@ __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "to
 
 DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
 DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
+# PinWrapper's clock on a clock-capable pin (G2: PCLKT6_0, the ULX3S's 25 MHz input on this package). Left to
+# nextpnr, the pin lands anywhere and the route from it to the global clock's buffer can fail ("Failed to route
+# arc 0.0 of net 'clk$TRELLIS_IO_IN'"), which ended one run in three; rst and out stay unconstrained.
+CLOCK_PIN = "G2"
 WRAP_TOP = "mlo_ecp5"
 
 # The tools the ECP5 flow calls, and the PyPI tools that are them.
@@ -306,10 +310,12 @@ PLACERS = ("heap", "static")
 
 def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, router: str,
                      placer: str) -> tuple[int, dict]:
-    """nextpnr-ecp5 on ``out/top.json`` (a missed constraint is no failure): its exit status and parsed log. It
+    """nextpnr-ecp5 on ``out/top.json`` (``clk`` on :data:`CLOCK_PIN`; a missed constraint is no failure): its exit
+    status and parsed log. It
     also writes ``out/report.json`` with every net's routed delays (``--detailed-timing-report``; placement and
     routing are the same without it)."""
-    cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf-allow-unconstrained",
+    (out / "pins.lpf").write_text(f'LOCATE COMP "clk" SITE "{CLOCK_PIN}";\n')
+    cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf", "pins.lpf", "--lpf-allow-unconstrained",
            "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--placer", placer, "--router", router,
            "--report", "report.json", "--detailed-timing-report"]
     rc = _run(cmd, out, out / "nextpnr.log")
