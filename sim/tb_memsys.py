@@ -58,10 +58,10 @@ class Compute:
         dut = self.dut
         slot = layer % 2
         dut.param_slot.value = slot
-        loaded = (int(dut.param_loaded.value) >> (4 * slot)) & 0xF
-        names = ["header", "ln1", "gelu", "ln2"]
+        names = P["param_sections"]          # ParamStore.loaded: a bit per section, a field per slot
+        loaded = (int(dut.param_loaded.value) >> (len(names) * slot)) & ((1 << len(names)) - 1)
         for name in sections:
-            assert loaded >> names.index(name) & 1, f"layer {layer} {name} not loaded (bits {loaded:04b})"
+            assert loaded >> names.index(name) & 1, f"layer {layer} {name} not loaded (bits {loaded:0{len(names)}b})"
             off, size = PARAM_OFF[name], next(s["bytes"] for s in SECTIONS if s["name"] == name)
             src = layer * STRIDE + next(s["offset"] for s in SECTIONS if s["name"] == name)
             got = await self.read(dut.param_addr, dut.param_data, size // 4, base=off // 4)
@@ -99,7 +99,7 @@ class Compute:
                     assert gbias == wbias, f"layer {l} {s['name']} tile {t} bias[{ch}] {gbias} != {wbias}"
                     assert (mults[f] >> (16 * p)) & 0xFFFF == wmult, f"layer {l} {s['name']} tile {t} mult[{ch}]"
             if s["name"] == "ffn_down" and t == 0:
-                await self.check_params(l, ["header", "ln1", "gelu"])
+                await self.check_params(l, ["header", "narrow", "ln1", "gelu"])
             while self.rng.random() < self.p_busy:
                 await RisingEdge(dut.clk)
             dut.tile_release.value = 1
@@ -164,9 +164,10 @@ async def streams_every_layer_into_the_buffers(dut):
         assert done, f"run {run}: no done; {comp.tiles_done} tiles consumed"
         await task
         await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)      # a section counts a cycle after its last beat (ParamStore: once it has landed)
         assert beats[0] * BYTES == layers * P["layer_bytes"], f"bytes read {beats[0] * BYTES}"
         for l in range(max(0, layers - 2), layers):
-            await comp.check_params(l, ["header", "ln1", "gelu", "ln2"])
+            await comp.check_params(l, P["param_sections"])
         dut._log.info(f"run {run}: base {base:#x}, {layers} layers, {comp.tiles_done} tiles OK")
     set_pauses(ram, None, 0, 0)
 

@@ -377,6 +377,6 @@ def streamer_tb_params(cfg, image_path, seeds=()) -> dict:
         "tile_rows": cfg.folding.tile_rows, "stride": lay.stride, "layer_bytes": lay.layer_bytes,
         "sections": [{"name": s.name, "offset": s.offset, "bytes": s.bytes, "tiles": s.tiles,
                       "tile_bytes": s.tile_bytes, "cols": s.cols} for s in lay.sections],
-        "param_offsets": ParamGeometry.from_config(cfg).offsets,
+        "param_offsets": ParamGeometry.from_config(cfg).offsets, "param_sections": list(PARAM_SECTIONS),
         "image_path": str(image_path), "seeds": list(seeds),
     }
