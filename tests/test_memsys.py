@@ -131,7 +131,8 @@ def test_other_bus_widths_and_foldings_stream_the_image(bits, folding, tmp_path)
 
 def test_param_store_release_and_clear_leave_no_previous_layers_bits():
     """ParamStore.loaded: a released slot shows nothing of the layer that used it (the other slot keeps its
-    bits), clear empties both, and a section arriving in the cycle of a release still counts."""
+    bits), clear empties both, and a section arriving in the cycle of a release still counts; a section counts a
+    cycle after its ``w_section_done`` (its last beat has landed then)."""
     from amaranth.sim import Simulator
     from mlo_hw.hw.buffers import PARAM_SECTIONS, ParamStore
     dut = ParamStore(load_config("small"))
@@ -148,10 +149,14 @@ def test_param_store_release_and_clear_leave_no_previous_layers_bits():
         for slot in (0, 1):
             for i in range(len(PARAM_SECTIONS)):
                 await pulse(w_slot=slot, w_section=i, w_section_done=1)
+        assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [everything, everything >> 1]
+        await ctx.tick()
         assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [everything, everything]
         await pulse(release=1, release_slot=0)
         assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, everything]
         await pulse(release=1, release_slot=1, w_slot=1, w_section=0, w_section_done=1)
+        assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, 0]
+        await ctx.tick()
         assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, 1]
         await pulse(clear=1)
         assert [ctx.get(dut.loaded[s]) for s in (0, 1)] == [0, 0]

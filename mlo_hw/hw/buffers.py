@@ -112,8 +112,10 @@ class BankedMemory(wiring.Component):
 
     When a read word is wider than a beat it spans ``lanes`` consecutive beats (one memory row with
     a write granularity of one beat); when narrower, a row holds ``sub`` words and the read selects
-    one. Write: ``w_bank``, ``w_row`` (beat index // lanes), ``w_lane`` (beat index % lanes).
-    Read: ``r_bank``, ``r_addr`` (word index), data on ``r_data`` one cycle later (block RAM).
+    one. Write: ``w_en`` with ``w_bank``, ``w_row`` (beat index // lanes), ``w_lane`` (beat index % lanes),
+    registered beside the memory: the beat lands a cycle later (so a writer signals a section complete a cycle
+    after its last ``w_en``). Read: ``r_bank``, ``r_addr`` (word index), data on ``r_data`` one cycle later
+    (block RAM).
     """
 
     def __init__(self, read_bits: int, beat_bits: int, beats_per_bank: int, banks: int = 2):
@@ -137,11 +139,14 @@ class BankedMemory(wiring.Component):
                                         attrs=NO_COLLISION)
         wp = mem.write_port(granularity=self.beat_bits)
         rp = mem.read_port()
-        m.d.comb += [
-            wp.addr.eq(self.w_bank * self.rows + self.w_row),
-            wp.data.eq(self.w_data.replicate(self.lanes)),
-            wp.en.eq(Mux(self.w_en, 1 << self.w_lane, 0) if self.lanes > 1 else self.w_en),
+        # the write registered beside the memory (the DMA's beat logic is far from it); only the enable is reset
+        wq_addr, wq_data = Signal.like(wp.addr, reset_less=True), Signal(self.beat_bits, reset_less=True)
+        wq_en = Signal.like(wp.en)
+        m.d.sync += [
+            wq_addr.eq(self.w_bank * self.rows + self.w_row), wq_data.eq(self.w_data),
+            wq_en.eq(Mux(self.w_en, 1 << self.w_lane, 0) if self.lanes > 1 else self.w_en),
         ]
+        m.d.comb += [wp.addr.eq(wq_addr), wp.data.eq(wq_data.replicate(self.lanes)), wp.en.eq(wq_en)]
         if self.sub == 1:
             m.d.comb += [rp.addr.eq(self.r_bank * self.rows + self.r_addr), self.r_data.eq(rp.data)]
         else:
@@ -164,7 +169,8 @@ class TileBuffer(wiring.Component):
 
     DMA side: ``claim`` (pulse) reserves the next bank in ping-pong order when ``can_claim``; the
     tile's beats then arrive on ``w`` (``chan`` = 0 for weight beats, 1 for the bias/mult beats
-    and padding) and the beat with ``last`` marks that bank full. Compute side: ``ready`` says the
+    and padding) and the beat with ``last`` marks that bank full a cycle later (once it has landed: the memories
+    register their writes). Compute side: ``ready`` says the
     current read bank is full (``tag`` is what the writer tagged it with); read weight word
     ``waddr`` (= nf*SF + sf) on ``wdata`` and the channel parameters of group ``caddr`` (= nf) on
     ``bias``/``mult`` one cycle later; pulse ``release`` when done with the bank. ``next_ready``: the
@@ -201,6 +207,7 @@ class TileBuffer(wiring.Component):
         tags = Array(Signal(self.tag_bits, name=f"tag{i}") for i in range(2))
         wr_bank, rd_bank = Signal(), Signal()
         used = Signal(range(3))             # banks claimed or full
+        landing, landing_bank = Signal(), Signal()    # a bank's last beat is being written: full next cycle
 
         # ---- write side ---------------------------------------------------------------------
         w = self.w.payload
@@ -227,7 +234,9 @@ class TileBuffer(wiring.Component):
                     m.d.sync += [chan_lane.eq(0), chan_row.eq(chan_row + 1)]
             with m.If(w.last):
                 m.d.sync += [row.eq(0), lane.eq(0), chan_row.eq(0), chan_lane.eq(0),
-                             full.bit_select(wr_bank, 1).eq(1), tags[wr_bank].eq(w.tag), wr_bank.eq(~wr_bank)]
+                             landing.eq(1), landing_bank.eq(wr_bank), tags[wr_bank].eq(w.tag), wr_bank.eq(~wr_bank)]
+        with m.If(landing):
+            m.d.sync += [landing.eq(0), full.bit_select(landing_bank, 1).eq(1)]
 
         # ---- claims and releases ------------------------------------------------------------
         m.d.comb += self.can_claim.eq(used < 2)
@@ -252,7 +261,7 @@ class TileBuffer(wiring.Component):
             m.d.sync += [rd_bank.eq(~rd_bank), full.bit_select(rd_bank, 1).eq(0)]
 
         with m.If(self.flush):
-            m.d.sync += [full.eq(0), used.eq(0), wr_bank.eq(0), rd_bank.eq(0),
+            m.d.sync += [full.eq(0), used.eq(0), wr_bank.eq(0), rd_bank.eq(0), landing.eq(0),
                          row.eq(0), lane.eq(0), chan_row.eq(0), chan_lane.eq(0)]
         return m
 
@@ -261,8 +270,9 @@ class ParamStore(wiring.Component):
     """Two slots (layer parity) of the small per-layer sections, read as 32-bit words.
 
     Write: ``w_en`` with ``w_slot``, ``w_beat`` (beat index inside the slot, see
-    :class:`ParamGeometry`) and ``w_data``; ``w_section_done`` (with ``w_section``) marks a section
-    loaded, ``w_section_start`` of the header clears the slot's ``loaded`` bits. Read: ``r_slot``,
+    :class:`ParamGeometry`) and ``w_data``; ``w_section_done`` (with ``w_section``, beside the section's last
+    ``w_en``) marks a section loaded a cycle later, once that beat has landed; ``w_section_start`` of the header
+    clears the slot's ``loaded`` bits. Read: ``r_slot``,
     ``r_addr`` (32-bit word inside the slot, ``ParamGeometry.word``) -> ``r_data`` one cycle later.
     ``loaded[slot]`` has bit i set once ``PARAM_SECTIONS[i]`` of that slot has arrived; ``release``
     (pulse) clears the bits of ``release_slot`` (its layer is done with it, so they never show a previous
@@ -295,9 +305,11 @@ class ParamStore(wiring.Component):
             m.d.sync += self.loaded[self.release_slot].eq(0)
         with m.If(self.clear):
             m.d.sync += self.loaded.as_value().eq(0)
-        loaded = self.loaded[self.w_slot]
         with m.If(self.w_section_start & (self.w_section == 0)):
-            m.d.sync += loaded.eq(0)
-        with m.If(self.w_section_done):
-            m.d.sync += loaded.bit_select(self.w_section, 1).eq(1)
+            m.d.sync += self.loaded[self.w_slot].eq(0)
+        # the section's last beat lands in the memory a cycle after its w_en (BankedMemory): loaded then
+        done, done_slot, done_section = Signal(), Signal(), Signal.like(self.w_section)
+        m.d.sync += [done.eq(self.w_section_done), done_slot.eq(self.w_slot), done_section.eq(self.w_section)]
+        with m.If(done):
+            m.d.sync += self.loaded[done_slot].bit_select(done_section, 1).eq(1)
         return m
