@@ -517,19 +517,30 @@ class LayerEngine(wiring.Component):
         src = {Op.Q: qkv_in, Op.K: qkv_in, Op.V: qkv_in, Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: ln_out}
         if self.cfg.seq2seq:     # the cross Q from LN1's output (Y; pre-LN: LNX's, R); the memory's K, V from X
             src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
+        # the requests go to the op's buffer; the read data is taken from the buffer operand_src names, a register a
+        # cycle behind op (a word arrives two cycles after its request, within the op), so that op's fanout stays
+        # off the operand's data path
+        names = sorted({*src.values(), "x"}) + ["work"]
+        operand_src = Signal(range(len(names)), name="operand_src")
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
                     b = bufs[name]
-                    m.d.comb += [b.rd_addr.eq(operand.rd_addr), b.rd_en.eq(operand.rd_en),
-                                 operand.rd_data.eq(b.r.data if name != "p" else spread(b.r.data))]
+                    m.d.comb += [b.rd_addr.eq(operand.rd_addr), b.rd_en.eq(operand.rd_en)]
+                    m.d.sync += operand_src.eq(names.index(name))
                     if o == Op.SCORES and self.cfg.seq2seq and not self.pre_ln:   # the cross heads: Q^c in X
                         x = bufs["x"]
                         m.d.comb += [x.rd_addr.eq(operand.rd_addr), x.rd_en.eq(operand.rd_en)]
                         with m.If(d.cross_phase):
-                            m.d.comb += operand.rd_data.eq(x.r.data)
+                            m.d.sync += operand_src.eq(names.index("x"))
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
-                m.d.comb += operand.rd_data.eq(spread(work.read(m, operand.rd_addr, operand.rd_en)))
+                work_data = work.read(m, operand.rd_addr, operand.rd_en)
+                m.d.sync += operand_src.eq(names.index("work"))
+        with m.Switch(operand_src):
+            for i, name in enumerate(names):
+                with m.Case(i):
+                    data = work_data if name == "work" else bufs[name].r.data
+                    m.d.comb += operand.rd_data.eq(spread(data) if name in ("p", "work") else data)
         wiring.connect(m, operand.o, mvau.x)
 
     def _mvau_results(self, m, d):
