@@ -67,34 +67,43 @@ async def every_placement(dut):
                    for _ in range(n_tiles * S * beats)]
         got = {}
         p_valid = [1.0, 0.5][trial // len(jobs)]
-        k = 0
-        while k < len(results):
-            offer = rng.random() < p_valid
+        def writes():
+            """The writes on rows/banks in this cycle: {key: value}."""
+            out = {}
+            rows = int(dut.rows.value)
+            ra, rd_ = rows & ((1 << P["rows_addr_bits"]) - 1), rows >> P["rows_addr_bits"]
+            data_bits = 16 * SIMD
+            rdata, ren = rd_ & ((1 << data_bits) - 1), rd_ >> data_bits
+            for lane in range(SIMD):
+                if ren >> lane & 1:
+                    v = rdata >> (16 * lane) & 0xFFFF
+                    out[("rows", ra, lane)] = v - (1 << 16) * (v >> 15)
+            banks = int(dut.banks.value)
+            bw = P["bank_write_bits"]
+            for bank in range(PE):
+                word = banks >> (bw * bank) & ((1 << bw) - 1)
+                ab = bw - 8 * SIMD - SIMD
+                addr, bdata, ben = word & ((1 << ab) - 1), word >> ab & ((1 << 8 * SIMD) - 1), word >> (bw - SIMD)
+                for lane in range(SIMD):
+                    if ben >> lane & 1:
+                        out[("bank", bank, addr, lane)] = bdata >> (8 * lane) & 0xFF
+            return out
+
+        # a beat's writes leave the cycle after it is taken (registered), and only then
+        k, taken = 0, False
+        while k < len(results) or taken:
+            offer = k < len(results) and rng.random() < p_valid
             dut.i__valid.value = int(offer)
             if offer:
                 w16, w8 = results[k]
                 dut.i__payload.value = sum((b & 0xFF) << (8 * p) for p, b in enumerate(w8)) | \
                     sum((v & 0xFFFF) << (16 * p) for p, v in enumerate(w16)) << (8 * PE)
             await ReadOnly()
-            if offer:
-                rows = int(dut.rows.value)
-                ra, rd_, _ = rows & ((1 << P["rows_addr_bits"]) - 1), rows >> P["rows_addr_bits"], None
-                data_bits = 16 * SIMD
-                rdata, ren = rd_ & ((1 << data_bits) - 1), rd_ >> data_bits
-                for lane in range(SIMD):
-                    if ren >> lane & 1:
-                        v = rdata >> (16 * lane) & 0xFFFF
-                        got[("rows", ra, lane)] = v - (1 << 16) * (v >> 15)
-                banks = int(dut.banks.value)
-                bw = P["bank_write_bits"]
-                for bank in range(PE):
-                    word = banks >> (bw * bank) & ((1 << bw) - 1)
-                    ab = bw - 8 * SIMD - SIMD
-                    addr, bdata, ben = word & ((1 << ab) - 1), word >> ab & ((1 << 8 * SIMD) - 1), word >> (bw - SIMD)
-                    for lane in range(SIMD):
-                        if ben >> lane & 1:
-                            got[("bank", bank, addr, lane)] = bdata >> (8 * lane) & 0xFF
-                k += 1
+            now = writes()
+            assert taken or not now, f"trial {trial}: writes {sorted(now)[:2]} without a beat the cycle before"
+            got.update(now)
+            taken = offer
+            k += offer
             await RisingEdge(dut.clk)
         dut.i__valid.value = 0
         await RisingEdge(dut.clk)

@@ -8,7 +8,7 @@ one MVAU weight word of the attention products (:mod:`mlo_hw.hw.layer_engine`'s 
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -56,10 +56,11 @@ class ResultWriter(wiring.Component):
         ``i``: the result beats (``ready`` is always 1).
         ``rows``: a write of ``simd`` int16 lanes (``addr``, ``data``, per-lane ``en``) for ROWS16;
         ``banks``: one byte-lane write per WORK bank for ROWS8, K and VT (bank-local ``addr``).
-        ``count``: beats taken since ``start``.
+        ``count``: beats written since ``start`` (it moves with each beat's writes).
 
-    Timing: a beat's writes are offered combinationally in the cycle it arrives (the buffers write it at
-    the clock edge); the counters move at the same edge.
+    Timing: a beat's writes leave from registers in the cycle after it arrives (the placement's multiplexers
+    and the buffers' write registers are a clock apart: the buffers are spread over the die), and ``count``
+    moves at the end of that cycle, with the buffers' write registers.
     """
 
     def __init__(self, *, pe: int, simd: int, seq: int, hidden: int, intermediate: int, tile_rows: int,
@@ -93,6 +94,18 @@ class ResultWriter(wiring.Component):
         vt_base, vt_nf = Signal.like(k_row), Signal.like(k_row)  # V^T: the tile's first row, the group's row
         sw, sl = Signal(range(words(S) + 1)), Signal(range(simd))   # V^T: token word and lane
         lanes = (Const((1 << pe) - 1, simd) << cl)[:simd]
+        # the beat's writes, registered onto rows/banks (the enables and count with reset, the rest without)
+        rows, banks = Signal(self.rows.shape()), Signal(self.banks.shape())
+        rows_q, banks_q = Signal(self.rows.shape(), reset_less=True), Signal(self.banks.shape(), reset_less=True)
+        rows_en, banks_en = Signal(simd), Signal(simd * pe)
+        wrote = Signal()
+        m.d.sync += [rows_q.eq(rows), banks_q.eq(banks), rows_en.eq(rows.en),
+                     banks_en.eq(Cat(*(b.en for b in banks))), wrote.eq(self.i.valid)]
+        m.d.comb += [self.rows.addr.eq(rows_q.addr), self.rows.data.eq(rows_q.data), self.rows.en.eq(rows_en)]
+        for i, b in enumerate(self.banks):
+            m.d.comb += [b.addr.eq(banks_q[i].addr), b.data.eq(banks_q[i].data), b.en.eq(banks_en[i * simd:(i + 1) * simd])]
+        with m.If(wrote):
+            m.d.sync += self.count.eq(self.count + 1)
         rep = self.i.payload.bytes.replicate(simd // pe)
         addr = row + chan_word + cw
         m.d.comb += self.i.ready.eq(1)
@@ -100,23 +113,23 @@ class ResultWriter(wiring.Component):
         with m.If(self.i.valid):
             with m.Switch(cfg.placement):
                 with m.Case(Placement.ROWS16):
-                    m.d.comb += [self.rows.addr.eq(addr), self.rows.data.eq(self.i.payload.wide.replicate(simd // pe)),
-                                 self.rows.en.eq(lanes)]
+                    m.d.comb += [rows.addr.eq(addr), rows.data.eq(self.i.payload.wide.replicate(simd // pe)),
+                                 rows.en.eq(lanes)]
                 with m.Case(Placement.ROWS8):
                     a = cfg.base + addr
                     bank, local = (a[:(pe - 1).bit_length()], a >> (pe - 1).bit_length()) if pe > 1 else (0, a)
-                    for i, b in enumerate(self.banks):
+                    for i, b in enumerate(banks):
                         m.d.comb += [b.addr.eq(local), b.data.eq(rep), b.en.eq(Mux(bank == i, lanes, 0))]
                 with m.Case(Placement.K):
-                    for i, b in enumerate(self.banks):
+                    for i, b in enumerate(banks):
                         m.d.comb += [b.addr.eq(self.k_local + k_row + chan_word + cw), b.data.eq(rep),
                                      b.en.eq(Mux(k_bank == i, lanes, 0))]
                 with m.Case(Placement.VT):
-                    for i, b in enumerate(self.banks):
+                    for i, b in enumerate(banks):
                         m.d.comb += [b.addr.eq(self.v_local + vt_base + vt_nf + sw),
                                      b.data.eq(self.i.payload.bytes[8 * i: 8 * i + 8].replicate(simd)),
                                      b.en.eq(1 << sl)]
-            m.d.sync += [self.count.eq(self.count + 1), nf.eq(nf + 1), cl.eq(cl + pe), vt_nf.eq(vt_nf + words(S))]
+            m.d.sync += [nf.eq(nf + 1), cl.eq(cl + pe), vt_nf.eq(vt_nf + words(S))]
             with m.If(cl == simd - pe):
                 m.d.sync += [cl.eq(0), cw.eq(cw + 1)]
             with m.If(nf == cfg.beats - 1):                     # the vector's last group: next vector
