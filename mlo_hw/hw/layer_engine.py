@@ -74,6 +74,7 @@ from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadArbiter
 from .buffers import NO_COLLISION, ParamGeometry
+from .pipeline import delayed
 from ..config import ConfigError
 from .engine.block_mover import BlockMover
 from .engine.sequencer import Sequencer
@@ -123,6 +124,8 @@ class Op(enum.Enum, shape=5):
 
 
 RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
+# registers between the MVAU's result (the op's result mux) and the result writer (by the buffers)
+RESULT_HOPS = 2
 MATRIX_OPS = {"q": Op.Q, "k": Op.K, "v": Op.V, "o": Op.O, "ffn_up": Op.FFN_UP, "ffn_down": Op.FFN_DOWN,
               "xq": Op.XQ, "xk": Op.XK, "xv": Op.XV, "xo": Op.XO}
 
@@ -565,12 +568,15 @@ class LayerEngine(wiring.Component):
         m.submodules.results = d.writer = writer = ResultWriter(
             pe=pe, simd=simd, seq=g.rows, hidden=g.hidden, intermediate=g.inter, tile_rows=g.tile_rows,
             k_local=d.K_LOCAL, v_local=d.V_LOCAL, bank_words=g.work_words // pe)
-        # the beat registered in front of the writer: the op's result mux and the buffers' write muxes (which the
-        # LayerNorm lanes' writes share) are a clock apart, as they are far apart on the die
-        beat = Signal.like(writer.i.payload, name="result_beat")
-        beat_valid = Signal(name="result_beat_valid")
-        m.d.sync += [beat_valid.eq(res_valid & ~d.flush), beat.bytes.eq(res_data), beat.wide.eq(res_wide)]
-        m.d.comb += [writer.i.valid.eq(beat_valid), writer.i.payload.eq(beat)]
+        # the beat through RESULT_HOPS registers to the writer: the op's result mux (by the MVAU) and the writer's
+        # registers (by the buffers, which the LayerNorm lanes' writes share) are far apart on the die, a single
+        # hop was 10 ns of wire; a flush drops the beats in flight
+        beat = Signal(writer.i.payload.shape(), name="result_beat", reset_less=True)    # (copies: no reset)
+        m.d.comb += [beat.bytes.eq(res_data), beat.wide.eq(res_wide)]
+        beat_valid = res_valid
+        for k in range(RESULT_HOPS):
+            beat_valid = delayed(m, beat_valid & ~d.flush, 1, f"result_beat_valid{k}_")
+        m.d.comb += [writer.i.valid.eq(beat_valid), writer.i.payload.eq(delayed(m, beat, RESULT_HOPS, "result_beat"))]
         for i, b in enumerate(d.work.banks):
             m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
                          b.w.en.eq(writer.banks[i].en)]
