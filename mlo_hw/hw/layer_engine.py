@@ -64,8 +64,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from amaranth import Array, Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal, signed, unsigned
-from amaranth.hdl import DomainRenamer
+from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import ResetInserter
 from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -380,20 +380,15 @@ class LayerEngine(wiring.Component):
         return m
 
     def _blocks(self, m, d):
-        """The control registers, the weight streamer, the compute blocks (in the ``blocks`` domain: reset by ``flush``
-        at START and soft reset, and by the engine's reset, a cycle later), the activation mover and the AXI port they
-        share; the run's START checks."""
+        """The control registers, the weight streamer, the compute blocks (reset by ``flush`` at START and soft
+        reset, in the cycle after it), the activation mover and the AXI port they share; the run's START checks."""
         cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
         H, I, S, simd, words = g.hidden, g.inter, g.seq, g.simd, g.words
         m.submodules.regs = d.regs = regs = ControlRegs(cfg)
         m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks)
         d.flush = Signal(name="flush")
-        # the compute blocks' domain: the engine's clock, and for reset one register (flush or the engine's reset, a
-        # cycle later), so that their thousands of reset pins hang off a flip-flop with no LUT in front
-        m.domains.blocks = ClockDomain("blocks", local=True)
-        blocks_rst = Signal(name="blocks_rst", init=1, reset_less=True)
-        m.d.sync += blocks_rst.eq(d.flush | ResetSignal("sync"))
-        m.d.comb += [ClockSignal("blocks").eq(ClockSignal("sync")), ResetSignal("blocks").eq(blocks_rst)]
+        flushed = Signal(name="flushed")           # flush a cycle later: the blocks' reset fans out from a register
+        m.d.sync += flushed.eq(d.flush)
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
@@ -403,7 +398,7 @@ class LayerEngine(wiring.Component):
                                                                 max_passes=g.max_tiles,
                                                                 shift_sets=4 if cfg.seq2seq else 2,
                                                                 read_latency=BUFFER_READ_LATENCY))):
-            m.submodules[name] = DomainRenamer("blocks")(block)
+            m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block
         ap_in = AxiParams.from_config(cfg)                # the masters inside (ID 1 bit)
