@@ -310,10 +310,9 @@ PLACERS = ("heap", "static")
 
 def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, router: str,
                      placer: str) -> tuple[int, dict]:
-    """nextpnr-ecp5 on ``out/top.json`` (``clk`` on :data:`CLOCK_PIN`; a missed constraint is no failure): its exit
-    status and parsed log. It
-    also writes ``out/report.json`` with every net's routed delays (``--detailed-timing-report``; placement and
-    routing are the same without it)."""
+    """nextpnr-ecp5 on ``out/top.json`` (``clk`` on :data:`CLOCK_PIN` through ``out/pins.lpf``; a missed constraint is
+    no failure): its exit status and parsed log. It also writes ``out/report.json`` with every net's routed delays
+    (``--detailed-timing-report``; placement and routing are the same without it)."""
     (out / "pins.lpf").write_text(f'LOCATE COMP "clk" SITE "{CLOCK_PIN}";\n')
     cmd = [tools["nextpnr-ecp5"], *DEVICE_ARGS, "--json", "top.json", "--lpf", "pins.lpf", "--lpf-allow-unconstrained",
            "--timing-allow-fail", "--freq", f"{mhz:g}", "--seed", str(seed), "--placer", placer, "--router", router,

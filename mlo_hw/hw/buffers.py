@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import ConfigError
 from ..model.weight_image import layout
+from .pipeline import delayed
 
 __all__ = ["PARAM_SECTIONS", "NO_COLLISION", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
            "tile_write_layout"]
@@ -118,6 +119,8 @@ class BankedMemory(wiring.Component):
     (block RAM).
     """
 
+    WRITE_LATENCY = 1      # cycles from w_en to the beat in the memory (the write register)
+
     def __init__(self, read_bits: int, beat_bits: int, beats_per_bank: int, banks: int = 2):
         self.lanes = max(1, read_bits // beat_bits)
         self.sub = max(1, beat_bits // read_bits)
@@ -207,7 +210,8 @@ class TileBuffer(wiring.Component):
         tags = Array(Signal(self.tag_bits, name=f"tag{i}") for i in range(2))
         wr_bank, rd_bank = Signal(), Signal()
         used = Signal(range(3))             # banks claimed or full
-        landing, landing_bank = Signal(), Signal()    # a bank's last beat is being written: full next cycle
+        # a bank's last beat is in the write register: full next cycle (BankedMemory.WRITE_LATENCY); a flush drops it
+        landing, landing_bank = Signal(), Signal()
 
         # ---- write side ---------------------------------------------------------------------
         w = self.w.payload
@@ -307,9 +311,9 @@ class ParamStore(wiring.Component):
             m.d.sync += self.loaded.as_value().eq(0)
         with m.If(self.w_section_start & (self.w_section == 0)):
             m.d.sync += self.loaded[self.w_slot].eq(0)
-        # the section's last beat lands in the memory a cycle after its w_en (BankedMemory): loaded then
-        done, done_slot, done_section = Signal(), Signal(), Signal.like(self.w_section)
-        m.d.sync += [done.eq(self.w_section_done), done_slot.eq(self.w_slot), done_section.eq(self.w_section)]
-        with m.If(done):
-            m.d.sync += self.loaded[done_slot].bit_select(done_section, 1).eq(1)
+        # the section's last beat is in the memory BankedMemory.WRITE_LATENCY cycles after its w_en: loaded then
+        done = delayed(m, Cat(self.w_section_done, self.w_slot, self.w_section), BankedMemory.WRITE_LATENCY,
+                       "section_done")
+        with m.If(done[0]):
+            m.d.sync += self.loaded[done[1]].bit_select(done[2:], 1).eq(1)
         return m
