@@ -3,7 +3,7 @@ the numpy layouts of the tiled schedule (cocotbext-axi RAM with random stalls on
 cancel, zero-word runs, ``busy``), lint, synthesis."""
 
 import pytest
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Array, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -101,7 +101,12 @@ class MoverTop(wiring.Component):
             m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data), w.en.eq(self.bd_we & (self.bd_sel == 2 + b)),
                          r.addr.eq(rd_addr), r.en.eq(rd_en)]
             banks.append(r.data)
-        m.d.comb += mover.rd_banks.eq(Cat(*banks))
+        # the bank of the word on the read ports, registered with the request and then with the read, as the engine's WORK
+        req_bank, bank_q = Signal.like(mover.rd_bank), Signal.like(mover.rd_bank)
+        m.d.sync += req_bank.eq(mover.rd_bank)
+        with m.If(rd_en):
+            m.d.sync += bank_q.eq(req_bank)
+        m.d.comb += mover.rd_bank_word.eq(Array(banks)[bank_q])
         return m
 
 

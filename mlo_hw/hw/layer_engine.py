@@ -292,22 +292,28 @@ class _Banks:
         self.banks = [_Buffer(m, f"{name}{b}", words_per_bank, word_bytes) for b in range(n)]
         self.lp = (n - 1).bit_length()
         self.sel = Signal(range(max(n, 2)), name=f"{name}_sel")             # the bank of the word on r.data
-        self.rd_bank = Signal.like(self.sel, name=f"{name}_rd_bank")        # of a row-major read request
+        self.rd_bank = Signal.like(self.sel, name=f"{name}_rd_bank")        # of a one-bank read request
         req_bank = Signal.like(self.sel, name=f"{name}_req_bank")           # registered with the request
         m.d.sync += req_bank.eq(self.rd_bank)
         with m.If(self.banks[0].req_en):
             m.d.sync += self.sel.eq(req_bank)
+        # the one multiplexer over the banks: every one-bank read (row-major operand, the mover's K and V^T) shares it
+        self.data = Signal(8 * word_bytes, name=f"{name}_data")
+        m.d.comb += self.data.eq(Array(b.r.data for b in self.banks)[self.sel])
 
     def _split(self, addr):
         return (addr[:self.lp], addr[self.lp:]) if self.lp else (Const(0, 1), addr)
 
     def read(self, m, addr, en):
-        """Row-major read: the word arrives :data:`BUFFER_READ_LATENCY` cycles later on the returned value."""
+        """Row-major read: the word arrives :data:`BUFFER_READ_LATENCY` cycles later on :attr:`data`."""
         bank, local = self._split(addr)
-        m.d.comb += self.rd_bank.eq(bank)
-        for b in self.banks:
-            m.d.comb += [b.rd_addr.eq(local), b.rd_en.eq(en)]
-        return Array(b.r.data for b in self.banks)[self.sel]
+        m.d.comb += self.read_bank(bank, local, en)
+        return self.data
+
+    def read_bank(self, bank, local, en) -> list:
+        """The assignments of a read of word ``local`` of bank ``bank`` (its word on :attr:`data`
+        :data:`BUFFER_READ_LATENCY` cycles later), for the caller's ``m.d.comb``."""
+        return [self.rd_bank.eq(bank), *(a for b in self.banks for a in (b.rd_addr.eq(local), b.rd_en.eq(en)))]
 
     def read_side_by_side(self, m, local):
         """One word of every bank, straight to the block RAMs (the MVAU's weight read: data a cycle later), in
@@ -694,8 +700,8 @@ class LayerEngine(wiring.Component):
                 b = bufs[name]
                 m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en), mover.rd_word.eq(b.r.data)]
         with m.If(op == Op.STORE_QKV):
-            m.d.comb += [c for b in d.work.banks for c in (b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en))]
-        m.d.comb += mover.rd_banks.eq(Cat(*(b.r.data for b in d.work.banks)))
+            m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
+        m.d.comb += mover.rd_bank_word.eq(d.work.data)
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

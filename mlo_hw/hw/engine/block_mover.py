@@ -59,8 +59,10 @@ class BlockMover(wiring.Component):
         clear (clears ``error``).
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
         is started after an error.
-        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or the same bank-local word of every WORK
-        bank); ``read_latency`` cycles later ``rd_word`` (the X or Y word the engine routes back) or ``rd_banks``.
+        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or the bank-local word of WORK bank
+        ``rd_bank``); ``read_latency`` cycles later ``rd_word`` (the X or Y word the engine routes back) or
+        ``rd_bank_word`` (that bank's word: the engine's one multiplexer over WORK's banks, which the row-major
+        operand reads share).
         Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``) into X
         (LOAD_X) or Y (LOAD_Q).
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
@@ -80,7 +82,7 @@ class BlockMover(wiring.Component):
             "cancel": In(1), "clear": In(1), "busy": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "rd_addr": Out(local_bits), "rd_en": Out(1), "rd_word": In(nx.RES_BITS * simd),
-            "rd_banks": In(8 * simd * pe),
+            "rd_bank": Out(range(max(pe, 2))), "rd_bank_word": In(8 * simd),
             "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd})),
             **axi_read_master_members(p), **axi_write_master_members(p),
         })
@@ -121,10 +123,9 @@ class BlockMover(wiring.Component):
             m.d.sync += [bank.eq(0), inner.eq(0), outer.eq(0)]
 
         # ---- buffer reads for the store ------------------------------------------------------------------
-        # of the read whose word is on rd_word / rd_banks: delayed as the read is
+        # of the read whose word is on rd_word: delayed as the read is
         half = delayed(m, store.r_addr[0], self.read_latency, "half_q")
-        bank_q = delayed(m, bank, self.read_latency, "bank_q")
-        m.d.comb += self.rd_en.eq(store.r_en)
+        m.d.comb += [self.rd_en.eq(store.r_en), self.rd_bank.eq(bank)]
         w8 = 8 * simd
         with m.Switch(cmd.kind):
             with m.Case(Transfer.STORE_X):
@@ -135,7 +136,7 @@ class BlockMover(wiring.Component):
                              store.r_data.eq(Cat(*(self.rd_word.word_select(i, nx.RES_BITS)[:8] for i in range(simd))))]
             with m.Case(Transfer.STORE_K, Transfer.STORE_VT):
                 m.d.comb += [self.rd_addr.eq(run_local + outer + inner),
-                             store.r_data.eq(self.rd_banks.word_select(bank_q, w8))]
+                             store.r_data.eq(self.rd_bank_word)]
 
         # ---- buffer writes from the load ---------------------------------------------------------------
         lw = load.w.payload
