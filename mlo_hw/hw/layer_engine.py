@@ -662,19 +662,21 @@ class LayerEngine(wiring.Component):
                                            Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
                                            if cfg.seq2seq else d.hdr["ln1_shift"])),
                      ln_lanes.w.ready.eq(~d.writer.rows.en)]
+        # the pair words need no multiplexer (they are read only while a LayerNorm runs):
         if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
+            x, r = bufs["x"], bufs["r"]
+            m.d.comb += ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))
             with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2) | (ln_op == Op.LNX)):
-                x, r = bufs["x"], bufs["r"]
-                m.d.comb += [x.rd_addr.eq(ln_lanes.rd_addr), x.rd_en.eq(ln_lanes.rd_en),
-                             ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))]
+                m.d.comb += [x.rd_addr.eq(ln_lanes.rd_addr), x.rd_en.eq(ln_lanes.rd_en)]
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
                     m.d.comb += [r.w.addr.eq(ln_lanes.w.payload.addr), r.w.data.eq(ln_lanes.w.payload.data),
                                  r.w.en.eq((1 << simd) - 1)]
-        for o, a_buf, b_buf in () if self.pre_ln else ((Op.LN1, "x", "y"), (Op.LN2, "y", "x")):
+        else:                  # post-LN: the LayerNorm adds a and b, so every one takes (X, Y) pairs
+            m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["x"].r.data, bufs["y"].r.data))
+        for o, b_buf in () if self.pre_ln else ((Op.LN1, "y"), (Op.LN2, "x")):
             with m.If(ln_op == o):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
-                m.d.comb += ln_lanes.rd_data.eq(pairs(bufs[a_buf].r.data, bufs[b_buf].r.data))
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):   # the output overwrites the row's b buffer
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
@@ -683,7 +685,6 @@ class LayerEngine(wiring.Component):
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
-                m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["y"].r.data, bufs["x"].r.data))
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
                     y = bufs["y"]
                     m.d.comb += [y.w.addr.eq(ln_lanes.w.payload.addr), y.w.data.eq(ln_lanes.w.payload.data),
