@@ -3,7 +3,7 @@ the numpy layouts of the tiled schedule (cocotbext-axi RAM with random stalls on
 cancel, zero-word runs, ``busy``), lint, synthesis."""
 
 import pytest
-from amaranth import Array, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -89,8 +89,9 @@ class MoverTop(wiring.Component):
             with m.Else():
                 m.d.comb += [r.addr.eq(rd_addr), r.en.eq(rd_en & (route == store))]
             data.append(r.data)
-        m.d.comb += [mover.rd_word.eq(Mux(route == Transfer.STORE_X, data[0], data[1])),
-                     self.bd_rdata.eq(Mux(rsel, data[1], data[0]))]
+        with m.If(~mover.rd_banks):
+            m.d.comb += mover.rd_word.eq(Mux(route == Transfer.STORE_X, data[0], data[1]))
+        m.d.comb += self.bd_rdata.eq(Mux(rsel, data[1], data[0]))
 
         # WORK: pe banks of simd bytes, read side by side at the same bank-local word
         banks = []
@@ -106,7 +107,10 @@ class MoverTop(wiring.Component):
         m.d.sync += req_bank.eq(mover.rd_bank)
         with m.If(rd_en):
             m.d.sync += bank_q.eq(req_bank)
-        m.d.comb += mover.rd_bank_word.eq(Array(banks)[bank_q])
+        bank_word = Array(banks)[bank_q]
+        with m.If(mover.rd_banks):      # WORK's bytes zero-extended into int16 lanes, as the engine's read word
+            m.d.comb += mover.rd_word.eq(Cat(*(Cat(bank_word.word_select(i, 8), Const(0, nx.RES_BITS - 8))
+                                           for i in range(simd))))
         return m
 
 

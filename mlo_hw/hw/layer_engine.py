@@ -301,14 +301,9 @@ class _Banks:
         self.data = Signal(8 * word_bytes, name=f"{name}_data")
         m.d.comb += self.data.eq(Array(b.r.data for b in self.banks)[self.sel])
 
-    def _split(self, addr):
+    def split(self, addr):
+        """Row-major word ``addr``'s (bank, bank-local word)."""
         return (addr[:self.lp], addr[self.lp:]) if self.lp else (Const(0, 1), addr)
-
-    def read(self, m, addr, en):
-        """Row-major read: the word arrives :data:`BUFFER_READ_LATENCY` cycles later on :attr:`data`."""
-        bank, local = self._split(addr)
-        m.d.comb += self.read_bank(bank, local, en)
-        return self.data
 
     def read_bank(self, bank, local, en) -> list:
         """The assignments of a read of word ``local`` of bank ``bank`` (its word on :attr:`data`
@@ -526,30 +521,37 @@ class LayerEngine(wiring.Component):
         src = {Op.Q: qkv_in, Op.K: qkv_in, Op.V: qkv_in, Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: ln_out}
         if self.cfg.seq2seq:     # the cross Q from LN1's output (Y; pre-LN: LNX's, R); the memory's K, V from X
             src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
-        # the requests go to the op's buffer; the read data is taken from the buffer operand_src names, a register a
+        # the requests go to the op's buffer; the read data is taken from the buffer read_src names, a register a
         # cycle behind op (a word arrives two cycles after its request, within the op), so that op's fanout stays
-        # off the operand's data path
-        names = sorted({*src.values(), "x"}) + ["work"]
-        operand_src = Signal(range(len(names)), name="operand_src")
+        # off the operand's data path. The mover's stores (X; tiled, Q from Y and K, V^T from WORK) read through
+        # the same multiplexer: its word, int16 lanes (bytes zero-extended), is ``d.rd_word``.
+        names = sorted({*src.values(), "x", "y"}) + ["work"]
+        read_src = Signal(range(len(names)), name="read_src")
         with m.Switch(op):
             for o, name in src.items():
                 with m.Case(o):
                     b = bufs[name]
                     m.d.comb += [b.rd_addr.eq(operand.rd_addr), b.rd_en.eq(operand.rd_en)]
-                    m.d.sync += operand_src.eq(names.index(name))
+                    m.d.sync += read_src.eq(names.index(name))
                     if o == Op.SCORES and self.cfg.seq2seq and not self.pre_ln:   # the cross heads: Q^c in X
                         x = bufs["x"]
                         m.d.comb += [x.rd_addr.eq(operand.rd_addr), x.rd_en.eq(operand.rd_en)]
                         with m.If(d.cross_phase):
-                            m.d.sync += operand_src.eq(names.index("x"))
+                            m.d.sync += read_src.eq(names.index("x"))
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
-                work_data = work.read(m, operand.rd_addr, operand.rd_en)
-                m.d.sync += operand_src.eq(names.index("work"))
-        with m.Switch(operand_src):
+                m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
+                m.d.sync += read_src.eq(names.index("work"))
+            with m.Case(Op.STORE):
+                m.d.sync += read_src.eq(names.index("x"))
+            with m.Case(Op.STORE_QKV):
+                m.d.sync += read_src.eq(Mux(d.mover.rd_banks, names.index("work"), names.index("y")))
+        d.rd_word = Signal(nx.RES_BITS * simd, name="rd_word")
+        with m.Switch(read_src):
             for i, name in enumerate(names):
                 with m.Case(i):
-                    data = work_data if name == "work" else bufs[name].r.data
-                    m.d.comb += operand.rd_data.eq(spread(data) if name in ("p", "work") else data)
+                    data = work.data if name == "work" else bufs[name].r.data
+                    m.d.comb += d.rd_word.eq(spread(data) if name in ("p", "work") else data)
+        m.d.comb += operand.rd_data.eq(d.rd_word)
         wiring.connect(m, operand.o, mvau.x)
 
     def _mvau_results(self, m, d):
@@ -590,18 +592,22 @@ class LayerEngine(wiring.Component):
         if self.cfg.seq2seq:      # post-LN: the cross Q and O's output over the layer input (X), spent once LN1 has
             # run; pre-LN: the cross Q where Q was (Y), XO added into the residual stream as O is
             rows_to.update({Op.XQ: "y"} if self.pre_ln else {Op.XQ: "x", Op.XO: "x"})
+        # a buffer's write address and data matter only with an enable: the writer's are every row buffer's default
+        # (the later writers override them under their conditions), so the multiplexers need no zero
+        for name in set(rows_to.values()):
+            m.d.comb += [bufs[name].w.addr.eq(writer.rows.addr), bufs[name].w.data.eq(writer.rows.data)]
         for o, name in rows_to.items():
             with m.If(op == o):
-                b = bufs[name]
-                m.d.comb += [b.w.addr.eq(writer.rows.addr), b.w.data.eq(writer.rows.data), b.w.en.eq(writer.rows.en)]
+                m.d.comb += bufs[name].w.en.eq(writer.rows.en)
         if self.pre_ln:        # O's and FFN down's results added into the residual stream in X, saturated
             m.submodules.residual_add = add = ResidualAdd(writer.max_words, simd, BUFFER_READ_LATENCY)
             x = bufs["x"]
             with m.If((op == Op.O) | (op == Op.FFN_DOWN) | (op == Op.XO)):
                 m.d.comb += [add.i.eq(writer.rows), x.rd_addr.eq(add.rd_addr), x.rd_en.eq(add.rd_en)]
             m.d.comb += add.rd_data.eq(x.r.data)
+            m.d.comb += [x.w.addr.eq(add.o.addr), x.w.data.eq(add.o.data)]     # X's default writer
             with m.If(add.o.en.any()):          # a cycle after the beat (op is still the matrix's)
-                m.d.comb += [x.w.addr.eq(add.o.addr), x.w.data.eq(add.o.data), x.w.en.eq(add.o.en)]
+                m.d.comb += x.w.en.eq(add.o.en)
 
     def _softmax_layernorm_params(self, m, d):
         """Scores -> softmax -> P; the LayerNorm lanes on (X, Y) pairs, written back in place; the mover's buffer
@@ -699,10 +705,10 @@ class LayerEngine(wiring.Component):
         for o, name in ((Op.STORE, "x"), (Op.STORE_QKV, "y")):
             with m.If(op == o):
                 b = bufs[name]
-                m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en), mover.rd_word.eq(b.r.data)]
+                m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en)]
         with m.If(op == Op.STORE_QKV):
             m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
-        m.d.comb += mover.rd_bank_word.eq(d.work.data)
+        m.d.comb += mover.rd_word.eq(d.rd_word)         # the operand's multiplexer (read_src)
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

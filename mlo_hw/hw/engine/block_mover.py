@@ -59,10 +59,9 @@ class BlockMover(wiring.Component):
         clear (clears ``error``).
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
         is started after an error.
-        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or the bank-local word of WORK bank
-        ``rd_bank``); ``read_latency`` cycles later ``rd_word`` (the X or Y word the engine routes back) or
-        ``rd_bank_word`` (that bank's word: the engine's one multiplexer over WORK's banks, which the row-major
-        operand reads share).
+        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or, when ``rd_banks``, the bank-local word
+        of WORK bank ``rd_bank``); ``read_latency`` cycles later ``rd_word``: the word the engine routes back, int16
+        lanes (WORK's bytes zero-extended into them), through the multiplexer the MVAU's operand reads use.
         Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``) into X
         (LOAD_X) or Y (LOAD_Q).
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
@@ -82,7 +81,7 @@ class BlockMover(wiring.Component):
             "cancel": In(1), "clear": In(1), "busy": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "rd_addr": Out(local_bits), "rd_en": Out(1), "rd_word": In(nx.RES_BITS * simd),
-            "rd_bank": Out(range(max(pe, 2))), "rd_bank_word": In(8 * simd),
+            "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
             "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd})),
             **axi_read_master_members(p), **axi_write_master_members(p),
         })
@@ -127,16 +126,18 @@ class BlockMover(wiring.Component):
         half = delayed(m, store.r_addr[0], self.read_latency, "half_q")
         m.d.comb += [self.rd_en.eq(store.r_en), self.rd_bank.eq(bank)]
         w8 = 8 * simd
+        low_bytes = Cat(*(self.rd_word.word_select(i, nx.RES_BITS)[:8] for i in range(simd)))
+        m.d.comb += self.rd_banks.eq((cmd.kind == Transfer.STORE_K) | (cmd.kind == Transfer.STORE_VT))
         with m.Switch(cmd.kind):
             with m.Case(Transfer.STORE_X):
-                m.d.comb += [self.rd_addr.eq(store.r_addr >> 1),
-                             store.r_data.eq(Mux(half, self.rd_word[w8:], self.rd_word[:w8]))]
+                m.d.comb += self.rd_addr.eq(store.r_addr >> 1)
             with m.Case(Transfer.STORE_Q):
-                m.d.comb += [self.rd_addr.eq(store.r_addr),
-                             store.r_data.eq(Cat(*(self.rd_word.word_select(i, nx.RES_BITS)[:8] for i in range(simd))))]
+                m.d.comb += self.rd_addr.eq(store.r_addr)
             with m.Case(Transfer.STORE_K, Transfer.STORE_VT):
-                m.d.comb += [self.rd_addr.eq(run_local + outer + inner),
-                             store.r_data.eq(self.rd_bank_word)]
+                m.d.comb += self.rd_addr.eq(run_local + outer + inner)
+        # X's int16 lanes leave as they are (a byte word is half an X word); Q, K and V^T are bytes, the lanes' low ones
+        m.d.comb += store.r_data.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.rd_word[w8:], self.rd_word[:w8]),
+                                        low_bytes))
 
         # ---- buffer writes from the load ---------------------------------------------------------------
         lw = load.w.payload
