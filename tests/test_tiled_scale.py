@@ -53,6 +53,17 @@ def test_bert_tiny_seq512_on_the_xc7a35t_bit_exact_under_random_stalls_and_ddr3(
     _run_checked(cfg, sim, random_input(cfg, sim.model, 4), 389, stall=0.0, memory="ddr3", seed=2)
 
 
+def test_bert_tiny_auto_with_128_mac_lanes_bit_exact_under_random_stalls():
+    """``folding: auto`` fills the XC7A35T with 128 MAC lanes (PE 8 x SIMD 16; the activations then need the
+    DRAM-tiled plan): all 128 tokens under random stalls on all five AXI channels, checked tensor by tensor."""
+    cfg = load_config("bert_tiny_auto")
+    assert cfg.target.part.startswith("xc7a35t")
+    assert cfg.folding.pe * cfg.folding.simd == 128
+    _tiled(cfg, 32)
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    _run_checked(cfg, sim, random_input(cfg, sim.model, 5), 128, stall=0.3, memory="ideal", seed=3)
+
+
 @pytest.mark.parametrize("name,part,block", [("bert_base_arty", "xc7a35t", 8), ("bert_base_nexys", "xc7a200t", 64)])
 def test_bert_base_seq512_plans_tiled_and_elaborates(name, part, block):
     """BERT-base dimensions (12 layers, hidden 768, 12 heads, intermediate 3072) at 512 tokens: tiled on the
