@@ -87,9 +87,9 @@ LN_LANE_LUT = {"base": 1764.2, "simd": 43.35}
 # lanes 15,748 measured, 15,921 estimated (+1.1 %); 8 x 16 tiled at 2 lanes 20,344 measured, 20,670 (+1.6 %).
 # Refitted 2026-11-26 after the LUT savings of that day (one read multiplexer for the operand and the mover's stores,
 # the LayerNorm pair words without a multiplexer, write multiplexers without a zero): base and the per-lane term
-# solved from bert_tiny 8 x 8 on chip, 14,199 measured, and 8 x 16 tiled at two LayerNorm lanes, 19,259 (the other
-# terms kept); 8 x 16 tiled at one LayerNorm lane measured 16,750, estimated 16,801 (+0.3 %).
-LUT_MODEL = {"base": 10344.6, "lane": 30.47, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0,
+# solved from bert_tiny 8 x 8 on chip, 14,259 measured, and 8 x 16 tiled at two LayerNorm lanes, 19,188 (the other
+# terms kept); bert_tiny_auto (8 x 16 tiled, tile_rows 32, one LayerNorm lane): see docs/synthesis.md.
+LUT_MODEL = {"base": 10535.6, "lane": 28.42, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0,
              "requant_lane": 278.7}
 
 # Block RAM36 yosys maps beyond the plan's buffers (the second LayerNorm lane's row memory, FIFO memories),
