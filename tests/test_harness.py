@@ -250,6 +250,18 @@ def test_decode_step_seq_len_1_bit_exact():
 
 
 @pytest.mark.slow
+def test_minilm_seq32_bit_exact_on_random_input():
+    """minilm_l6 (PE 16 x SIMD 32, 8 LayerNorm lanes) at 32 tokens, as `bench/cycles.py --config minilm_l6 --seq 32`
+    runs it: fast LayerNorm lanes write their rows back while the matrix's last tile still writes result beats that
+    leave lane 0 out (pe < simd). The LayerNorm's write waited only on lane 0's enable, so such a beat was lost and
+    LN2's rows 15-22 came out wrong (docs/engine.md, "MiniLM at 32 tokens")."""
+    from mlo_hw.hw.layer_engine import with_seq_len
+    cfg = with_seq_len(load_config("minilm_l6"), 32)
+    sim = EngineSim(cfg, build_model(cfg)[1])
+    sim.run_checked(random_input(cfg, sim.model, 1), 32)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name,block", [("minilm_l6", None), ("minilm_l6_arty", 16)])
 def test_minilm_seq128_bit_exact_on_real_sentences(name, block):
     """all-MiniLM-L6-v2 at 128 tokens, all 6 layers, two real sentences (the second with random stalls on every

@@ -661,13 +661,14 @@ class LayerEngine(wiring.Component):
 
         def pairs(a_word, b_word):
             return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
-        # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap)
+        # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap);
+        # any of its lane enables (a beat of pe < simd lanes may leave lane 0 out)
         ln_op = d.ln_op
         m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail),
                      ln_lanes.shift.eq(Mux(ln_op == Op.LN2, d.hdr["ln2_shift"],
                                            Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
                                            if cfg.seq2seq else d.hdr["ln1_shift"])),
-                     ln_lanes.w.ready.eq(~d.writer.rows.en)]
+                     ln_lanes.w.ready.eq(~d.writer.rows.en.any())]
         # the pair words need no multiplexer (they are read only while a LayerNorm runs):
         if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
             x, r = bufs["x"], bufs["r"]
