@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -312,8 +312,10 @@ class ParamStore(wiring.Component):
         with m.If(self.w_section_start & (self.w_section == 0)):
             m.d.sync += self.loaded[self.w_slot].eq(0)
         # the section's last beat is in the memory BankedMemory.WRITE_LATENCY cycles after its w_en: loaded then
-        done = delayed(m, Cat(self.w_section_done, self.w_slot, self.w_section), BankedMemory.WRITE_LATENCY,
-                       "section_done")
-        with m.If(done[0]):
-            m.d.sync += self.loaded[done[1]].bit_select(done[2:], 1).eq(1)
+        written = Signal(data.StructLayout({"done": 1, "slot": 1, "section": len(self.w_section)}))
+        m.d.comb += [written.done.eq(self.w_section_done), written.slot.eq(self.w_slot),
+                     written.section.eq(self.w_section)]
+        done = delayed(m, written, BankedMemory.WRITE_LATENCY, "section_done")
+        with m.If(done.done):
+            m.d.sync += self.loaded[done.slot].bit_select(done.section, 1).eq(1)
         return m

@@ -76,7 +76,7 @@ from .axi_interconnect import ReadArbiter
 from .buffers import NO_COLLISION, ParamGeometry
 from .pipeline import delayed
 from ..config import ConfigError
-from .engine.block_mover import BlockMover
+from .engine.block_mover import BlockMover, zero_extended
 from .engine.sequencer import Sequencer
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LayerNormLanes
@@ -512,10 +512,7 @@ class LayerEngine(wiring.Component):
             with m.Else():
                 m.d.comb += mvau.weights.data.eq(ws.wdata)
 
-        # the x stream: narrowed per channel for Q, K, V and FFN up; byte words spread into its int16 lanes
-        def spread(byte_word):
-            return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(simd)))
-
+        # the x stream: narrowed per channel for Q, K, V and FFN up; byte words zero-extended into its int16 lanes
         ln_out = "r" if self.pre_ln else "y"      # FFN up's input: LN2's output (pre-LN), LN1's (post-LN)
         qkv_in = "r" if self.pre_ln else "x"      # Q, K, V's: LN1's output (pre-LN), the layer input (post-LN)
         src = {Op.Q: qkv_in, Op.K: qkv_in, Op.V: qkv_in, Op.SCORES: "y", Op.PV: "p", Op.FFN_UP: ln_out}
@@ -550,7 +547,7 @@ class LayerEngine(wiring.Component):
             for i, name in enumerate(names):
                 with m.Case(i):
                     data = work.data if name == "work" else bufs[name].r.data
-                    m.d.comb += d.rd_word.eq(spread(data) if name in ("p", "work") else data)
+                    m.d.comb += d.rd_word.eq(zero_extended(data) if name in ("p", "work") else data)
         m.d.comb += operand.rd_data.eq(d.rd_word)
         wiring.connect(m, operand.o, mvau.x)
 
@@ -594,7 +591,7 @@ class LayerEngine(wiring.Component):
             rows_to.update({Op.XQ: "y"} if self.pre_ln else {Op.XQ: "x", Op.XO: "x"})
         # a buffer's write address and data matter only with an enable: the writer's are every row buffer's default
         # (the later writers override them under their conditions), so the multiplexers need no zero
-        for name in set(rows_to.values()):
+        for name in sorted(set(rows_to.values())):      # sorted: the same Verilog every run
             m.d.comb += [bufs[name].w.addr.eq(writer.rows.addr), bufs[name].w.data.eq(writer.rows.data)]
         for o, name in rows_to.items():
             with m.If(op == o):

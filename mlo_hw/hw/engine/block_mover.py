@@ -31,7 +31,7 @@ from ..pipeline import delayed
 from ..axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
 from .activation_io import BufferLoad, BufferStore
 
-__all__ = ["Transfer", "mover_command_layout", "BlockMover"]
+__all__ = ["Transfer", "mover_command_layout", "zero_extended", "BlockMover"]
 
 
 class Transfer(enum.Enum, shape=3):
@@ -47,6 +47,12 @@ def mover_command_layout(addr_bits: int, max_words: int, max_runs: int, local_bi
     return data.StructLayout({"kind": Transfer, "base": addr_bits, "step": addr_bits, "runs": range(max_runs + 1),
                               "words": range(max_words + 1), "local": local_bits, "local_step": local_bits,
                               "inner": local_bits, "outer_stride": local_bits})
+
+
+def zero_extended(byte_word):
+    """A word of bytes as int16 lanes, byte i zero-extended into lane i: how :class:`BlockMover`'s ``rd_word`` (and the
+    MVAU's operand) carries a byte buffer's word."""
+    return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(len(byte_word) // 8)))
 
 
 class BlockMover(wiring.Component):
