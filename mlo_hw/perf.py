@@ -6,8 +6,8 @@ inputs computes ``seq_padded * tile_rows * cols / (pe * simd)`` cycles and needs
 ``tile_bytes / axi_data_bytes`` beats of DMA.
 
 A LayerNorm phase takes :func:`layernorm_cycles` (``folding.ln_lanes`` lanes); it starts during the last weight tile
-of the matrix before it (O for LN1, FFN down for LN2) and reads each row once that tile has written it, so only
-:func:`layernorm_visible_cycles` show beyond the matrices. The bound leaves them out (it is the matrices'
+of the matrix before it (O for LN1, FFN down for LN2) and reads each row once that tile has written it, and FFN up
+runs behind a post-LN LN1, so only :func:`layernorm_visible_cycles` show beyond the matrices. The bound leaves them out (it is the matrices'
 roofline), and :attr:`mlo_hw.plan.Plan.expected_cycles` adds them for ``folding: auto``.
 """
 
@@ -86,8 +86,13 @@ def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
     times ``cols / simd`` cycles (O: ``hidden`` columns; FFN down: ``intermediate``), so a phase shows its
     :func:`layernorm_cycles` less that tile's time after its first row, and at least its last row's input,
     statistics and output (``2 hidden + LN_ROW_LATENCY``). Without the overlap (``tile_rows / pe`` not a power of
-    two: the sequencer counts a tile's rows with a shift) both phases show whole."""
-    return sum(layernorm_phase_visible(cfg, cols, rows) for cols in (cfg.model.hidden, cfg.model.intermediate))
+    two: the sequencer counts a tile's rows with a shift) the phases start after the matrix. A post-LN layer's LN1
+    also runs behind FFN up, which starts once the GELU table is in and reads each row once the lanes have written
+    it: FFN up's first tile (a row every ``tile_rows / pe`` times ``hidden / simd`` cycles) hides it too, all but
+    that tile's last row's time."""
+    post = cfg.model.norm == "post"
+    return (layernorm_phase_visible(cfg, cfg.model.hidden, rows, next_cols=cfg.model.hidden if post else 0)
+            + layernorm_phase_visible(cfg, cfg.model.intermediate, rows))
 
 
 def layernorm_overlaps(cfg) -> bool:
@@ -98,14 +103,19 @@ def layernorm_overlaps(cfg) -> bool:
     return cfg.model.norm == "post" and groups & (groups - 1) == 0
 
 
-def layernorm_phase_visible(cfg, cols: int, rows: int | None = None) -> int:
-    """One phase of :func:`layernorm_visible_cycles`: the LayerNorm after a matrix of ``cols`` input columns."""
+def layernorm_phase_visible(cfg, cols: int, rows: int | None = None, next_cols: int = 0) -> int:
+    """One phase of :func:`layernorm_visible_cycles`: the LayerNorm after a matrix of ``cols`` input columns and, with
+    ``next_cols``, before one of ``next_cols`` input columns that runs behind it (FFN up after a post-LN LN1)."""
     rows = cfg.seq_padded if rows is None else rows
     f = cfg.folding
+    groups = f.tile_rows // f.pe
     full = layernorm_cycles(cfg, rows)
-    if not layernorm_overlaps(cfg):
-        return full
-    return max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * (f.tile_rows // f.pe) * (cols // f.simd))
+    shown = full
+    if layernorm_overlaps(cfg):     # after the last row the tile before writes: that row's whole way through
+        shown = max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * groups * (cols // f.simd))
+    # the first tile of the matrix behind it takes a row every groups * next_cols / simd cycles: all but the last
+    # row's hide the LayerNorm
+    return max(0, shown - (rows - 1) * groups * (next_cols // f.simd))
 
 
 # Block RAM18 aspect ratios (7-series, true dual port): (width bits, depth). A BRAM36 is two.

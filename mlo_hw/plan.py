@@ -23,8 +23,9 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
 
 The two LayerNorm phases of a layer (per block, when tiled) start during the last weight tile before each: the plan
 carries the cycles they add beyond the matrices (:func:`mlo_hw.perf.layernorm_visible_cycles`, ``folding.ln_lanes``
-lanes) beside the bound, and ``expected_cycles`` (bound plus LayerNorm) is what ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the
-matrices' roofline.
+lanes) beside the bound, and ``expected_cycles`` (bound plus LayerNorm plus, tiled, the block transfers no compute
+hides) is what ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the matrices'
+roofline.
 """
 
 from __future__ import annotations
@@ -77,11 +78,15 @@ class Plan:
     # an encoder-decoder: the bound of an encoder layer (``layer_cycles`` is a decoder layer's; ``cycles`` counts
     # the encoder's run and the decoder's prefill; ``layers`` both stacks' layers)
     encoder_layer_cycles: int = 0
+    # tiled: per layer, the block transfers that no compute hides (every store, and a layer's first X_0 and Q_0 loads;
+    # the other loads run beside the stores or the heads: docs/tiling.md)
+    serial_transfer_cycles: int = 0
 
     @property
     def expected_cycles(self) -> int:
-        """The bound plus the LayerNorm phases of every layer: what the engine's run should take."""
-        return self.cycles + self.layers * self.layernorm_cycles
+        """The bound plus the LayerNorm phases and the unhidden block transfers of every layer: what the engine's run
+        should take."""
+        return self.cycles + self.layers * (self.layernorm_cycles + self.serial_transfer_cycles)
 
     @property
     def bram36(self) -> float:
@@ -217,7 +222,7 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc)
+                cfg.image_layers, enc, -(-(aw + 3 * block * m.hidden) // cfg.axi_data_bytes))
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -314,7 +319,11 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
                   f"needs {p.bytes_per_cycle:.2f} bytes per cycle ({need:.0f} MB/s at {p.clock_mhz:g} MHz) of the "
                   f"port's {p.beat_bytes} ({port:.0f} MB/s).",
               "", f"LayerNorm beyond the matrices (a post-LN layer's phases start during the last tile before them; "
-                  f"not in the bound): {p.layernorm_cycles} cycles per layer; bound plus LayerNorm {p.expected_cycles} per run."]
+                  f"not in the bound): {p.layernorm_cycles} cycles per layer."]
+    if p.serial_transfer_cycles:
+        lines += ["", f"Block transfers no compute hides (the stores, a layer's first loads; not in the bound): "
+                      f"{p.serial_transfer_cycles} cycles per layer."]
+    lines += ["", f"Expected (bound, LayerNorm and those transfers): {p.expected_cycles} cycles per run."]
     return lines
 
 

@@ -139,16 +139,23 @@ class Bench:
                               f"{got[bad[0]]}, expected {want[bad[0]]}")
 
     # ---- a transfer -------------------------------------------------------------------------------------
-    async def issue(self, job):
-        """Start ``job`` (a one-cycle ``start``); returns at the clock edge that takes it."""
+    async def prepare(self, job):
+        """WORK's words for a store of K or V^T, through the backdoor."""
+        for (bank, word), data in job.work.items():
+            await self.poke(2 + bank, word, int.from_bytes(data, "little"))
+
+    async def issue(self, job, fresh=True, prepared=False):
+        """Start ``job`` (a one-cycle ``start``, after :meth:`prepare` unless ``prepared``; ``fresh``: the trace
+        restarts); returns at the clock edge that takes it."""
         d = self.dut
+        if not prepared:
+            await self.prepare(job)
         for f in ("base", "step", "runs", "words", "local", "local_step", "inner", "outer_stride"):
             getattr(d, f).value = getattr(job, f)
         d.kind.value = job.kind.value
-        for (bank, word), data in job.work.items():
-            await self.poke(2 + bank, word, int.from_bytes(data, "little"))
         self.active = True
-        self.trace = []
+        if fresh:
+            self.trace = []
         d.start.value = 1
         await RisingEdge(d.clk)
         d.start.value = 0
@@ -349,6 +356,50 @@ async def random_transfers(dut):
         ideal = job.runs * max(job.words, job.words * SIMD // BEAT)
         dut._log.info(f"{job}: {cycles} cycles (ideal {ideal})")
         assert cycles < 1.1 * ideal + 30 * job.runs, f"{job}: {cycles} cycles, ideal {ideal}: below full rate"
+
+
+@cocotb.test()
+async def load_beside_store(dut):
+    """A load and a store at once, as the tiled engine moves the next block in beside a block's stores (LOAD_X
+    beside STORE_Q, K, V^T; LOAD_Q beside STORE_X), in either order a few cycles apart, disjoint DRAM ranges,
+    random stalls: both exact, both sides busy at once, and busy until the later one ends."""
+    b = await start(dut)
+    d = dut
+    pairs = [(Transfer.LOAD_X, k) for k in (Transfer.STORE_Q, Transfer.STORE_K, Transfer.STORE_VT)] \
+        + [(Transfer.LOAD_Q, k) for k in (Transfer.STORE_X, Transfer.STORE_K, Transfer.STORE_VT)]
+    for trial in range(6 * TRIALS):
+        rng = random.Random(3000 + SEED0 + trial)
+        b.dram.set_pauses(rng, [rng.choice([0, 0.2, 0.5]) for _ in range(5)])
+        lk, sk = pairs[trial % len(pairs)]
+        load = b.random_job(rng, lk)
+        while True:
+            store = b.random_job(rng, sk)
+            (l0, l1), (s0, s1) = load.span(), store.span()
+            if l1 <= s0 or s1 <= l0:
+                break
+        first, second = (load, store) if trial % 2 else (store, load)
+        await b.prepare(store)
+        await b.issue(first, prepared=True)
+        await ClockCycles(dut.clk, rng.randint(0, 3))
+        await b.issue(second, fresh=False, prepared=True)
+        both = 0
+        for _ in range(200000):
+            await ReadOnly()
+            both += int(d.load_busy.value) & int(d.store_busy.value)
+            if not int(d.busy.value):
+                break
+            await RisingEdge(d.clk)
+        await RisingEdge(d.clk)
+        b.active = False
+        assert not int(d.error.value), f"{load} beside {store}: error (code {int(d.error_code.value)})"
+        assert both, f"{load} beside {store}: never both busy"
+        assert b.events("wr") and b.events("b"), f"{load} beside {store}: a side moved nothing"
+        assert not b.violations, b.violations[:3]
+        b.apply(load)
+        b.apply(store)
+        await b.check_buffer(lk, f"{load} beside {store}")
+        b.dram.check(f"{store} beside {load}")
+    b.dram.no_pauses()
 
 
 @cocotb.test()

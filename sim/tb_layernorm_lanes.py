@@ -2,7 +2,7 @@
 (read ``read_latency`` cycles late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
 maximum, rows made available a few at a time through ``avail`` (a read beyond it returns garbage), the taps (row r in
-lane r % lanes), and a negative check."""
+lane r % lanes), ``rows_done`` (never a row not yet written whole; every row at the end), and a negative check."""
 import math
 import random
 
@@ -33,6 +33,7 @@ class Bench:
         self.dut, self.mem, self.out, self.taps = dut, [], {}, []
         self.p_ready = 1.0
         self.avail = 0                    # pair words the DUT may read; a read beyond them returns garbage
+        self.rows = self.whole = self.most = 0   # the trial's rows (0: rows_done not checked), rows written whole
         self.rng = random.Random(0)
         cocotb.start_soon(self._run())
 
@@ -56,6 +57,12 @@ class Bench:
                 assert addr not in self.out, f"word {addr} written twice"
                 self.out[addr] = [((word >> (RB * i)) & 0xFFFF) - (1 << 16) * ((word >> (RB * i + 15)) & 1)
                                   for i in range(SIMD)]
+            if self.rows:                 # rows_done never counts a row with a word not yet written
+                while self.whole < self.rows and all((self.whole * RW + c) in self.out for c in range(RW)):
+                    self.whole += 1
+                done = int(dut.rows_done.value)
+                assert done <= self.whole, f"rows_done {done} but {self.whole} rows written whole"
+                self.most = max(self.most, done)
             tv = int(dut.taps.value)
             for lane in range(LANES):
                 if tv >> lane & 1:
@@ -99,6 +106,7 @@ async def random_rows_under_backpressure(dut):
         dut.shift.value, dut.rows.value, dut.start.value = shift, rows, 1
         await RisingEdge(dut.clk)
         dut.start.value = 0
+        b.rows, b.whole, b.most = rows, 0, 0
         next_row = 0
         for _ in range(rows * (5 * H + 400) + 1000):
             await RisingEdge(dut.clk)
@@ -111,6 +119,8 @@ async def random_rows_under_backpressure(dut):
         await ClockCycles(dut.clk, 20)
         assert int(dut.written.value) == rows * RW == len(b.out), \
             f"trial {trial}: {len(b.out)} words written, counter {int(dut.written.value)}, expected {rows * RW}"
+        assert b.most == int(dut.rows_done.value) == rows, f"trial {trial}: rows_done {int(dut.rows_done.value)}"
+        b.rows = 0
         want = nx.layernorm(a + bb, gain, bias, shift, RB)
         got = np.array([sum((b.out[r * RW + c] for c in range(RW)), []) for r in range(rows)])
         bad = np.argwhere(got != want)

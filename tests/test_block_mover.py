@@ -23,13 +23,15 @@ class MoverTop(wiring.Component):
 
     X and Y: ``rows * hidden / simd`` words of ``simd`` int16 lanes (16-bit write granularity, one read port);
     WORK: ``pe`` banks of ``simd``-byte words, one read port each. Every read request of the mover is registered
-    in front of the memories (data ``BUFFER_READ_LATENCY`` cycles after ``rd_en``), as in ``LayerEngine``. The mover's buffer ports are routed by the kind latched at ``start`` (as the engine
-    routes them by its op): LOAD_X writes X, LOAD_Q writes Y, STORE_X reads X, STORE_Q reads Y, STORE_K and
-    STORE_VT read every WORK bank.
+    in front of the memories (data ``BUFFER_READ_LATENCY`` cycles after ``rd_en``), as in ``LayerEngine``. A load's
+    words go where ``wr.y`` says (as in the engine): LOAD_X writes X, LOAD_Q writes Y; the store's reads are routed by
+    the store kind latched at its ``start`` (as the engine routes them by its op): STORE_X reads X, STORE_Q reads Y,
+    STORE_K and STORE_VT read every WORK bank. A load and a store may run at once.
 
     The testbench preloads and reads back through a backdoor: ``bd_we`` writes ``bd_data`` (all lanes) at
     ``bd_addr`` of buffer ``bd_sel`` (0 X, 1 Y, 2 + b WORK bank b); ``bd_re`` reads X (``bd_rsel`` 0) or Y (1)
-    at ``bd_addr``, the word on ``bd_rdata`` one cycle later. The backdoor is used only while the mover is idle.
+    at ``bd_addr``, the word on ``bd_rdata`` one cycle later. The backdoor is used only while the mover is idle, but
+    for a store's WORK words poked while a load runs.
     ``wr_valid`` and ``rd_en`` show the mover's buffer writes and reads (the testbench checks where they happen).
     """
 
@@ -45,7 +47,7 @@ class MoverTop(wiring.Component):
         members = {**axi_read_master_members(p), **axi_write_master_members(p),
                    "start": In(1), "cancel": In(1), "clear": In(1), "kind": In(Transfer),
                    **{f: In(len(getattr(cmd, f))) for f in CMD_FIELDS},
-                   "busy": Out(1), "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
+                   "busy": Out(1), "load_busy": Out(1), "store_busy": Out(1), "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
                    "wr_valid": Out(1), "rd_en": Out(1),
                    "bd_we": In(1), "bd_sel": In(range(2 + pe)), "bd_addr": In(self.local_bits),
                    "bd_data": In(nx.RES_BITS * simd), "bd_re": In(1), "bd_rsel": In(1),
@@ -61,10 +63,11 @@ class MoverTop(wiring.Component):
         m.d.comb += [mover.start.eq(self.start), mover.cancel.eq(self.cancel), mover.clear.eq(self.clear),
                      mover.cmd.kind.eq(self.kind),
                      *(getattr(mover.cmd, f).eq(getattr(self, f)) for f in CMD_FIELDS),
-                     self.busy.eq(mover.busy), self.error.eq(mover.error), self.error_addr.eq(mover.error_addr),
+                     self.busy.eq(mover.busy), self.load_busy.eq(mover.load_busy),
+                     self.store_busy.eq(mover.store_busy), self.error.eq(mover.error), self.error_addr.eq(mover.error_addr),
                      self.error_code.eq(mover.error_code), self.wr_valid.eq(mover.wr.valid), self.rd_en.eq(mover.rd_en)]
-        route = Signal(Transfer)
-        with m.If(self.start):
+        route = Signal(Transfer)         # the store's kind
+        with m.If(self.start & (self.kind != Transfer.LOAD_X) & (self.kind != Transfer.LOAD_Q)):
             m.d.sync += route.eq(self.kind)
         rd_addr, rd_en = Signal.like(mover.rd_addr), Signal()    # the request's register beside the memories
         m.d.sync += [rd_addr.eq(mover.rd_addr), rd_en.eq(mover.rd_en)]
@@ -74,23 +77,21 @@ class MoverTop(wiring.Component):
         with m.If(self.bd_re):
             m.d.sync += rsel.eq(self.bd_rsel)
         data = []
-        for i, (load, store) in enumerate(((Transfer.LOAD_X, Transfer.STORE_X), (Transfer.LOAD_Q, Transfer.STORE_Q))):
+        for i, store in enumerate((Transfer.STORE_X, Transfer.STORE_Q)):
             mem = Memory(shape=unsigned(nx.RES_BITS * simd), depth=self.x_words, init=[])
             m.submodules[("x", "y")[i]] = mem
             w, r = mem.write_port(granularity=nx.RES_BITS), mem.read_port()
-            with m.If(self.bd_we):
-                m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data),
-                             w.en.eq(Mux(self.bd_sel == i, (1 << simd) - 1, 0))]
+            with m.If(self.bd_we & (self.bd_sel == i)):     # (a load into one runs on while WORK is poked)
+                m.d.comb += [w.addr.eq(self.bd_addr), w.data.eq(self.bd_data), w.en.eq((1 << simd) - 1)]
             with m.Else():
                 m.d.comb += [w.addr.eq(mover.wr.addr), w.data.eq(mover.wr.data),
-                             w.en.eq(Mux(mover.wr.valid & (route == load), mover.wr.en, 0))]
+                             w.en.eq(Mux(mover.wr.valid & (mover.wr.y == i), mover.wr.en, 0))]
             with m.If(self.bd_re):
                 m.d.comb += [r.addr.eq(self.bd_addr), r.en.eq(self.bd_rsel == i)]
             with m.Else():
                 m.d.comb += [r.addr.eq(rd_addr), r.en.eq(rd_en & (route == store))]
             data.append(r.data)
-        with m.If(~mover.rd_banks):
-            m.d.comb += mover.rd_word.eq(Mux(route == Transfer.STORE_X, data[0], data[1]))
+        m.d.comb += [mover.x_word.eq(data[0]), mover.rd_word.eq(data[1])]     # STORE_X reads X straight
         m.d.comb += self.bd_rdata.eq(Mux(rsel, data[1], data[0]))
 
         # WORK: pe banks of simd bytes, read side by side at the same bank-local word
@@ -131,8 +132,8 @@ def _top(geo, max_burst=16):
                     "x_words": top.x_words, "bank_words": top.bank_words}
 
 
-TESTS = ["random_transfers", "error_responses", "cancel_single_run", "cancel_multi_run", "zero_words_and_busy",
-         "corruption_is_detected"]
+TESTS = ["random_transfers", "load_beside_store", "error_responses", "cancel_single_run", "cancel_multi_run",
+         "zero_words_and_busy", "corruption_is_detected"]
 
 
 def _run(geo, tests, **sweep):

@@ -134,6 +134,11 @@ def test_concrete_config_round_trips(auto):
     # multipliers, mvau.split_parts); slice LUTs = LUT + LUTRAM
     (8, 8, 8, 2, 45, 12252 + 2007, 48.0),     # 32 + 2 + 8 + 3: one requant lane, one softmax lane; on chip
     (8, 16, 16, 2, 82, 16504 + 2684, 46.5),   # 64 + 4 + 8 + 6: two of each; tiled, B = 32
+    # the same day, with FFN up behind LN1 and the mover's two sides: 8 x 16 tiled at other tile_rows and lanes
+    (8, 16, 16, 1, 78, 14564 + 2149, 46.0),
+    (8, 16, 32, 1, 78, 14716 + 2149, 46.0),   # bert_tiny_auto's choice
+    (8, 16, 32, 2, 82, 16825 + 2684, 46.5),
+    (8, 16, 64, 1, 78, 16567 + 2149, 46.0),   # the tile parameter latch's read multiplexer: a second LUT level
 ])
 def test_estimates_match_synthesis(pe, simd, tile_rows, ln_lanes, dsp, slice_luts, bram36):
     import dataclasses

@@ -408,9 +408,9 @@ class LayerEngine(wiring.Component):
                                                           read_latency=BUFFER_READ_LATENCY)
         forward_ports(m, self, regs, axil_slave_members(AXIL_ADDR_BITS))
         m.d.comb += self.irq.eq(regs.irq)
-        # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: round robin per
-        # burst, R routed by the ID bit it adds); W is the mover's (its ID zero-extended).
-        m.submodules.read_port = rport = ReadArbiter(ap_in, 2)
+        # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: the mover's AR first,
+        # R routed by the ID bit it adds); W is the mover's (its ID zero-extended).
+        m.submodules.read_port = rport = ReadArbiter(ap_in, 2, priority=1)
         forward_ports(m, self, rport, axi_read_master_members(ap))
         for i, master in enumerate((ws, mover)):        # s0: the weight streamer, s1: the activation mover
             for name, member in axi_read_master_members(ap_in).items():
@@ -447,6 +447,8 @@ class LayerEngine(wiring.Component):
         d.ln_op = Signal(Op, name="ln_op")
         ln_words = g.words(g.rows * g.hidden)
         d.ln_avail = Signal(range(ln_words + 1), name="ln_avail", init=ln_words)
+        # post-LN: LN1 still runs while FFN up, started once the GELU table is in, reads the rows it has finished
+        d.ln_behind = Signal(name="ln_behind")
         m.d.comb += [self.op.eq(d.op), self.layer.eq(d.layer)]
         d.slot = d.layer[0]
         d.hdr = {f: Signal(32, name=f"hdr_{f}") for f in header_fields(cfg)}
@@ -520,8 +522,8 @@ class LayerEngine(wiring.Component):
             src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
         # the requests go to the op's buffer; the read data is taken from the buffer read_src names, a register a
         # cycle behind op (a word arrives two cycles after its request, within the op), so that op's fanout stays
-        # off the operand's data path. The mover's stores (X; tiled, Q from Y and K, V^T from WORK) read through
-        # the same multiplexer: its word, int16 lanes (bytes zero-extended), is ``d.rd_word``.
+        # off the operand's data path. The mover's tiled stores of Q (from Y) and K, V^T (from WORK) read through the
+        # same multiplexer: its word, int16 lanes (bytes zero-extended), is ``d.rd_word`` (STORE_X reads X straight).
         names = sorted({*src.values(), "x", "y"}) + ["work"]
         read_src = Signal(range(len(names)), name="read_src")
         with m.Switch(op):
@@ -532,14 +534,12 @@ class LayerEngine(wiring.Component):
                     m.d.sync += read_src.eq(names.index(name))
                     if o == Op.SCORES and self.cfg.seq2seq and not self.pre_ln:   # the cross heads: Q^c in X
                         x = bufs["x"]
-                        m.d.comb += [x.rd_addr.eq(operand.rd_addr), x.rd_en.eq(operand.rd_en)]
-                        with m.If(d.cross_phase):
+                        with m.If(d.cross_phase):    # (the self-attention's heads: the residual loads into X)
+                            m.d.comb += [x.rd_addr.eq(operand.rd_addr), x.rd_en.eq(operand.rd_en)]
                             m.d.sync += read_src.eq(names.index("x"))
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
                 m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
                 m.d.sync += read_src.eq(names.index("work"))
-            with m.Case(Op.STORE):
-                m.d.sync += read_src.eq(names.index("x"))
             with m.Case(Op.STORE_QKV):
                 m.d.sync += read_src.eq(Mux(d.mover.rd_banks, names.index("work"), names.index("y")))
         d.rd_word = Signal(nx.RES_BITS * simd, name="rd_word")
@@ -679,12 +679,17 @@ class LayerEngine(wiring.Component):
             m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["x"].r.data, bufs["y"].r.data))
         for o, b_buf in () if self.pre_ln else ((Op.LN1, "y"), (Op.LN2, "x")):
             with m.If(ln_op == o):
-                for name in ("x", "y"):
-                    m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
+                m.d.comb += [bufs["x"].rd_addr.eq(ln_lanes.rd_addr), bufs["x"].rd_en.eq(ln_lanes.rd_en)]
+                # LN1 behind FFN up (d.ln_behind): the lanes take Y's read port in the cycles they read, and FFN up's
+                # operand waits in them and for the rows the lanes have not written whole
+                with m.If(~d.ln_behind | ln_lanes.rd_en):
+                    m.d.comb += [bufs["y"].rd_addr.eq(ln_lanes.rd_addr), bufs["y"].rd_en.eq(ln_lanes.rd_en)]
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):   # the output overwrites the row's b buffer
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
+        m.d.comb += d.operand.hold.eq(d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden))
+                                                     | ln_lanes.rd_en))
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):
@@ -695,18 +700,21 @@ class LayerEngine(wiring.Component):
                                  y.w.en.eq((1 << simd) - 1)]
 
         # LOAD: X <- DRAM; STORE: X -> DRAM; tiled also LOAD_Q: Y <- DRAM, STORE_QKV: Y, WORK -> DRAM
+        # a load's words go where the mover says (tiled, the residual X_t loads while the heads compute)
         wr = mover.wr
-        for o, name in ((Op.LOAD, "x"), (Op.LOAD_Q, "y")):
-            with m.If(op == o):
+        for to_y, name in ((0, "x"), (1, "y")):
+            with m.If(wr.valid & (wr.y == to_y)):
                 b = bufs[name]
-                m.d.comb += [b.w.addr.eq(wr.addr), b.w.data.eq(wr.data), b.w.en.eq(Mux(wr.valid, wr.en, 0))]
-        for o, name in ((Op.STORE, "x"), (Op.STORE_QKV, "y")):
-            with m.If(op == o):
-                b = bufs[name]
-                m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en)]
+                m.d.comb += [b.w.addr.eq(wr.addr), b.w.data.eq(wr.data), b.w.en.eq(wr.en)]
         with m.If(op == Op.STORE_QKV):
-            m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
-        m.d.comb += mover.rd_word.eq(d.rd_word)         # the operand's multiplexer (read_src)
+            y = bufs["y"]
+            m.d.comb += [y.rd_addr.eq(mover.rd_addr), y.rd_en.eq(mover.rd_en),
+                         *d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)]
+        # STORE_X reads X straight, whatever the op (tiled, X'_t leaves while the next block's heads compute)
+        x = bufs["x"]
+        with m.If(mover.reads_x):
+            m.d.comb += [x.rd_addr.eq(mover.rd_addr), x.rd_en.eq(mover.rd_en)]
+        m.d.comb += [mover.rd_word.eq(d.rd_word), mover.x_word.eq(x.r.data)]   # rd_word: the operand's multiplexer
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

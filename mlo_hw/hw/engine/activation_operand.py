@@ -103,7 +103,8 @@ class ActivationOperand(wiring.Component):
         shift memory word of the vector's first column (0: the layer input's shifts, ``hidden / simd``:
         LN1's output's; an encoder-decoder's (``shift_sets`` 4) ``2 hidden / simd`` the cross Q input's, ``3 hidden /
         simd`` the memory's). A narrowed vector is ``hidden / simd`` words.
-        ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) ``read_latency`` cycles later.
+        ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) ``read_latency`` cycles later; ``hold``: no
+        read this cycle (the word at ``rd_addr`` is not written yet, or the buffer's read port is another's).
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
@@ -120,7 +121,7 @@ class ActivationOperand(wiring.Component):
         super().__init__({
             "start": In(1), "cmd": In(operand_command_layout(addr_bits, max_words, max_vectors, self.shift_words,
                                                              max_passes)),
-            "rd_addr": Out(addr_bits), "rd_en": Out(1), "rd_data": In(nx.RES_BITS * simd),
+            "rd_addr": Out(addr_bits), "rd_en": Out(1), "rd_data": In(nx.RES_BITS * simd), "hold": In(1),
             "shift": In(ShiftWriteSignature(self.shift_words, simd)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(8), simd))),
         })
@@ -138,6 +139,7 @@ class ActivationOperand(wiring.Component):
         c = self.cmd
         m.d.comb += [reader.start.eq(self.start), reader.base.eq(c.base), reader.stride.eq(c.stride),
                      reader.words.eq(c.words), reader.vectors.eq(c.vectors), reader.passes.eq(c.passes),
+                     reader.hold.eq(self.hold),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
         narrowed = Signal()
         shift_base = Signal.like(c.shift_base)

@@ -56,23 +56,28 @@ def zero_extended(byte_word):
 
 
 class BlockMover(wiring.Component):
-    """Runs one :class:`Transfer` (module docstring) at a time.
+    """Runs a load and a store :class:`Transfer` (module docstring) at once, each on its own AXI master.
 
     Interface:
-        start (pulse) with ``cmd`` (:func:`mover_command_layout`); ``busy`` until the last run's last word is in
-        the buffer (loads) or its last B response is in (stores); a run of 0 words moves nothing.
+        start (pulse) with ``cmd`` (:func:`mover_command_layout`): to the load side (LOAD_X, LOAD_Q) or the store
+        side (the rest); start a side only while it is idle. ``load_busy`` / ``store_busy`` until the side's last
+        run's last word is in the buffer (loads) or its last B response is in (stores); ``busy``: either. A run of 0
+        words moves nothing.
         cancel (soft reset: the AXI side completes what is in flight; no further run of the transfer starts),
         clear (clears ``error``).
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
-        is started after an error.
-        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X or Y word, or, when ``rd_banks``, the bank-local word
-        of WORK bank ``rd_bank``); ``read_latency`` cycles later ``rd_word``: the word the engine routes back, int16
-        lanes (WORK's bytes zero-extended into them), through the multiplexer the MVAU's operand reads use.
-        Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``) into X
-        (LOAD_X) or Y (LOAD_Q).
+        of either side is started after an error.
+        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X word while ``reads_x``, a Y word, or, when ``rd_banks``,
+        the bank-local word of WORK bank ``rd_bank``); ``read_latency`` cycles later ``x_word`` (STORE_X: X's read
+        port, straight: X is free while the tiled engine's heads compute, when X'_t is stored) or ``rd_word`` (the
+        others: the word the engine routes back, int16 lanes, WORK's bytes zero-extended into them, through the
+        multiplexer the MVAU's operand reads use).
+        Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``, ``y``) into X
+        (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so that a load may run beside
+        the engine's other work.
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
 
-    Timing: a run starts one cycle after the previous one ended; words move at one a cycle (see
+    Timing: a run starts one cycle after the previous one of its side ended; words move at one a cycle (see
     ``BufferLoad``/``BufferStore``).
     """
 
@@ -84,11 +89,13 @@ class BlockMover(wiring.Component):
         self.local_bits, self.read_latency = local_bits, read_latency
         super().__init__({
             "start": In(1), "cmd": In(mover_command_layout(p.addr_bits, max_words, max_runs, local_bits)),
-            "cancel": In(1), "clear": In(1), "busy": Out(1),
+            "cancel": In(1), "clear": In(1), "busy": Out(1), "load_busy": Out(1), "store_busy": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "rd_addr": Out(local_bits), "rd_en": Out(1), "rd_word": In(nx.RES_BITS * simd),
+            "reads_x": Out(1), "x_word": In(nx.RES_BITS * simd),
             "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
-            "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd})),
+            "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd,
+                                          "y": 1})),
             **axi_read_master_members(p), **axi_write_master_members(p),
         })
 
@@ -100,17 +107,17 @@ class BlockMover(wiring.Component):
         forward_ports(m, self, load, axi_read_master_members(p))
         forward_ports(m, self, store, axi_write_master_members(p))
 
-        cmd = Signal.like(self.cmd)
-        run_base = Signal(p.addr_bits)
-        run_local = Signal(self.local_bits)
-        runs_left = Signal.like(self.cmd.runs)
-        is_load = (cmd.kind == Transfer.LOAD_X) | (cmd.kind == Transfer.LOAD_Q)
+        # the two sides, each with its own command and runs: loads (LOAD_X, LOAD_Q) and stores (the rest)
+        take_load = (self.cmd.kind == Transfer.LOAD_X) | (self.cmd.kind == Transfer.LOAD_Q)
+        lcmd, load_running, load_run_base, _ = self._runs(m, "load", self.start & take_load, load, load.busy)
+        cmd, store_running, run_base, run_local = self._runs(m, "store", self.start & ~take_load, store, store.busy)
+        run_start = store.start
         error = load.error | store.error
         m.d.comb += [load.cancel.eq(self.cancel), store.cancel.eq(self.cancel),
                      load.clear.eq(self.clear), store.clear.eq(self.clear),
                      self.error.eq(error), self.error_addr.eq(Mux(load.error, load.error_addr, store.error_addr)),
                      self.error_code.eq(Mux(load.error, load.error_code, store.error_code)),
-                     load.base.eq(run_base), load.words.eq(cmd.words), load.word_base.eq(0),
+                     load.base.eq(load_run_base), load.words.eq(lcmd.words), load.word_base.eq(0),
                      store.base.eq(run_base), store.words.eq(cmd.words), store.word_base.eq(0)]
 
         # ---- the walker over WORK's banks (STORE_K, STORE_VT) ------------------------------------------
@@ -123,7 +130,6 @@ class BlockMover(wiring.Component):
                 m.d.sync += [bank.eq(0), inner.eq(inner + 1)]
                 with m.If(inner == cmd.inner - 1):
                     m.d.sync += [inner.eq(0), outer.eq(outer + cmd.outer_stride)]
-        run_start = Signal()
         with m.If(run_start):
             m.d.sync += [bank.eq(0), inner.eq(0), outer.eq(0)]
 
@@ -142,14 +148,14 @@ class BlockMover(wiring.Component):
             with m.Case(Transfer.STORE_K, Transfer.STORE_VT):
                 m.d.comb += self.rd_addr.eq(run_local + outer + inner)
         # X's int16 lanes leave as they are (a byte word is half an X word); Q, K and V^T are bytes, the lanes' low ones
-        m.d.comb += store.r_data.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.rd_word[w8:], self.rd_word[:w8]),
+        m.d.comb += store.r_data.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.x_word[w8:], self.x_word[:w8]),
                                         low_bytes))
 
         # ---- buffer writes from the load ---------------------------------------------------------------
         lw = load.w.payload
-        m.d.comb += [load.w.ready.eq(1), self.wr.valid.eq(load.w.valid)]
+        m.d.comb += [load.w.ready.eq(1), self.wr.valid.eq(load.w.valid), self.wr.y.eq(lcmd.kind == Transfer.LOAD_Q)]
         lower = Const((1 << (simd // 2)) - 1, simd)
-        with m.If(cmd.kind == Transfer.LOAD_Q):
+        with m.If(lcmd.kind == Transfer.LOAD_Q):
             m.d.comb += [self.wr.addr.eq(lw.addr), self.wr.en.eq((1 << simd) - 1),
                          self.wr.data.eq(Cat(*(Cat(b, b[7].replicate(nx.RES_BITS - 8))
                                                for b in (lw.data.word_select(i, 8) for i in range(simd)))))]
@@ -157,29 +163,39 @@ class BlockMover(wiring.Component):
             m.d.comb += [self.wr.addr.eq(lw.addr >> 1), self.wr.data.eq(Cat(lw.data, lw.data)),
                          self.wr.en.eq(Mux(lw.addr[0], lower << (simd // 2), lower))]
 
-        # ---- runs ---------------------------------------------------------------------------------------
-        running = Signal()
-        cancelled = Signal()            # since the transfer's start: no further run
+        m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
+                     self.reads_x.eq((cmd.kind == Transfer.STORE_X) & self.store_busy),
+                     self.load_busy.eq(load_running | load.busy), self.store_busy.eq(store_running | store.busy)]
+        return m
+
+    def _runs(self, m, name, start, engine, engine_busy):
+        """One side's command and runs: ``start`` latches ``cmd``; a run starts ``engine`` one cycle after the
+        previous one ended. Returns the latched command, running, the run's DRAM base and bank-local word."""
+        cmd = Signal.like(self.cmd, name=f"{name}_cmd")
+        run_base = Signal(self.p.addr_bits, name=f"{name}_run_base")
+        run_local = Signal(self.local_bits, name=f"{name}_run_local")
+        runs_left = Signal.like(self.cmd.runs, name=f"{name}_runs_left")
+        running = Signal(name=f"{name}_running")
+        cancelled = Signal(name=f"{name}_cancelled")      # since the transfer's start: no further run
         with m.If(self.cancel):
             m.d.sync += cancelled.eq(1)
-        with m.FSM(name="mover"):
+        with m.FSM(name=f"{name}_runs"):
             with m.State("IDLE"):
-                with m.If(self.start):
+                with m.If(start):
                     m.d.sync += [cmd.eq(self.cmd), run_base.eq(self.cmd.base), run_local.eq(self.cmd.local),
                                  runs_left.eq(self.cmd.runs), cancelled.eq(self.cancel)]
                     m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += running.eq(1)
-                with m.If((runs_left == 0) | (cmd.words == 0) | error | self.cancel | cancelled):
+                with m.If((runs_left == 0) | (cmd.words == 0) | self.error | self.cancel | cancelled):
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.comb += [run_start.eq(1), load.start.eq(is_load), store.start.eq(~is_load)]
+                    m.d.comb += engine.start.eq(1)
                     m.next = "WAIT"
             with m.State("WAIT"):
                 m.d.comb += running.eq(1)
-                with m.If(~load.busy & ~store.busy):
+                with m.If(~engine_busy):
                     m.d.sync += [runs_left.eq(runs_left - 1), run_base.eq(run_base + cmd.step),
                                  run_local.eq(run_local + cmd.local_step)]
                     m.next = "RUN"
-        m.d.comb += self.busy.eq(running | load.busy | store.busy)
-        return m
+        return cmd, running, run_base, run_local

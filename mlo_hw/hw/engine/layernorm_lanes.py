@@ -34,7 +34,9 @@ class LayerNormLanes(wiring.Component):
         words ``0 .. avail - 1`` may be read (all when left undriven): the engine starts a LayerNorm while the
         matrix before it still writes its last tile's rows, and raises ``avail`` a row at a time.
         ``w``: a stream of ``{addr, data}`` word writes, row r's word c at ``r * hidden / simd + c``, lane 0
-        first when several words are complete; ``written``: words written since ``start``.
+        first when several words are complete; ``written``: words written since ``start``; ``rows_done``: rows
+        ``0 .. rows_done - 1`` are written whole (a register, a cycle behind their last word's write), so that
+        the matrix after the LayerNorm may read them while it runs.
         ``taps``: each lane's output handshake and element (for a tracing testbench).
 
     Timing: the reader delivers one word (``simd`` pairs) a cycle while the current row's lane FIFO has room;
@@ -64,7 +66,7 @@ class LayerNormLanes(wiring.Component):
             "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd),
             "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
-            "written": Out(range(max_words + 1)),
+            "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)),
             "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb, lanes)})),
         })
 
@@ -107,6 +109,12 @@ class LayerNormLanes(wiring.Component):
                 m.d.sync += [col.eq(0), lane.eq(Mux(lane == n - 1, 0, lane + 1))]
 
         # ---- each lane gathers its elements into whole words; one word leaves a cycle, lane 0 first ---------
+        # lane i writes rows i, i + n, ..: its first row not yet written whole is nxt[i]; rows_done, the least
+        nxt = [Signal(range(self.max_rows + n + 1), name=f"next_row{i}") for i in range(n)]
+        least = nxt[0]
+        for r in nxt[1:]:
+            least = Mux(r < least, r, least)
+        m.d.sync += self.rows_done.eq(Mux(least > self.rows, self.rows, least))
         full = Signal(n)
         first = Signal(n)                               # the full lane with the lowest index
         m.d.comb += [first[i].eq(full[i] & ~full[:i].any()) for i in range(n)]
@@ -124,15 +132,15 @@ class LayerNormLanes(wiring.Component):
             with m.If(leave):
                 m.d.sync += [full[i].eq(0), wcol.eq(wcol + 1), addr.eq(addr + 1)]
                 with m.If(wcol == rw - 1):
-                    m.d.sync += [wcol.eq(0), addr.eq(addr + 1 + (n - 1) * rw)]
+                    m.d.sync += [wcol.eq(0), addr.eq(addr + 1 + (n - 1) * rw), nxt[i].eq(nxt[i] + n)]
             with m.If(ln.o.valid & ln.o.ready):
                 m.d.sync += [word.word_select(idx, rb).eq(ln.o.payload), idx.eq(idx + 1)]
                 with m.If(idx == simd - 1):
                     m.d.sync += [idx.eq(0), full[i].eq(1)]
             with m.If(self.start):
-                m.d.sync += [full[i].eq(0), idx.eq(0), wcol.eq(0), addr.eq(i * rw)]
+                m.d.sync += [full[i].eq(0), idx.eq(0), wcol.eq(0), addr.eq(i * rw), nxt[i].eq(i)]
         with m.If(self.w.valid & self.w.ready):
             m.d.sync += self.written.eq(self.written + 1)
         with m.If(self.start):
-            m.d.sync += [self.written.eq(0), col.eq(0), lane.eq(0)]
+            m.d.sync += [self.written.eq(0), self.rows_done.eq(0), col.eq(0), lane.eq(0)]
         return m

@@ -10,9 +10,12 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
 
     IDLE -> LOAD (on chip) or FETCH (tiled) -> HEADER_WAIT -> HEADER_READ -> Q_PARAMS
     on chip:  Q, K, V -> per head SCORES, PV -> O -> LN1 -> FFN_UP -> FFN_DOWN -> LN2 -> (next layer | STORE)
-    tiled:    pass 1 per block: P1_LOAD_X, Q, K, V, P1_STORE_Q/K/VT
-              pass 2 per block: P2_LOAD_Q, P2_LOAD_X, per head SCORES, PV (K_h/V_h^T tiles), O, LN1, FFN_UP,
-              FFN_DOWN, LN2, P2_STORE_X -> (next layer | IDLE)
+    tiled:    pass 1 per block: P1_LOAD_X (the first; the others load beside the stores before: P1_BLOCK), Q, K, V,
+              P1_STORE_Q (P1_NEXT_X: the next block's X_t loads meanwhile), P1_STORE_K/VT
+              pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
+              X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
+              (the next block's Q_t; its heads then start, X'_t leaving beside them) or, the layer's last block,
+              P2_STORE_X -> (next layer | IDLE)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
               FFN_DOWN, the layer's end (``model.norm: pre``: ``docs/engine.md``, "Pre-LN layers")
     an encoder-decoder's decoder run (MEMORY_TOKENS > 0, ``docs/seq2seq.md``): a prefill first runs pass 0 per
@@ -82,6 +85,8 @@ class Sequencer:
         # matrix); ``ln_partial`` while that tile still writes (``ln_op`` names it); the rows it has finished
         self.ln_early, self.ln_partial = Signal(name="ln_early"), Signal(name="ln_partial")
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
+        # tiled: the residual X_t is to load (from the heads' start, once the mover is idle: residual_load)
+        self.x_pending = Signal(name="x_pending")
         self.overlap_layernorm = layernorm_overlaps(cfg)
         self.pre_ln = cfg.model.norm == "pre"      # the layer kind: LayerNorm before (GPT-2) or after (BERT)
         # every state's (op, ln_op) and, per state a transition names, the constants goto() loads (driven in build,
@@ -110,7 +115,8 @@ class Sequencer:
         traced engine's ``trace_stale_op``, a simulation check. Outside the LayerNorm's states ``ln_op`` may name
         the LayerNorm started early (``ln_partial``)."""
         d, Op = self.d, self.Op
-        return Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~self.ln_partial if lo == Op.IDLE else 1)))
+        return Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind)
+                                                                                 if lo == Op.IDLE else 1)))
                      for name, (o, lo) in self.state_ops.items())).any()
 
     # ---- small actions (combinational in the current state) ------------------------------------------
@@ -144,7 +150,7 @@ class Sequencer:
         # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
-        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0)]
+        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.x_pending.eq(0)]
         self.goto("IDLE")
 
     def abort(self):
@@ -315,7 +321,10 @@ class Sequencer:
             self.abort()
         with self.state(f"{o.name}_WAIT", o):
             m.d.comb += d.busy.eq(1)
-            with m.If((d.p_count == R * S) if o == Op.SCORES else (d.writer.count == self.expected)):
+            done = (d.p_count == R * S) if o == Op.SCORES else (d.writer.count == self.expected)
+            if g.tiled and o == Op.PV:       # and the residual's load, pending from the heads' start (residual_load)
+                done &= ~d.mover.busy & ~self.x_pending
+            with m.If(done):
                 if g.tiled:       # every weight word has been read long before the last result
                     m.d.comb += d.ws.tile_release.eq(1)
                 then()
@@ -367,8 +376,10 @@ class Sequencer:
                 then()
             self.abort()
 
-    def layernorm_states(self, o, then):
-        """LayerNorm ``o`` over the block's rows, once its gains and biases (copied during the phase before) are in."""
+    def layernorm_states(self, o, then, behind=None):
+        """LayerNorm ``o`` over the block's rows, once its gains and biases (copied during the phase before) are in;
+        then ``then()``, or, with ``behind`` (post-LN LN1: FFN up's start), ``behind()`` once the GELU table is in,
+        the lanes running on (``d.ln_behind``, :meth:`behind_layernorm`)."""
         m, d, g = self.m, self.d, self.g
         with self.state(f"{o.name}_PARAMS", o, ln_op=o):
             self.wait_for_copy()
@@ -380,16 +391,31 @@ class Sequencer:
             m.d.comb += d.busy.eq(1)
             with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
                 then()
+            if behind is not None:       # the GELU table (requested as LN1 started, not in a cross run) is in
+                with m.Elif(d.copier.done & (~d.cross_run if self.seq2seq else 1)):
+                    behind()
+                    m.d.sync += [d.ln_behind.eq(1), d.ln_op.eq(o)]     # over the transition's IDLE
             self.abort()
 
-    def transfer_wait(self, name, o, then):
-        """Wait for the mover (busy from the cycle after its start); an error ends the run (ERROR)."""
+    def behind_layernorm(self):
+        """Outside the FSM, after it: while ``d.ln_behind``, ``ln_op`` stays LN1 (the matrix states' transitions
+        load IDLE) until the lanes have written every row."""
+        m, d, g = self.m, self.d, self.g
+        with m.If(d.ln_behind & ~d.abandon):
+            with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
+                m.d.sync += [d.ln_behind.eq(0), d.ln_op.eq(self.Op.IDLE)]
+            with m.Else():
+                m.d.sync += d.ln_op.eq(self.Op.LN1)
+
+    def transfer_wait(self, name, o, then, until=None):
+        """Wait for the mover (busy from the cycle after its start; ``until``: the busy to wait for, one side's, the
+        other running on); an error ends the run (ERROR)."""
         m, d = self.m, self.d
         with self.state(name, o):
             m.d.comb += d.busy.eq(1)
             with m.If(d.regs.soft_reset):                # the mover finishes its bursts (cancel)
                 self.abandon()
-            with m.Elif(~d.mover.busy):
+            with m.Elif(~(d.mover.busy if until is None else until)):
                 with m.If(d.mover.error):
                     self.abandon()
                 with m.Else():
@@ -418,6 +444,10 @@ class Sequencer:
                 self.matrix_states(Op.V, self.to_attention)
                 after_layer = self.end_of_layer
             self.layer_tail_states(after_layer)
+        if not self.pre_ln:
+            self.behind_layernorm()
+        if g.tiled:
+            self.residual_load()
         for name, sigs in self.next_ops.items():
             assert name in self.state_ops, f"a transition to {name}, which is no state"
             m.d.comb += [sig.eq(o) for sig, o in zip(sigs, self.state_ops[name])]
@@ -448,6 +478,10 @@ class Sequencer:
             self.src.eq(Mux(self.first_layer, regs.input_base, regs.scratch_base + Mux(d.layer[0], sc.x1, sc.x0))),
             self.dst.eq(Mux(self.last_layer, regs.output_base, regs.scratch_base + Mux(d.layer[0], sc.x0, sc.x1)))]
         m.d.comb += self.io_block.eq(Mux(self.io_left > self.block_words, self.block_words, self.io_left))
+        # the next block's (its X_t loads during this block's stores)
+        self.io_next = Signal.like(self.io_left, name="io_next")
+        rest = Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)
+        m.d.comb += self.io_next.eq(Mux(rest > self.block_words, self.block_words, rest))
         # the KV cache (kv_cache): the layer's K and V^T regions (kv_layer bytes on), the words of a block's K_h
         # and of a V_h^T run that fit below the cache's capacity (a block written from key CACHE_LEN on)
         self.kv_layer = Signal(addr_bits, name="kv_layer")
@@ -578,8 +612,10 @@ class Sequencer:
             self.abort()
 
     def tiled_states(self):
-        """Pass 1 per block: X_t in; Q, K, V; Q_t, K_t (a run per head), V_t^T (a run per pe channels) out.
-        Pass 2 per block: Q_t and the residual X_t in; then the attention and the rest (``layer_tail_states``)."""
+        """Pass 1 per block: X_t in; Q, K, V; Q_t, K_t (a run per head), V_t^T (a run per pe channels) out, and
+        X_{t+1} in beside them (the mover's load and store sides run at once).
+        Pass 2 per block: Q_t in; then the attention, with the residual X_t loading beside it, and the rest
+        (``layer_tail_states``); Q_{t+1} in, and X'_t out beside the next block's heads."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
         regs, sc, R, H = d.regs, self.sc, g.rows, g.hidden
         words = g.words
@@ -604,9 +640,22 @@ class Sequencer:
         def to_ln1():
             self.goto("LN1_PARAMS")
         self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1 if self.pre_ln else lambda: self.start_matrix(Op.Q))
+        with self.state("P1_BLOCK", Op.LOAD):      # the next block, its X_t loaded beside the stores before
+            m.d.comb += d.busy.eq(1)
+            if self.pre_ln:
+                self.request_copy(CopyKind.LN1)
+                to_ln1()
+            else:
+                self.start_matrix(Op.Q)
 
         def store_q():
             self.transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
+            self.goto("P1_NEXT_X")
+        with self.state("P1_NEXT_X", Op.STORE_QKV):   # X is read no more: the next block's X_t loads beside the stores
+            m.d.comb += d.busy.eq(1)
+            with m.If(d.blk != d.run_blocks - 1):
+                self.transfer(Transfer.LOAD_X, self.src + self.x_off + 2 * R * H,
+                              Mux(self.first_layer, self.io_next, self.block_words))
             self.goto("P1_STORE_Q")
 
         def store_k():
@@ -623,30 +672,46 @@ class Sequencer:
         self.matrix_states(Op.Q, lambda: self.start_matrix(Op.K))
         self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
         self.matrix_states(Op.V, store_q)
-        self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k)
-        self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt)
-        self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_LOAD_X", pass1_done))
+        self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k, until=d.mover.store_busy)
+        self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt, until=d.mover.store_busy)
+        self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done))
 
         with self.state("P2_LOAD_Q", Op.LOAD_Q):
             m.d.comb += d.busy.eq(1)
             self.transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
             self.goto("P2_LOAD_Q_WAIT")
 
-        def load_residual():
-            self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
-            self.goto("P2_LOAD_X_WAIT")
-        self.transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, load_residual)
-        if self.cfg.model.position_bias:      # the first block's heads wait for the bias table (copied from pass 2 on)
-            def first_heads():
+        def heads_and_residual():
+            # the residual X_t loads while the heads compute, once X'_{t-1} has left (residual_load)
+            m.d.sync += self.x_pending.eq(1)
+            if self.cfg.model.position_bias:      # the first block's heads wait for the bias table (copied from pass 2 on)
                 with m.If(d.blk == 0):
                     self.goto("SCORES_PARAMS")
                 with m.Else():
                     self.to_attention()
-            self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, first_heads)
+            else:
+                self.to_attention()
+        self.transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, heads_and_residual)
+        with self.state("P2_BLOCK", Op.LOAD_Q):    # the next block, its Q_t loaded beside the store before
+            m.d.comb += d.busy.eq(1)
+            heads_and_residual()
+        if self.cfg.model.position_bias:
             self.params_state(Op.SCORES, self.to_attention)
-        else:
-            self.transfer_wait("P2_LOAD_X_WAIT", Op.LOAD, self.to_attention)
-        self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_LOAD_Q", self.end_of_layer))
+
+        def store_then_heads():      # X'_t leaves beside the next block's heads (X is free until its residual)
+            self.store_x()
+            self.next_block("P2_BLOCK", self.end_of_layer)
+        self.transfer_wait("P2_NEXT_Q", Op.LOAD_Q, store_then_heads)
+        # the layer's last block: X'_t alone (the next layer loads X)
+        self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_BLOCK", self.end_of_layer))
+
+    def residual_load(self):
+        """Outside the FSM (tiled): the residual X_t's load, pending from the heads' start (``x_pending``), once the
+        mover is idle (X'_{t-1}, stored beside the heads, has left X); the last head's PV waits for it."""
+        m, d = self.m, self.d
+        with m.If(self.x_pending & ~d.mover.busy & ~d.abandon):
+            self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
+            m.d.sync += self.x_pending.eq(0)
 
     def store_k(self, region, state):
         """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch."""
@@ -681,10 +746,20 @@ class Sequencer:
                            lambda: self.next_block("P0_LOAD_M", lambda: self.start_pass("P1_LOAD_X")))
 
     def store_block(self):
-        """Tiled: after the layer's last phase, the block's output rows to the next layer's input (or the output)."""
-        self.transfer(Transfer.STORE_X, self.dst + self.x_off,
-                      Mux(self.last_layer, self.io_block, self.block_words))
-        self.goto("P2_STORE_X")
+        """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), then X'_t out to the
+        next layer's input (or the output) beside that block's heads; the layer's last block: X'_t out alone. (Q_{t+1}
+        first: the heads wait for it, not for X'_t; a DRAM's one data bus would share it with a store beside it.)"""
+        m, d, g = self.m, self.d, self.g
+        with m.If(d.blk != d.run_blocks - 1):
+            self.transfer(Transfer.LOAD_Q, d.regs.scratch_base + self.sc.q + self.q_off + g.rows * g.hidden,
+                          g.words(g.rows * g.hidden))
+            self.goto("P2_NEXT_Q")
+        with m.Else():
+            self.store_x()
+            self.goto("P2_STORE_X")
+
+    def store_x(self):
+        self.transfer(Transfer.STORE_X, self.dst + self.x_off, Mux(self.last_layer, self.io_block, self.block_words))
 
     def layer_tail_states(self, after_layer):
         """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2 (pre-LN: O, LN2, FFN up, FFN down),
@@ -741,7 +816,7 @@ class Sequencer:
                 self.matrix_states(Op.XO, to_ln2)
         else:
             self.matrix_states(Op.O, to_ln1)
-            self.layernorm_states(Op.LN1, after_ln1)
+            self.layernorm_states(Op.LN1, after_ln1, behind=lambda: self.start_matrix(Op.FFN_UP))
             self.matrix_states(Op.FFN_DOWN, to_ln2)
             self.layernorm_states(Op.LN2, after_layer)
             if self.seq2seq:
