@@ -22,9 +22,9 @@ class TwoReaders(wiring.Component):
     """Test design: ReadDma 0 and 1 (ports ``cmd<i>``, ``beats<i>``, ``clear<i>``, ``busy<i>``,
     ``error<i>``, ``error_addr<i>``, ``error_code<i>``) sharing ``m_axi`` through a ReadArbiter."""
 
-    def __init__(self, p, priority=None):
+    def __init__(self, p):
         self.p = p
-        self.arb = ReadArbiter(p, 2, priority=priority)
+        self.arb = ReadArbiter(p, 2)
         members = {}
         for i in range(2):
             members.update({
@@ -57,9 +57,9 @@ class TwoReaders(wiring.Component):
         return m
 
 
-def _top(cfg_name, priority=None):
+def _top(cfg_name):
     p = AxiParams.from_config(load_config(cfg_name))
-    return p, AxiTop(TwoReaders(p, priority))
+    return p, AxiTop(TwoReaders(p))
 
 
 def test_top_has_aclk_aresetn_and_flat_axi_ports():
@@ -85,19 +85,6 @@ def test_arbiter_with_two_dmas_against_axi_ram():
               "beats_bits": BEATS_BITS, "tag_bits": TAG_BITS, "seeds": list(range(10)), "error_trials": 6})
 
 
-def test_arbiter_with_a_priority_master_against_axi_ram():
-    """As the engine arbitrates (the activation mover, master 1, first): every beat to its master, and master 1's
-    ARs ahead of master 0's while both ask."""
-    p, top = _top("small", priority=1)
-    v = to_verilog(top, "arb_top_prio")
-    assert lint(v, "arb_top_prio") == []
-    simulate(v, "arb_top_prio", "tb_axi_interconnect",
-             {"addr_bits": p.addr_bits, "data_bits": p.data_bits, "max_burst": p.max_burst_beats,
-              "beats_bits": BEATS_BITS, "tag_bits": TAG_BITS, "seeds": list(range(4)), "error_trials": 4,
-              "priority": 1},
-             testcase=["concurrent_masters_many_seeds", "priority_master_first", "error_on_one_master_only"])
-
-
 def test_arbiter_lints_at_three_masters():
     arb = ReadArbiter(AxiParams(id_bits=2), 3)
     assert arb.out_params.id_bits == 4
@@ -115,7 +102,5 @@ def test_arbiter_synthesizes_without_latches():
 def test_bad_parameters_are_rejected():
     with pytest.raises(ValueError, match="n: expected at least 2"):
         ReadArbiter(AxiParams(), 1)
-    with pytest.raises(ValueError, match="priority: expected a master index 0..1, got 2"):
-        ReadArbiter(AxiParams(), 2, priority=2)
     with pytest.raises(ValueError, match="aclk"):
         AxiTop(AxiTop(ReadArbiter(AxiParams(), 2)))

@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mlo_hw.hw.axi import AxiParams, axi_read_master_members, axi_write_master_members, forward_ports
-from mlo_hw.hw.engine.block_mover import BlockMover, Transfer, zero_extended
+from mlo_hw.hw.engine.block_mover import BlockMover, Transfer
 from mlo_hw.hw.layer_engine import BUFFER_READ_LATENCY
 from mlo_hw.model import numerics as nx
 from mlo_hw.synth import synth_verilog
@@ -109,8 +109,7 @@ class MoverTop(wiring.Component):
         with m.If(rd_en):
             m.d.sync += bank_q.eq(req_bank)
         bank_word = Array(banks)[bank_q]
-        with m.If(mover.rd_banks):      # WORK's bytes zero-extended into int16 lanes, as the engine's read word
-            m.d.comb += mover.rd_word.eq(zero_extended(bank_word))
+        m.d.comb += mover.work_word.eq(bank_word)
         return m
 
 

@@ -3,8 +3,8 @@
 :class:`ReadArbiter` merges the AR/R channels of ``n`` AXI4 read masters (slave ports
 ``s0_axi_*``, ``s1_axi_*`` ...) onto one master port ``m_axi_*``.
 
-- AR: round robin (or a fixed ``priority`` master first). A registered stage; when it is empty or its AR was
-  accepted, the next master with ``arvalid`` after the one granted last wins and sees ``arready`` in that cycle. The master's
+- AR: round robin. A registered stage; when it is empty or its AR was accepted, the next master
+  with ``arvalid`` after the one granted last wins and sees ``arready`` in that cycle. The master's
   index goes into the upper ARID bits: ``m_axi_arid = {index, s<i>_axi_arid}``, so the output ID
   has ``id_bits + index bits`` bits. One AR per cycle to a memory that is always ready.
 - R: routed combinationally by the index bits of RID (``rvalid`` to that master only, its
@@ -19,9 +19,7 @@ space before issuing (WeightStreamer claims a tile bank first) or that always dr
 (the activation reader feeding on-chip buffers) qualifies.
 
 :class:`ReadArbiter` is how the engine's weight streamer and activation mover share the port (both in
-flight at once: in the DRAM-tiled schedule a block load overlaps the weight prefetch). The mover's AR goes first
-(``priority``): a block load is short and the compute waits for it, while the weight streamer prefetches a tile
-ahead.
+flight at once: in the DRAM-tiled schedule a block load overlaps the weight prefetch).
 
 :class:`AxiTop` wraps a design that uses the ``sync`` domain into a top level with ``aclk`` and
 ``aresetn`` (active low, synchronous) and otherwise the design's own flat ports (``m_axi_*``,
@@ -51,16 +49,13 @@ class ReadArbiter(wiring.Component):
 
     Ports: ``s<i>_axi_ar*``/``s<i>_axi_r*`` (slave side, ID width ``p.id_bits``) for i < n, and
     ``m_axi_ar*``/``m_axi_r*`` with ``out_params.id_bits = p.id_bits + index_bits``.
-    Latency: AR one cycle (registered), R none (combinational routing). ``priority``: the index of a master
-    whose AR wins whenever it is valid (the others round robin).
+    Latency: AR one cycle (registered), R none (combinational routing).
     """
 
-    def __init__(self, p: AxiParams, n: int = 2, priority: int | None = None):
+    def __init__(self, p: AxiParams, n: int = 2):
         if n < 2:
             raise ValueError(f"n: expected at least 2 read masters to arbitrate, got {n}")
-        if priority is not None and not 0 <= priority < n:
-            raise ValueError(f"priority: expected a master index 0..{n - 1}, got {priority}")
-        self.p, self.n, self.priority = p, n, priority
+        self.p, self.n = p, n
         self.index_bits = (n - 1).bit_length()
         self.out_params = replace(p, id_bits=p.id_bits + self.index_bits)
         members = {}
@@ -89,9 +84,6 @@ class ReadArbiter(wiring.Component):
                         k = (l + 1 + j) % n
                         with (m.If if j == 0 else m.Elif)(valids[k]):
                             m.d.comb += [grant.eq(k), any_valid.eq(1)]
-        if self.priority is not None:          # that master first whenever it asks
-            with m.If(valids[self.priority]):
-                m.d.comb += [grant.eq(self.priority), any_valid.eq(1)]
 
         arvalid = Signal()
         load = ~arvalid | self.m_axi_arready

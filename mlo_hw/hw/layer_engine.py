@@ -386,7 +386,10 @@ class LayerEngine(wiring.Component):
         cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
         H, I, S, simd, words = g.hidden, g.inter, g.seq, g.simd, g.words
         m.submodules.regs = d.regs = regs = ControlRegs(cfg)
-        m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks)
+        # tiled, about 512 beats of weight bursts in flight (two at 256 beats): a block load, which the compute may
+        # be reading as it comes, waits behind no more
+        in_flight = min(8, max(2, 512 // cfg.memory.max_burst_beats)) if g.tiled else 8
+        m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks, outstanding=in_flight)
         d.flush = Signal(name="flush")
         flushed = Signal(name="flushed")           # flush a cycle later: the blocks' reset fans out from a register
         m.d.sync += flushed.eq(d.flush)
@@ -408,9 +411,9 @@ class LayerEngine(wiring.Component):
                                                           read_latency=BUFFER_READ_LATENCY)
         forward_ports(m, self, regs, axil_slave_members(AXIL_ADDR_BITS))
         m.d.comb += self.irq.eq(regs.irq)
-        # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: the mover's AR first,
-        # R routed by the ID bit it adds); W is the mover's (its ID zero-extended).
-        m.submodules.read_port = rport = ReadArbiter(ap_in, 2, priority=1)
+        # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: round robin per
+        # burst, R routed by the ID bit it adds); W is the mover's (its ID zero-extended).
+        m.submodules.read_port = rport = ReadArbiter(ap_in, 2)
         forward_ports(m, self, rport, axi_read_master_members(ap))
         for i, master in enumerate((ws, mover)):        # s0: the weight streamer, s1: the activation mover
             for name, member in axi_read_master_members(ap_in).items():
@@ -522,8 +525,8 @@ class LayerEngine(wiring.Component):
             src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
         # the requests go to the op's buffer; the read data is taken from the buffer read_src names, a register a
         # cycle behind op (a word arrives two cycles after its request, within the op), so that op's fanout stays
-        # off the operand's data path. The mover's tiled stores of Q (from Y) and K, V^T (from WORK) read through the
-        # same multiplexer: its word, int16 lanes (bytes zero-extended), is ``d.rd_word`` (STORE_X reads X straight).
+        # off the operand's data path. The mover's tiled store of Q (from Y) reads through the same multiplexer: its
+        # word, int16 lanes, is ``d.rd_word`` (STORE_X reads X straight, STORE_K and STORE_VT WORK's bank word).
         names = sorted({*src.values(), "x", "y"}) + ["work"]
         read_src = Signal(range(len(names)), name="read_src")
         with m.Switch(op):
@@ -541,7 +544,7 @@ class LayerEngine(wiring.Component):
                 m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
                 m.d.sync += read_src.eq(names.index("work"))
             with m.Case(Op.STORE_QKV):
-                m.d.sync += read_src.eq(Mux(d.mover.rd_banks, names.index("work"), names.index("y")))
+                m.d.sync += read_src.eq(names.index("y"))
         d.rd_word = Signal(nx.RES_BITS * simd, name="rd_word")
         with m.Switch(read_src):
             for i, name in enumerate(names):
@@ -550,6 +553,11 @@ class LayerEngine(wiring.Component):
                     m.d.comb += d.rd_word.eq(zero_extended(data) if name in ("p", "work") else data)
         m.d.comb += operand.rd_data.eq(d.rd_word)
         wiring.connect(m, operand.o, mvau.x)
+        # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
+        # the words not loaded yet
+        d.load_wait = Signal(name="load_wait")
+        loading = Mux(d.mover.wr.y, names.index("y"), names.index("x"))
+        m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & (operand.rd_addr >= d.mover.loaded))
 
     def _mvau_results(self, m, d):
         """Each MVAU result beat to its consumer: scores to the softmax (a beat of ``pe`` keys as it comes), FFN up
@@ -688,8 +696,8 @@ class LayerEngine(wiring.Component):
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
-        m.d.comb += d.operand.hold.eq(d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden))
-                                                     | ln_lanes.rd_en))
+        m.d.comb += d.operand.hold.eq(d.load_wait | (d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden))
+                                                                    | ln_lanes.rd_en)))
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):
@@ -708,13 +716,15 @@ class LayerEngine(wiring.Component):
                 m.d.comb += [b.w.addr.eq(wr.addr), b.w.data.eq(wr.data), b.w.en.eq(wr.en)]
         with m.If(op == Op.STORE_QKV):
             y = bufs["y"]
-            m.d.comb += [y.rd_addr.eq(mover.rd_addr), y.rd_en.eq(mover.rd_en),
-                         *d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)]
-        # STORE_X reads X straight, whatever the op (tiled, X'_t leaves while the next block's heads compute)
+            m.d.comb += [y.rd_addr.eq(mover.rd_addr), y.rd_en.eq(mover.rd_en)]
+        # STORE_X reads X straight, STORE_K and STORE_VT WORK's banks, whatever the op (tiled: X'_t leaves while the
+        # next block's heads compute, K_t and V_t^T while its Q does)
         x = bufs["x"]
         with m.If(mover.reads_x):
             m.d.comb += [x.rd_addr.eq(mover.rd_addr), x.rd_en.eq(mover.rd_en)]
-        m.d.comb += [mover.rd_word.eq(d.rd_word), mover.x_word.eq(x.r.data)]   # rd_word: the operand's multiplexer
+        with m.If(mover.rd_banks & mover.store_busy):
+            m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
+        m.d.comb += [mover.rd_word.eq(d.rd_word), mover.x_word.eq(x.r.data), mover.work_word.eq(d.work.data)]
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

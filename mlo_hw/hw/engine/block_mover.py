@@ -50,8 +50,8 @@ def mover_command_layout(addr_bits: int, max_words: int, max_runs: int, local_bi
 
 
 def zero_extended(byte_word):
-    """A word of bytes as int16 lanes, byte i zero-extended into lane i: how :class:`BlockMover`'s ``rd_word`` (and the
-    MVAU's operand) carries a byte buffer's word."""
+    """A word of bytes as int16 lanes, byte i zero-extended into lane i: how the engine's read word (the MVAU's operand)
+    carries a byte buffer's word."""
     return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(len(byte_word) // 8)))
 
 
@@ -69,12 +69,14 @@ class BlockMover(wiring.Component):
         of either side is started after an error.
         Buffer reads (stores): ``rd_addr``/``rd_en`` (an X word while ``reads_x``, a Y word, or, when ``rd_banks``,
         the bank-local word of WORK bank ``rd_bank``); ``read_latency`` cycles later ``x_word`` (STORE_X: X's read
-        port, straight: X is free while the tiled engine's heads compute, when X'_t is stored) or ``rd_word`` (the
-        others: the word the engine routes back, int16 lanes, WORK's bytes zero-extended into them, through the
-        multiplexer the MVAU's operand reads use).
+        port, straight: X is free while the tiled engine's heads compute, when X'_t is stored), ``work_word``
+        (STORE_K, STORE_VT: WORK's bank word, straight: WORK is free while the next block's Q computes) or
+        ``rd_word`` (STORE_Q: Y's word through the multiplexer the MVAU's operand reads use, int16 lanes).
         Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``, ``y``) into X
         (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so that a load may run beside
-        the engine's other work.
+        the engine's other work. ``loaded``: the words of that buffer written whole since the load's start (a
+        one-run load writes in address order from word 0: LOAD_Q a Y word a byte word, LOAD_X an X word every
+        two), a register, so that a reader may follow the load.
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
 
     Timing: a run starts one cycle after the previous one of its side ended; words move at one a cycle (see
@@ -92,7 +94,8 @@ class BlockMover(wiring.Component):
             "cancel": In(1), "clear": In(1), "busy": Out(1), "load_busy": Out(1), "store_busy": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "rd_addr": Out(local_bits), "rd_en": Out(1), "rd_word": In(nx.RES_BITS * simd),
-            "reads_x": Out(1), "x_word": In(nx.RES_BITS * simd),
+            "reads_x": Out(1), "x_word": In(nx.RES_BITS * simd), "work_word": In(8 * simd),
+            "loaded": Out(range(max_words + 1)),
             "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
             "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd,
                                           "y": 1})),
@@ -149,7 +152,7 @@ class BlockMover(wiring.Component):
                 m.d.comb += self.rd_addr.eq(run_local + outer + inner)
         # X's int16 lanes leave as they are (a byte word is half an X word); Q, K and V^T are bytes, the lanes' low ones
         m.d.comb += store.r_data.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.x_word[w8:], self.x_word[:w8]),
-                                        low_bytes))
+                                        Mux(self.rd_banks, self.work_word, low_bytes)))
 
         # ---- buffer writes from the load ---------------------------------------------------------------
         lw = load.w.payload
@@ -162,6 +165,13 @@ class BlockMover(wiring.Component):
         with m.Else():
             m.d.comb += [self.wr.addr.eq(lw.addr >> 1), self.wr.data.eq(Cat(lw.data, lw.data)),
                          self.wr.en.eq(Mux(lw.addr[0], lower << (simd // 2), lower))]
+
+        written = Signal(range(self.max_words + 1), name="load_written")   # byte words since the load's start
+        with m.If(self.wr.valid):
+            m.d.sync += written.eq(written + 1)
+        with m.If(self.start & take_load):
+            m.d.sync += written.eq(0)
+        m.d.comb += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
 
         m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
                      self.reads_x.eq((cmd.kind == Transfer.STORE_X) & self.store_busy),

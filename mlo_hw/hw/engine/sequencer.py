@@ -14,8 +14,8 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
               P1_STORE_Q (P1_NEXT_X: the next block's X_t loads meanwhile), P1_STORE_K/VT
               pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
               X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
-              (the next block's Q_t; its heads then start, X'_t leaving beside them) or, the layer's last block,
-              P2_STORE_X -> (next layer | IDLE)
+              (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
+              leaves beside them) or, the layer's last block, P2_STORE_X -> (next layer | IDLE)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
               FFN_DOWN, the layer's end (``model.norm: pre``: ``docs/engine.md``, "Pre-LN layers")
     an encoder-decoder's decoder run (MEMORY_TOKENS > 0, ``docs/seq2seq.md``): a prefill first runs pass 0 per
@@ -87,6 +87,8 @@ class Sequencer:
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
         # tiled: the residual X_t is to load (from the heads' start, once the mover is idle: residual_load)
         self.x_pending = Signal(name="x_pending")
+        # tiled: block t's V_t^T store is to go once its K_t store ends (beside block t + 1's Q: pending_vt_store)
+        self.vt_pending = Signal(name="vt_pending")
         self.overlap_layernorm = layernorm_overlaps(cfg)
         self.pre_ln = cfg.model.norm == "pre"      # the layer kind: LayerNorm before (GPT-2) or after (BERT)
         # every state's (op, ln_op) and, per state a transition names, the constants goto() loads (driven in build,
@@ -150,7 +152,8 @@ class Sequencer:
         # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
-        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.x_pending.eq(0)]
+        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.x_pending.eq(0),
+                          self.vt_pending.eq(0)]
         self.goto("IDLE")
 
     def abort(self):
@@ -448,6 +451,7 @@ class Sequencer:
             self.behind_layernorm()
         if g.tiled:
             self.residual_load()
+            self.pending_vt_store()
         for name, sigs in self.next_ops.items():
             assert name in self.state_ops, f"a transition to {name}, which is no state"
             m.d.comb += [sig.eq(o) for sig, o in zip(sigs, self.state_ops[name])]
@@ -485,6 +489,7 @@ class Sequencer:
         # the KV cache (kv_cache): the layer's K and V^T regions (kv_layer bytes on), the words of a block's K_h
         # and of a V_h^T run that fit below the cache's capacity (a block written from key CACHE_LEN on)
         self.kv_layer = Signal(addr_bits, name="kv_layer")
+        self.vt_base = Signal(addr_bits, name="vt_base")    # vt_off of the block whose V^T store is pending
         self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
         self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
 
@@ -519,12 +524,17 @@ class Sequencer:
                      self.vt_off.eq(d.cache_len * g.pe), self.io_left.eq(self.io_words)]
         self.goto(first)
 
-    def next_block(self, more, last):
+    def advance_block(self):
+        """The block counter and its companions, to the next block."""
         m, d, g = self.m, self.d, self.g
         R, H = g.rows, g.hidden
         m.d.sync += [d.blk.eq(d.blk + 1), self.x_off.eq(self.x_off + 2 * R * H), self.q_off.eq(self.q_off + R * H),
                      self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
                      self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0))]
+
+    def next_block(self, more, last):
+        m, d = self.m, self.d
+        self.advance_block()
         with m.If(d.blk == d.run_blocks - 1):
             last()
         with m.Else():
@@ -635,17 +645,20 @@ class Sequencer:
             self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
             if self.pre_ln:        # LN1's gains and biases while the block loads
                 self.request_copy(CopyKind.LN1)
-            self.goto("P1_LOAD_X_WAIT")
+                self.goto("P1_LOAD_X_WAIT")
+            else:                  # Q reads X_t's rows as they come (d.load_wait)
+                self.start_matrix(Op.Q)
 
         def to_ln1():
             self.goto("LN1_PARAMS")
-        self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1 if self.pre_ln else lambda: self.start_matrix(Op.Q))
-        with self.state("P1_BLOCK", Op.LOAD):      # the next block, its X_t loaded beside the stores before
+        if self.pre_ln:
+            self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1)
+        with self.state("P1_BLOCK", Op.LOAD):      # the next block, its X_t loading since the stores before
             m.d.comb += d.busy.eq(1)
-            if self.pre_ln:
+            if self.pre_ln:        # LN1 reads X_t once it is in
                 self.request_copy(CopyKind.LN1)
-                to_ln1()
-            else:
+                self.goto("P1_LOAD_X_WAIT")
+            else:                  # Q reads its rows as they come; K_{t-1} and V_{t-1}^T leave meanwhile
                 self.start_matrix(Op.Q)
 
         def store_q():
@@ -659,27 +672,33 @@ class Sequencer:
             self.goto("P1_STORE_Q")
 
         def store_k():
-            self.store_k(sc.k, "P1_STORE_K")
+            with m.If(d.blk != d.run_blocks - 1):      # K_t and V_t^T leave beside the next block's Q
+                self.store_k(sc.k, None)
+                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_off)]
+                self.advance_block()
+                self.goto("P1_BLOCK")
+            with m.Else():                              # the pass's last block: its stores before pass 2
+                self.store_k(sc.k, "P1_STORE_K")
 
         def store_vt():
-            self.store_vt(sc.vt, "P1_STORE_VT")
+            self.store_vt(sc.vt, "P1_STORE_VT", self.vt_off)
 
         def pass1_done():
             m.d.sync += d.scratch_ready.eq(1)
             if self.cfg.model.position_bias:
                 self.request_copy(CopyKind.BIAS)
             self.start_pass("P2_LOAD_Q")
-        self.matrix_states(Op.Q, lambda: self.start_matrix(Op.K))
+        self.matrix_states(Op.Q, lambda: self.goto("P1_STORES_WAIT"))
+        with self.state("P1_STORES_WAIT", Op.Q):   # K and V write WORK: the block before's K and V^T have left it
+            m.d.comb += d.busy.eq(1)
+            with m.If(~self.vt_pending & ~d.mover.store_busy):
+                self.start_matrix(Op.K)
+            self.abort()
         self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
         self.matrix_states(Op.V, store_q)
         self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k, until=d.mover.store_busy)
         self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt, until=d.mover.store_busy)
         self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done))
-
-        with self.state("P2_LOAD_Q", Op.LOAD_Q):
-            m.d.comb += d.busy.eq(1)
-            self.transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
-            self.goto("P2_LOAD_Q_WAIT")
 
         def heads_and_residual():
             # the residual X_t loads while the heads compute, once X'_{t-1} has left (residual_load)
@@ -691,17 +710,20 @@ class Sequencer:
                     self.to_attention()
             else:
                 self.to_attention()
-        self.transfer_wait("P2_LOAD_Q_WAIT", Op.LOAD_Q, heads_and_residual)
-        with self.state("P2_BLOCK", Op.LOAD_Q):    # the next block, its Q_t loaded beside the store before
+        with self.state("P2_LOAD_Q", Op.LOAD_Q):    # the heads start at once: the scores read Q_t's rows as they come
+            m.d.comb += d.busy.eq(1)
+            self.transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
+            heads_and_residual()
+        with self.state("P2_BLOCK", Op.LOAD_Q):    # the next block, its Q_t loading since the block before ended
             m.d.comb += d.busy.eq(1)
             heads_and_residual()
         if self.cfg.model.position_bias:
             self.params_state(Op.SCORES, self.to_attention)
 
-        def store_then_heads():      # X'_t leaves beside the next block's heads (X is free until its residual)
+        with self.state("P2_NEXT_Q", Op.STORE):   # Q_{t+1} loads; X'_t leaves beside the next block's heads
+            m.d.comb += d.busy.eq(1)
             self.store_x()
             self.next_block("P2_BLOCK", self.end_of_layer)
-        self.transfer_wait("P2_NEXT_Q", Op.LOAD_Q, store_then_heads)
         # the layer's last block: X'_t alone (the next layer loads X)
         self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_BLOCK", self.end_of_layer))
 
@@ -714,20 +736,31 @@ class Sequencer:
             m.d.sync += self.x_pending.eq(0)
 
     def store_k(self, region, state):
-        """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch."""
+        """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch (then ``state``)."""
         d, g = self.d, self.g
         self.transfer(Transfer.STORE_K, d.regs.scratch_base + region + self.kv_layer + self.k_off, self.k_words,
                       runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=g.words(g.head_dim),
                       inner=g.words(g.head_dim), outer_stride=g.words(g.hidden))
-        self.goto(state)
+        if state is not None:
+            self.goto(state)
 
-    def store_vt(self, region, state):
-        """A block's V^T (a run per ``pe`` channels) into the layer's ``region`` of the scratch."""
+    def store_vt(self, region, state, vt_off):
+        """A block's V^T (a run per ``pe`` channels, the block's at ``vt_off``) into the layer's ``region`` of the
+        scratch (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_VT, d.regs.scratch_base + region + self.kv_layer + self.vt_off, self.vt_words,
+        self.transfer(Transfer.STORE_VT, d.regs.scratch_base + region + self.kv_layer + vt_off, self.vt_words,
                       runs=g.hidden // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=g.words(g.rows),
                       inner=g.words(g.rows))
-        self.goto(state)
+        if state is not None:
+            self.goto(state)
+
+    def pending_vt_store(self):
+        """Outside the FSM (tiled): block t's V_t^T store, pending (``vt_pending``) while its K_t store runs beside
+        the next block's Q; the next block's K waits for both (P1_STORES_WAIT)."""
+        m, d = self.m, self.d
+        with m.If(self.vt_pending & ~d.mover.store_busy & ~d.abandon):
+            self.store_vt(self.sc.vt, None, self.vt_base)
+            m.d.sync += self.vt_pending.eq(0)
 
     def memory_pass_states(self):
         """Pass 0 of a decoder run's prefill, per memory block: the block in (MEMORY_BASE, like the input: its
@@ -741,14 +774,14 @@ class Sequencer:
         self.transfer_wait("P0_LOAD_M_WAIT", Op.LOAD, lambda: self.start_matrix(Op.XK))
         self.matrix_states(Op.XK, lambda: self.start_matrix(Op.XV))
         self.matrix_states(Op.XV, lambda: self.store_k(sc.xk, "P0_STORE_K"))
-        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt(sc.xvt, "P0_STORE_VT"))
+        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt(sc.xvt, "P0_STORE_VT", self.vt_off))
         self.transfer_wait("P0_STORE_VT", Op.STORE_QKV,
                            lambda: self.next_block("P0_LOAD_M", lambda: self.start_pass("P1_LOAD_X")))
 
     def store_block(self):
-        """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), then X'_t out to the
-        next layer's input (or the output) beside that block's heads; the layer's last block: X'_t out alone. (Q_{t+1}
-        first: the heads wait for it, not for X'_t; a DRAM's one data bus would share it with a store beside it.)"""
+        """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), and X'_t out to the
+        next layer's input (or the output), both beside that block's heads (whose scores follow Q_{t+1}'s rows:
+        ``d.load_wait``); the layer's last block: X'_t out alone."""
         m, d, g = self.m, self.d, self.g
         with m.If(d.blk != d.run_blocks - 1):
             self.transfer(Transfer.LOAD_Q, d.regs.scratch_base + self.sc.q + self.q_off + g.rows * g.hidden,
