@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .model.weight_image import layout
 
-__all__ = ["buffer_group", "TileCost", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
+__all__ = ["buffer_group", "TileCost", "tile_banks", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
            "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
            "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
@@ -123,6 +123,19 @@ BRAM18_SHAPES = ((1, 16384), (2, 8192), (4, 4096), (9, 2048), (18, 1024), (36, 5
 BRAM36_BYTES = 4608
 
 
+def weight_tile_words(cfg) -> int:
+    """MVAU weight words (``pe x simd`` bytes) of the config's largest weight tile (``tile_rows x cols``)."""
+    f = cfg.folding
+    return max(sec.tile_rows * sec.cols for sec in layout(cfg).sections if sec.tile_rows) // (f.pe * f.simd)
+
+
+def tile_banks(width_bits: int, bank_words: int) -> int:
+    """Banks of the weight tile buffer, ``bank_words`` words of ``width_bits`` each: four where they take no more block
+    RAM than two (a wide, shallow buffer: the DMA then runs up to three tiles ahead, so that a large tile after small
+    ones streams while they compute), else two."""
+    return 4 if bram36(width_bits, 4 * bank_words) <= bram36(width_bits, 2 * bank_words) else 2
+
+
 def bram36(width_bits: int, depth: int) -> float:
     """BRAM36 needed for a ``width_bits`` x ``depth`` memory: by width as well as by bytes (a 512-bit
     read needs 15 BRAM18 side by side however shallow the memory is)."""
@@ -148,7 +161,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     lay = layout(cfg)
     word = 8 * g.simd
     beat = cfg.memory.axi_data_bits
-    tile_words = max(sec.tile_rows * sec.cols for sec in lay.sections if sec.tile_rows) // (g.pe * g.simd)
+    tile_words = weight_tile_words(cfg)
     param_bytes = ParamGeometry.from_config(cfg).slot_bytes       # one layer's small sections
     softmax = Softmax.memory_shapes(s, cfg.acc_bits(g.head_dim), g.softmax_lanes, g.softmax_interval)   # g.softmax
     return {
@@ -157,7 +170,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
         **({"r": (nx.RES_BITS * g.simd, g.words(s * h))} if cfg.model.norm == "pre" else {}),
         "p": (word, g.words(s * s)),
         **{f"work{b}": (word, g.work_words // g.pe) for b in range(g.pe)},
-        "weight_tiles": (8 * g.pe * g.simd, 2 * tile_words),
+        "weight_tiles": (8 * g.pe * g.simd, tile_banks(8 * g.pe * g.simd, tile_words) * tile_words),
         "params": (beat, 2 * param_bytes * 8 // beat),
         **{f"softmax_{k}": (w, d) for k, (w, d) in softmax.items() if d > LUTRAM_DEPTH},
         **_layernorm_memories(h, cfg.folding.ln_lanes),

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 
 from .model import numerics as nx
 from .config import PARTS, ConfigError
-from .perf import bram36, buffer_group, layer_bound, layernorm_visible_cycles, matrix_costs, onchip_memories
+from .perf import (bram36, buffer_group, layer_bound, layernorm_visible_cycles, matrix_costs, onchip_memories,
+                   tile_banks, weight_tile_words)
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
@@ -112,19 +113,19 @@ def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
     """The on-chip memories of the tiled engine at ``block`` rows, as (width bits, depth) like
     :func:`mlo_hw.perf.onchip_memories`: X and Y int16 [2 block, H] (a block computes while the next moves),
     R (pre-LN layers) [block, H] int16, P [block, S], WORK (PE banks) the larger of K_t + V_t [2 block, H] and CTX or F [block, max(H, I)] bytes,
-    the tile buffer two banks of the larger of a weight tile and a head's K_h (S x dh), the rest as on chip."""
+    the tile buffer's banks (:func:`mlo_hw.perf.tile_banks`) of the larger of a weight tile and a head's K_h (S x dh),
+    the rest as on chip."""
     mems = onchip_memories(cfg)
     f, m = cfg.folding, cfg.model
     simd, pe, s, h = f.simd, f.pe, cfg.seq_padded, m.hidden
     word = 8 * simd
     work_bytes = max(2 * block * h, block * max(h, m.intermediate))
-    tile_words = mems["weight_tiles"][1] // 2
-    raw_words = s * cfg.head_dim // (pe * simd)
+    bank_words = max(weight_tile_words(cfg), s * cfg.head_dim // (pe * simd))
     out = {"x": (nx.RES_BITS * simd, 2 * block * h // simd), "y": (nx.RES_BITS * simd, 2 * block * h // simd),
            **({"r": (nx.RES_BITS * simd, block * h // simd)} if m.norm == "pre" else {}),
            "p": (word, block * s // simd),
            **{f"work{b}": (word, work_bytes // simd // pe) for b in range(pe)},
-           "weight_tiles": (8 * pe * simd, 2 * max(tile_words, raw_words))}
+           "weight_tiles": (8 * pe * simd, tile_banks(8 * pe * simd, bank_words) * bank_words)}
     for name, shape in mems.items():
         if buffer_group(name) in ("params", "softmax_scores", "softmax_exps", "layernorm_rows", "layernorm_bias",
                                   "layernorm_gain", "mvau_vectors"):

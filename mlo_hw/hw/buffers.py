@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ConfigError
 from ..model.weight_image import layout
+from ..perf import tile_banks
 from .pipeline import delayed
 
 __all__ = ["PARAM_SECTIONS", "NO_COLLISION", "index_range", "TileGeometry", "ParamGeometry", "BankedMemory", "TileBuffer", "ParamStore",
@@ -48,6 +49,7 @@ class TileGeometry:
     tile_rows: int
     max_weight_bytes: int    # the largest tile's weights (tile_rows x cols)
     chan_bytes: int          # bias int32[tile_rows] + mult uint32[tile_rows]
+    banks: int = 2           # mlo_hw.perf.tile_banks: four where they cost no more block RAM than two
 
     @classmethod
     def from_config(cls, cfg, raw_tile_bytes: int = 0) -> "TileGeometry":
@@ -67,8 +69,8 @@ class TileGeometry:
         if (4 * f.tile_rows) % b or max(b, 4 * f.pe) % min(b, 4 * f.pe):
             raise ConfigError(f"folding.tile_rows: the bias block ({4 * f.tile_rows} bytes) is not a whole "
                               f"number of {b}-byte AXI beats; lower memory.axi_data_bits")
-        return cls(b, word, f.pe, f.tile_rows, max([f.tile_rows * s.cols for s in mats] + [raw_tile_bytes]),
-                   8 * f.tile_rows)
+        largest = max([f.tile_rows * s.cols for s in mats] + [raw_tile_bytes])
+        return cls(b, word, f.pe, f.tile_rows, largest, 8 * f.tile_rows, tile_banks(8 * word, -(-largest // word)))
 
     def weight_beats(self, cols: int) -> int:
         return self.tile_rows * cols // self.beat_bytes
@@ -168,18 +170,19 @@ def tile_write_layout(beat_bits: int, tag_bits: int) -> data.StructLayout:
 
 
 class TileBuffer(wiring.Component):
-    """Two banks of the largest weight tile, with claim / full / release handshakes.
+    """Banks (two, or four where they cost no more block RAM: :attr:`TileGeometry.banks`) of the largest weight
+    tile, with claim / full / release handshakes, used in turn.
 
-    DMA side: ``claim`` (pulse) reserves the next bank in ping-pong order when ``can_claim``; the
+    DMA side: ``claim`` (pulse) reserves the next bank in turn when ``can_claim``; the
     tile's beats then arrive on ``w`` (``chan`` = 0 for weight beats, 1 for the bias/mult beats
     and padding) and the beat with ``last`` marks that bank full a cycle later (once it has landed: the memories
     register their writes). Compute side: ``ready`` says the
     current read bank is full (``tag`` is what the writer tagged it with); read weight word
     ``waddr`` (= nf*SF + sf) on ``wdata`` and the channel parameters of group ``caddr`` (= nf) on
     ``bias``/``mult`` one cycle later; pulse ``release`` when done with the bank. ``next_ready``: the
-    other bank (the next tile) is full; with ``cnext`` the channel parameters are read from it instead,
+    next bank (the next tile) is full; with ``cnext`` the channel parameters are read from it instead,
     so that the next tile's can be latched while the current one's weights are still being read.
-    ``flush`` empties both banks. Throughput: one beat written and one word read per cycle.
+    ``flush`` empties every bank. Throughput: one beat written and one word read per cycle.
     """
 
     def __init__(self, cfg, tag_bits: int = 5, raw_tile_bytes: int = 0):
@@ -202,16 +205,20 @@ class TileBuffer(wiring.Component):
         beat_bits = 8 * g.beat_bytes
         max_beats = g.max_weight_bytes // g.beat_bytes
         chan_beats = 4 * g.tile_rows // g.beat_bytes        # beats of the bias block (and of the mult block)
-        m.submodules.weights = wmem = BankedMemory(8 * g.word_bytes, beat_bits, max_beats)
-        m.submodules.biases = bmem = BankedMemory(32 * g.pe, beat_bits, chan_beats)
-        m.submodules.mults = mmem = BankedMemory(32 * g.pe, beat_bits, chan_beats)
+        n = g.banks
+        m.submodules.weights = wmem = BankedMemory(8 * g.word_bytes, beat_bits, max_beats, banks=n)
+        m.submodules.biases = bmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, banks=n)
+        m.submodules.mults = mmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, banks=n)
 
-        full = Signal(2)
-        tags = Array(Signal(self.tag_bits, name=f"tag{i}") for i in range(2))
-        wr_bank, rd_bank = Signal(), Signal()
-        used = Signal(range(3))             # banks claimed or full
+        def following(bank):
+            return bank + 1 if n & (n - 1) == 0 else Mux(bank == n - 1, 0, bank + 1)   # (wraps at a power of two)
+
+        full = Signal(n)
+        tags = Array(Signal(self.tag_bits, name=f"tag{i}") for i in range(n))
+        wr_bank, rd_bank = Signal(range(n)), Signal(range(n))
+        used = Signal(range(n + 1))         # banks claimed or full
         # a bank's last beat is in the write register: full next cycle (BankedMemory.WRITE_LATENCY); a flush drops it
-        landing, landing_bank = Signal(), Signal()
+        landing, landing_bank = Signal(), Signal(range(n))
 
         # ---- write side ---------------------------------------------------------------------
         w = self.w.payload
@@ -238,12 +245,13 @@ class TileBuffer(wiring.Component):
                     m.d.sync += [chan_lane.eq(0), chan_row.eq(chan_row + 1)]
             with m.If(w.last):
                 m.d.sync += [row.eq(0), lane.eq(0), chan_row.eq(0), chan_lane.eq(0),
-                             landing.eq(1), landing_bank.eq(wr_bank), tags[wr_bank].eq(w.tag), wr_bank.eq(~wr_bank)]
+                             landing.eq(1), landing_bank.eq(wr_bank), tags[wr_bank].eq(w.tag),
+                             wr_bank.eq(following(wr_bank))]
         with m.If(landing):
             m.d.sync += [landing.eq(0), full.bit_select(landing_bank, 1).eq(1)]
 
         # ---- claims and releases ------------------------------------------------------------
-        m.d.comb += self.can_claim.eq(used < 2)
+        m.d.comb += self.can_claim.eq(used < n)
         claim = self.claim & self.can_claim
         release = self.release & self.ready
         with m.If(claim & ~release):
@@ -253,16 +261,17 @@ class TileBuffer(wiring.Component):
 
         # ---- read side ----------------------------------------------------------------------
         m.d.comb += [
-            self.ready.eq(full.bit_select(rd_bank, 1)), self.next_ready.eq(full.bit_select(~rd_bank, 1)),
+            self.ready.eq(full.bit_select(rd_bank, 1)), self.next_ready.eq(full.bit_select(following(rd_bank), 1)),
             self.tag.eq(tags[rd_bank]),
             wmem.r_bank.eq(rd_bank), wmem.r_addr.eq(self.waddr), self.wdata.eq(wmem.r_data),
-            bmem.r_bank.eq(rd_bank ^ self.cnext), bmem.r_addr.eq(self.caddr), self.bias.eq(bmem.r_data),
-            mmem.r_bank.eq(rd_bank ^ self.cnext), mmem.r_addr.eq(self.caddr),
+            bmem.r_bank.eq(Mux(self.cnext, following(rd_bank), rd_bank)), bmem.r_addr.eq(self.caddr),
+            self.bias.eq(bmem.r_data),
+            mmem.r_bank.eq(Mux(self.cnext, following(rd_bank), rd_bank)), mmem.r_addr.eq(self.caddr),
         ]
         for p in range(g.pe):
             m.d.comb += self.mult[p].eq(mmem.r_data[32 * p: 32 * p + 16])
         with m.If(release):
-            m.d.sync += [rd_bank.eq(~rd_bank), full.bit_select(rd_bank, 1).eq(0)]
+            m.d.sync += [rd_bank.eq(following(rd_bank)), full.bit_select(rd_bank, 1).eq(0)]
 
         with m.If(self.flush):
             m.d.sync += [full.eq(0), used.eq(0), wr_bank.eq(0), rd_bank.eq(0), landing.eq(0),
