@@ -158,7 +158,6 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     from .hw.softmax import Softmax
     g = EngineGeometry.from_config(cfg)
     s, h = g.seq, g.hidden
-    lay = layout(cfg)
     word = 8 * g.simd
     beat = cfg.memory.axi_data_bits
     tile_words = weight_tile_words(cfg)
