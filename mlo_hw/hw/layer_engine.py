@@ -696,8 +696,8 @@ class LayerEngine(wiring.Component):
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
-        m.d.comb += d.operand.hold.eq(d.load_wait | (d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden))
-                                                                    | ln_lanes.rd_en)))
+        ln_wait = d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden)) | ln_lanes.rd_en)
+        m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait)
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):

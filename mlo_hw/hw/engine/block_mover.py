@@ -112,8 +112,8 @@ class BlockMover(wiring.Component):
 
         # the two sides, each with its own command and runs: loads (LOAD_X, LOAD_Q) and stores (the rest)
         take_load = (self.cmd.kind == Transfer.LOAD_X) | (self.cmd.kind == Transfer.LOAD_Q)
-        lcmd, load_running, load_run_base, _ = self._runs(m, "load", self.start & take_load, load, load.busy)
-        cmd, store_running, run_base, run_local = self._runs(m, "store", self.start & ~take_load, store, store.busy)
+        lcmd, load_running, load_run_base, _ = self._runs(m, "load", self.start & take_load, load)
+        cmd, store_running, run_base, run_local = self._runs(m, "store", self.start & ~take_load, store)
         run_start = store.start
         error = load.error | store.error
         m.d.comb += [load.cancel.eq(self.cancel), store.cancel.eq(self.cancel),
@@ -178,7 +178,7 @@ class BlockMover(wiring.Component):
                      self.load_busy.eq(load_running | load.busy), self.store_busy.eq(store_running | store.busy)]
         return m
 
-    def _runs(self, m, name, start, engine, engine_busy):
+    def _runs(self, m, name, start, engine):
         """One side's command and runs: ``start`` latches ``cmd``; a run starts ``engine`` one cycle after the
         previous one ended. Returns the latched command, running, the run's DRAM base and bank-local word."""
         cmd = Signal.like(self.cmd, name=f"{name}_cmd")
@@ -204,7 +204,7 @@ class BlockMover(wiring.Component):
                     m.next = "WAIT"
             with m.State("WAIT"):
                 m.d.comb += running.eq(1)
-                with m.If(~engine_busy):
+                with m.If(~engine.busy):
                     m.d.sync += [runs_left.eq(runs_left - 1), run_base.eq(run_base + cmd.step),
                                  run_local.eq(run_local + cmd.local_step)]
                     m.next = "RUN"
