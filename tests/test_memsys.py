@@ -208,3 +208,54 @@ def test_fetch_program_commands_match_the_tiled_schedule(blocks):
                                   "layers": cfg.model.layers, "weight_base": weight_base, "scratch_base": scratch,
                                   "run_blocks": blocks,
                                   "tile_tags": tiles})
+
+
+@pytest.mark.parametrize("name", ["small", "bert_tiny_s512"])
+def test_tile_buffer_banks_in_turn(name):
+    """The tile buffer's banks (four for small, two for bert_tiny_s512's deep K_h banks) filled and released in turn
+    over several rounds: ``can_claim`` while a bank is free, ``ready`` and ``tag`` for the bank being read, and
+    ``next_ready`` exactly when the bank after it (wrapping round) is full."""
+    from amaranth.sim import Simulator
+    from mlo_hw.hw.buffers import TileBuffer
+    cfg = load_config(name)
+    raw = cfg.seq_padded * cfg.head_dim if name == "bert_tiny_s512" else 0
+    dut = TileBuffer(cfg, raw_tile_bytes=raw)
+    n = dut.geometry.banks
+    assert n == (4 if name == "small" else 2)
+
+    async def bench(ctx):
+        full, claimed, rd, wr, tag = [], 0, 0, 0, 0
+        for step in range(5 * n):
+            if claimed < n and step % 3 != 2:          # fill a bank: claim, one weight beat and the last beat
+                assert ctx.get(dut.can_claim)
+                ctx.set(dut.claim, 1)
+                await ctx.tick()
+                ctx.set(dut.claim, 0)
+                claimed += 1
+                for last in (0, 1):
+                    ctx.set(dut.w.valid, 1)
+                    ctx.set(dut.w.payload, {"data": step, "chan": last, "last": last, "tag": tag % 32})
+                    await ctx.tick()
+                ctx.set(dut.w.valid, 0)
+                await ctx.tick()                          # the last beat lands a cycle later
+                full.append(tag % 32)
+                tag += 1
+                wr = (wr + 1) % n
+            else:                                         # release the bank being read
+                assert full and ctx.get(dut.ready) and ctx.get(dut.tag) == full[0]
+                ctx.set(dut.release, 1)
+                await ctx.tick()
+                ctx.set(dut.release, 0)
+                full.pop(0)
+                claimed -= 1
+                rd = (rd + 1) % n
+            assert ctx.get(dut.can_claim) == (claimed < n)
+            assert ctx.get(dut.ready) == bool(full)
+            assert ctx.get(dut.next_ready) == (len(full) >= 2), (step, rd, len(full))
+            if full:
+                assert ctx.get(dut.tag) == full[0]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()

@@ -211,11 +211,12 @@ class TileBuffer(wiring.Component):
         m.submodules.mults = mmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, banks=n)
 
         def following(bank):
-            return bank + 1 if n & (n - 1) == 0 else Mux(bank == n - 1, 0, bank + 1)   # (wraps at a power of two)
+            return (bank + 1)[:len(bank)] if n & (n - 1) == 0 else Mux(bank == n - 1, 0, bank + 1)
 
         full = Signal(n)
         tags = Array(Signal(self.tag_bits, name=f"tag{i}") for i in range(n))
         wr_bank, rd_bank = Signal(range(n)), Signal(range(n))
+        rd_next = Signal(range(n), init=1)     # following(rd_bank), a register: no adder on the read address
         used = Signal(range(n + 1))         # banks claimed or full
         # a bank's last beat is in the write register: full next cycle (BankedMemory.WRITE_LATENCY); a flush drops it
         landing, landing_bank = Signal(), Signal(range(n))
@@ -261,20 +262,19 @@ class TileBuffer(wiring.Component):
 
         # ---- read side ----------------------------------------------------------------------
         m.d.comb += [
-            self.ready.eq(full.bit_select(rd_bank, 1)), self.next_ready.eq(full.bit_select(following(rd_bank), 1)),
+            self.ready.eq(full.bit_select(rd_bank, 1)), self.next_ready.eq(full.bit_select(rd_next, 1)),
             self.tag.eq(tags[rd_bank]),
             wmem.r_bank.eq(rd_bank), wmem.r_addr.eq(self.waddr), self.wdata.eq(wmem.r_data),
-            bmem.r_bank.eq(Mux(self.cnext, following(rd_bank), rd_bank)), bmem.r_addr.eq(self.caddr),
-            self.bias.eq(bmem.r_data),
-            mmem.r_bank.eq(Mux(self.cnext, following(rd_bank), rd_bank)), mmem.r_addr.eq(self.caddr),
+            bmem.r_bank.eq(Mux(self.cnext, rd_next, rd_bank)), bmem.r_addr.eq(self.caddr), self.bias.eq(bmem.r_data),
+            mmem.r_bank.eq(Mux(self.cnext, rd_next, rd_bank)), mmem.r_addr.eq(self.caddr),
         ]
         for p in range(g.pe):
             m.d.comb += self.mult[p].eq(mmem.r_data[32 * p: 32 * p + 16])
         with m.If(release):
-            m.d.sync += [rd_bank.eq(following(rd_bank)), full.bit_select(rd_bank, 1).eq(0)]
+            m.d.sync += [rd_bank.eq(rd_next), rd_next.eq(following(rd_next)), full.bit_select(rd_bank, 1).eq(0)]
 
         with m.If(self.flush):
-            m.d.sync += [full.eq(0), used.eq(0), wr_bank.eq(0), rd_bank.eq(0), landing.eq(0),
+            m.d.sync += [full.eq(0), used.eq(0), wr_bank.eq(0), rd_bank.eq(0), rd_next.eq(1), landing.eq(0),
                          row.eq(0), lane.eq(0), chan_row.eq(0), chan_lane.eq(0)]
         return m
 
