@@ -91,7 +91,7 @@ class MoverTop(wiring.Component):
             with m.Else():
                 m.d.comb += [r.addr.eq(rd_addr), r.en.eq(rd_en & (route == store))]
             data.append(r.data)
-        m.d.comb += [mover.x_word.eq(data[0]), mover.rd_word.eq(data[1])]     # STORE_X reads X straight
+        m.d.comb += [mover.x_word.eq(data[0]), mover.y_word.eq(data[1])]
         m.d.comb += self.bd_rdata.eq(Mux(rsel, data[1], data[0]))
 
         # WORK: pe banks of simd bytes, read side by side at the same bank-local word

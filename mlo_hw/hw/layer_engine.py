@@ -525,8 +525,7 @@ class LayerEngine(wiring.Component):
             src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
         # the requests go to the op's buffer; the read data is taken from the buffer read_src names, a register a
         # cycle behind op (a word arrives two cycles after its request, within the op), so that op's fanout stays
-        # off the operand's data path. The mover's tiled store of Q (from Y) reads through the same multiplexer: its
-        # word, int16 lanes, is ``d.rd_word`` (STORE_X reads X straight, STORE_K and STORE_VT WORK's bank word).
+        # off the operand's data path. (The mover's stores read their buffers' ports straight.)
         names = sorted({*src.values(), "x", "y"}) + ["work"]
         read_src = Signal(range(len(names)), name="read_src")
         with m.Switch(op):
@@ -543,15 +542,11 @@ class LayerEngine(wiring.Component):
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
                 m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
                 m.d.sync += read_src.eq(names.index("work"))
-            with m.Case(Op.STORE_QKV):
-                m.d.sync += read_src.eq(names.index("y"))
-        d.rd_word = Signal(nx.RES_BITS * simd, name="rd_word")
         with m.Switch(read_src):
             for i, name in enumerate(names):
                 with m.Case(i):
                     data = work.data if name == "work" else bufs[name].r.data
-                    m.d.comb += d.rd_word.eq(zero_extended(data) if name in ("p", "work") else data)
-        m.d.comb += operand.rd_data.eq(d.rd_word)
+                    m.d.comb += operand.rd_data.eq(zero_extended(data) if name in ("p", "work") else data)
         wiring.connect(m, operand.o, mvau.x)
         # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
         # the words not loaded yet
@@ -619,7 +614,7 @@ class LayerEngine(wiring.Component):
         ports; the parameter copies (ParamStore -> LayerNorm gains/biases, GELU table, narrowing shifts)."""
         cfg, g = self.cfg, self.g
         S, R, pe, simd, words = g.seq, g.rows, g.pe, g.simd, g.words
-        softmax, ln_lanes, mover, ws, op, bufs = d.softmax, d.ln_lanes, d.mover, d.ws, d.op, d.bufs
+        softmax, ln_lanes, mover, ws, bufs = d.softmax, d.ln_lanes, d.mover, d.ws, d.bufs
         d.pgeo = ParamGeometry.from_config(cfg)
         m.submodules.copier = d.copier = ParamCopier.from_config(cfg)
         # scores: the MVAU's result beat (lane l = key key0 + l, raw accumulators truncated to the softmax's width)
@@ -714,17 +709,15 @@ class LayerEngine(wiring.Component):
             with m.If(wr.valid & (wr.y == to_y)):
                 b = bufs[name]
                 m.d.comb += [b.w.addr.eq(wr.addr), b.w.data.eq(wr.data), b.w.en.eq(wr.en)]
-        with m.If(op == Op.STORE_QKV):
-            y = bufs["y"]
-            m.d.comb += [y.rd_addr.eq(mover.rd_addr), y.rd_en.eq(mover.rd_en)]
-        # STORE_X reads X straight, STORE_K and STORE_VT WORK's banks, whatever the op (tiled: X'_t leaves while the
-        # next block's heads compute, K_t and V_t^T while its Q does)
-        x = bufs["x"]
-        with m.If(mover.reads_x):
-            m.d.comb += [x.rd_addr.eq(mover.rd_addr), x.rd_en.eq(mover.rd_en)]
+        # the stores read their buffer's port straight, whatever the op (tiled: X'_t leaves while the next block's
+        # heads compute, K_t and V_t^T while its Q does)
+        x, y = bufs["x"], bufs["y"]
+        for reads, b in ((mover.reads_x, x), (mover.reads_y, y)):
+            with m.If(reads):
+                m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en)]
         with m.If(mover.rd_banks & mover.store_busy):
             m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
-        m.d.comb += [mover.rd_word.eq(d.rd_word), mover.x_word.eq(x.r.data), mover.work_word.eq(d.work.data)]
+        m.d.comb += [mover.x_word.eq(x.r.data), mover.y_word.eq(y.r.data), mover.work_word.eq(d.work.data)]
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

@@ -67,11 +67,11 @@ class BlockMover(wiring.Component):
         clear (clears ``error``).
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
         of either side is started after an error.
-        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X word while ``reads_x``, a Y word, or, when ``rd_banks``,
-        the bank-local word of WORK bank ``rd_bank``); ``read_latency`` cycles later ``x_word`` (STORE_X: X's read
-        port, straight: X is free while the tiled engine's heads compute, when X'_t is stored), ``work_word``
-        (STORE_K, STORE_VT: WORK's bank word, straight: WORK is free while the next block's Q computes) or
-        ``rd_word`` (STORE_Q: Y's word through the multiplexer the MVAU's operand reads use, int16 lanes).
+        Buffer reads (stores): ``rd_addr``/``rd_en`` (an X word while ``reads_x``, a Y word while ``reads_y``, or,
+        when ``rd_banks``, the bank-local word of WORK bank ``rd_bank``); ``read_latency`` cycles later the buffer's
+        read data, straight from its port: ``x_word`` (STORE_X; X is free while the tiled engine's heads compute,
+        when X'_t is stored), ``y_word`` (STORE_Q, int16 lanes) or ``work_word`` (STORE_K, STORE_VT; WORK is free
+        while the next block's Q computes).
         Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``, ``y``) into X
         (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so that a load may run beside
         the engine's other work. ``loaded``: the words of that buffer written whole since the load's start (a
@@ -93,8 +93,8 @@ class BlockMover(wiring.Component):
             "start": In(1), "cmd": In(mover_command_layout(p.addr_bits, max_words, max_runs, local_bits)),
             "cancel": In(1), "clear": In(1), "busy": Out(1), "load_busy": Out(1), "store_busy": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
-            "rd_addr": Out(local_bits), "rd_en": Out(1), "rd_word": In(nx.RES_BITS * simd),
-            "reads_x": Out(1), "x_word": In(nx.RES_BITS * simd), "work_word": In(8 * simd),
+            "rd_addr": Out(local_bits), "rd_en": Out(1), "reads_x": Out(1), "reads_y": Out(1),
+            "x_word": In(nx.RES_BITS * simd), "y_word": In(nx.RES_BITS * simd), "work_word": In(8 * simd),
             "loaded": Out(range(max_words + 1)),
             "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
             "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd,
@@ -137,11 +137,11 @@ class BlockMover(wiring.Component):
             m.d.sync += [bank.eq(0), inner.eq(0), outer.eq(0)]
 
         # ---- buffer reads for the store ------------------------------------------------------------------
-        # of the read whose word is on rd_word: delayed as the read is
+        # of the read whose word is on x_word: delayed as the read is
         half = delayed(m, store.r_addr[0], self.read_latency, "half_q")
         m.d.comb += [self.rd_en.eq(store.r_en), self.rd_bank.eq(bank)]
         w8 = 8 * simd
-        low_bytes = Cat(*(self.rd_word.word_select(i, nx.RES_BITS)[:8] for i in range(simd)))
+        low_bytes = Cat(*(self.y_word.word_select(i, nx.RES_BITS)[:8] for i in range(simd)))
         m.d.comb += self.rd_banks.eq((cmd.kind == Transfer.STORE_K) | (cmd.kind == Transfer.STORE_VT))
         with m.Switch(cmd.kind):
             with m.Case(Transfer.STORE_X):
@@ -175,6 +175,7 @@ class BlockMover(wiring.Component):
 
         m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
                      self.reads_x.eq((cmd.kind == Transfer.STORE_X) & self.store_busy),
+                     self.reads_y.eq((cmd.kind == Transfer.STORE_Q) & self.store_busy),
                      self.load_busy.eq(load_running | load.busy), self.store_busy.eq(store_running | store.busy)]
         return m
 

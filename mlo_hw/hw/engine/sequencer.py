@@ -85,9 +85,9 @@ class Sequencer:
         # matrix); ``ln_partial`` while that tile still writes (``ln_op`` names it); the rows it has finished
         self.ln_early, self.ln_partial = Signal(name="ln_early"), Signal(name="ln_partial")
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
-        # tiled: the residual X_t is to load (from the heads' start, once the mover is idle: residual_load)
+        # tiled: the residual X_t is to load (from the heads' start, once the mover is idle: pending_transfers)
         self.x_pending = Signal(name="x_pending")
-        # tiled: block t's V_t^T store is to go once its K_t store ends (beside block t + 1's Q: pending_vt_store)
+        # tiled: block t's V_t^T store is to go once its K_t store ends (beside block t + 1's Q: pending_transfers)
         self.vt_pending = Signal(name="vt_pending")
         self.overlap_layernorm = layernorm_overlaps(cfg)
         self.pre_ln = cfg.model.norm == "pre"      # the layer kind: LayerNorm before (GPT-2) or after (BERT)
@@ -325,7 +325,7 @@ class Sequencer:
         with self.state(f"{o.name}_WAIT", o):
             m.d.comb += d.busy.eq(1)
             done = (d.p_count == R * S) if o == Op.SCORES else (d.writer.count == self.expected)
-            if g.tiled and o == Op.PV:       # and the residual's load, pending from the heads' start (residual_load)
+            if g.tiled and o == Op.PV:       # and the residual X_t's load (pending_transfers)
                 done &= ~d.mover.busy & ~self.x_pending
             with m.If(done):
                 if g.tiled:       # every weight word has been read long before the last result
@@ -450,8 +450,7 @@ class Sequencer:
         if not self.pre_ln:
             self.behind_layernorm()
         if g.tiled:
-            self.residual_load()
-            self.pending_vt_store()
+            self.pending_transfers()
         for name, sigs in self.next_ops.items():
             assert name in self.state_ops, f"a transition to {name}, which is no state"
             m.d.comb += [sig.eq(o) for sig, o in zip(sigs, self.state_ops[name])]
@@ -701,7 +700,7 @@ class Sequencer:
         self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done))
 
         def heads_and_residual():
-            # the residual X_t loads while the heads compute, once X'_{t-1} has left (residual_load)
+            # the residual X_t loads while the heads compute, once X'_{t-1} has left (pending_transfers)
             m.d.sync += self.x_pending.eq(1)
             if self.cfg.model.position_bias:      # the first block's heads wait for the bias table (copied from pass 2 on)
                 with m.If(d.blk == 0):
@@ -727,13 +726,20 @@ class Sequencer:
         # the layer's last block: X'_t alone (the next layer loads X)
         self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_BLOCK", self.end_of_layer))
 
-    def residual_load(self):
-        """Outside the FSM (tiled): the residual X_t's load, pending from the heads' start (``x_pending``), once the
-        mover is idle (X'_{t-1}, stored beside the heads, has left X); the last head's PV waits for it."""
+    def pending_transfers(self):
+        """Outside the FSM (tiled), the transfers that wait for the mover, each issued once it allows: the residual
+        X_t's load, pending from the heads' start (``x_pending``) until the mover is idle (X'_{t-1}, stored beside
+        the heads, has left X; the last head's PV waits for the load), and block t's V_t^T store, pending
+        (``vt_pending``) while its K_t store runs beside the next block's Q (whose K waits for both:
+        P1_STORES_WAIT). They never pend together (pass 2, pass 1), and no FSM state issues a transfer meanwhile."""
         m, d = self.m, self.d
-        with m.If(self.x_pending & ~d.mover.busy & ~d.abandon):
-            self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
-            m.d.sync += self.x_pending.eq(0)
+        for pending, busy, issue in (
+                (self.x_pending, d.mover.busy, lambda: self.transfer(
+                    Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))),
+                (self.vt_pending, d.mover.store_busy, lambda: self.store_vt(self.sc.vt, None, self.vt_base))):
+            with m.If(pending & ~busy & ~d.abandon):
+                issue()
+                m.d.sync += pending.eq(0)
 
     def store_k(self, region, state):
         """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch (then ``state``)."""
@@ -753,14 +759,6 @@ class Sequencer:
                       inner=g.words(g.rows))
         if state is not None:
             self.goto(state)
-
-    def pending_vt_store(self):
-        """Outside the FSM (tiled): block t's V_t^T store, pending (``vt_pending``) while its K_t store runs beside
-        the next block's Q; the next block's K waits for both (P1_STORES_WAIT)."""
-        m, d = self.m, self.d
-        with m.If(self.vt_pending & ~d.mover.store_busy & ~d.abandon):
-            self.store_vt(self.sc.vt, None, self.vt_base)
-            m.d.sync += self.vt_pending.eq(0)
 
     def memory_pass_states(self):
         """Pass 0 of a decoder run's prefill, per memory block: the block in (MEMORY_BASE, like the input: its
