@@ -13,17 +13,21 @@ alone on an LFE5UM5G-85F, speed 8, CABGA381):
   (:func:`mlo_hw.boards.drive_from_stimulus`);
 - :func:`parse_nextpnr`: routed Fmax per clock, utilisation and critical-path report from nextpnr's log;
   :func:`path_summary` names the blocks of the critical path from its cell and net names (:func:`block_of`);
-- :func:`route_engine`: yosys, then nextpnr-ecp5, in a folder; returns the figures.
+- :func:`route_engine`: yosys, then nextpnr-ecp5, in a folder; returns the figures; :func:`route_seeds` on
+  several placement seeds, :func:`seeds_line` their spread.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import shutil
 import subprocess
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from amaranth import ClockDomain, Module
@@ -36,7 +40,7 @@ __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "to
            "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "worst_endpoints",
            "fmax_line", "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS",
            "PLACERS", "PROXY_PART", "proxy_config", "proxy_verilog",
-           "route_engine"]
+           "route_engine", "route_seeds", "seeds_line"]
 
 DEVICE = "LFE5UM5G-85F-8BG381"          # ECP5-5G 85k, speed 8, CABGA381
 DEVICE_ARGS = ("--um5g-85k", "--package", "CABGA381", "--speed", "8")
@@ -321,6 +325,21 @@ def _place_and_route(out: Path, tools: dict[str, str], mhz: float, seed: int, ro
     return rc, parse_nextpnr((out / "nextpnr.log").read_text(errors="replace"))
 
 
+def _routed(out: Path, rc: int, parsed: dict, synth_seconds: float, pnr_seconds: float, seed: int) -> dict:
+    """:func:`route_engine`'s result of one nextpnr run in ``out``."""
+    if rc or not parsed["fmax"]:
+        return {"ran": False, "seed": seed, "reason": _failure(f"nextpnr-ecp5 (exit {rc})", out / "nextpnr.log")}
+    clock = min(parsed["fmax"], key=lambda c: parsed["fmax"][c][0])
+    fmax, target, _ = parsed["fmax"][clock]
+    lines = parsed["paths"].get(clock, [])
+    report = out / "report.json"
+    ends = worst_endpoints(json.loads(report.read_text())) if report.exists() else []
+    return {"ran": True, "tool": "nextpnr-ecp5", "device": DEVICE, "seed": seed, "fmax_mhz": fmax,
+            "target_mhz": target, "clock": clock, "fmax": parsed["fmax"], "util": parsed["util"],
+            "path": path_summary(lines), "path_lines": lines, "endpoints": ends,
+            "synth_seconds": round(synth_seconds, 1), "pnr_seconds": round(pnr_seconds, 1), "folder": str(out)}
+
+
 def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str], seed: int = 1,
                  router: str = "router1", placer: str = "heap") -> dict:
     """Synthesize (``synth_ecp5``, :func:`synth_ecp5_lines`) and place and route (nextpnr-ecp5 on
@@ -329,22 +348,45 @@ def route_engine(verilog_text: str, out: Path, mhz: float, tools: dict[str, str]
     the wrapped design ``verilog_text`` in ``out``. Returns ``{"ran": True,
     "fmax_mhz", "target_mhz", "clock", "fmax", "util", "path", "path_lines", "synth_seconds", "pnr_seconds"}``
     (the slowest clock's figures) or ``{"ran": False, "reason"}``."""
+    return route_seeds(verilog_text, out, mhz, tools, (seed,), router, placer)[0]
+
+
+def route_seeds(verilog_text: str, out: Path, mhz: float, tools: dict[str, str], seeds=(1,),
+                router: str = "router1", placer: str = "heap", jobs: int = 1) -> list[dict]:
+    """:func:`route_engine` on several placement seeds: one synthesis in ``out``, then nextpnr-ecp5 once per
+    seed, ``jobs`` at a time (in ``out/seed<N>`` when there are several, each with a hard link to ``out/top.json``).
+    One result per seed, in the order of ``seeds``; when synthesis fails, one ``{"ran": False}`` for each."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "top.v").write_text(verilog_text)
     t0 = time.perf_counter()
     if (why := synthesize(out, tools)) is not None:
-        return {"ran": False, "reason": why}
-    t1 = time.perf_counter()
-    rc, parsed = _place_and_route(out, tools, mhz, seed, router, placer)
-    t2 = time.perf_counter()
-    if rc or not parsed["fmax"]:
-        return {"ran": False, "reason": _failure(f"nextpnr-ecp5 (exit {rc})", out / "nextpnr.log")}
-    clock = min(parsed["fmax"], key=lambda c: parsed["fmax"][c][0])
-    fmax, target, _ = parsed["fmax"][clock]
-    lines = parsed["paths"].get(clock, [])
-    report = out / "report.json"
-    ends = worst_endpoints(json.loads(report.read_text())) if report.exists() else []
-    return {"ran": True, "tool": "nextpnr-ecp5", "device": DEVICE, "fmax_mhz": fmax, "target_mhz": target,
-            "clock": clock, "fmax": parsed["fmax"], "util": parsed["util"], "path": path_summary(lines),
-            "path_lines": lines, "endpoints": ends, "synth_seconds": round(t1 - t0, 1),
-            "pnr_seconds": round(t2 - t1, 1)}
+        return [{"ran": False, "seed": s, "reason": why} for s in seeds]
+    synth_seconds = time.perf_counter() - t0
+
+    def one(seed: int) -> dict:
+        where = out
+        if len(seeds) > 1:
+            where = out / f"seed{seed}"
+            where.mkdir(exist_ok=True)
+            (where / "top.json").unlink(missing_ok=True)
+            try:        # a hard link: the WebAssembly nextpnr opens no symbolic link out of its folder
+                os.link(out / "top.json", where / "top.json")
+            except OSError:
+                shutil.copyfile(out / "top.json", where / "top.json")
+        t1 = time.perf_counter()
+        rc, parsed = _place_and_route(where, tools, mhz, seed, router, placer)
+        return _routed(where, rc, parsed, synth_seconds, time.perf_counter() - t1, seed)
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, seeds))
+
+
+def seeds_line(results: list[dict]) -> str:
+    """``fmax: seeds=<n> min=<f> median=<f> max=<f> MHz`` over the seeds that routed (a lone seed is noise of
+    about 15 % on the engine: quote the median); ``fmax: seeds=0 ...`` when none did."""
+    mhz = sorted(r["fmax_mhz"] for r in results if r["ran"])
+    if not mhz:
+        return f"fmax: seeds=0 routed of {len(results)}"
+    mid = len(mhz) // 2
+    median = mhz[mid] if len(mhz) % 2 else (mhz[mid - 1] + mhz[mid]) / 2
+    return f"fmax: seeds={len(mhz)} min={mhz[0]:.2f} median={median:.2f} max={mhz[-1]:.2f} MHz"

@@ -117,6 +117,39 @@ def test_report_lines_of_a_routed_result():
     assert synth.pnr_summary(pnr).startswith(f"place and route ({ecp5.DEVICE}): fmax: MHz={FMAX:.2f} path=")
 
 
+def test_seeds_line_quotes_the_median_of_the_routed_seeds():
+    routed = [{"ran": True, "fmax_mhz": f} for f in (83.34, 97.02, 83.63)]
+    assert ecp5.seeds_line(routed) == "fmax: seeds=3 min=83.34 median=83.63 max=97.02 MHz"
+    assert ecp5.seeds_line(routed[:2]) == "fmax: seeds=2 min=83.34 median=90.18 max=97.02 MHz"
+    failed = {"ran": False, "seed": 4, "reason": "nextpnr-ecp5 (exit 1) failed"}
+    assert ecp5.seeds_line([failed, routed[1]]) == "fmax: seeds=1 min=97.02 median=97.02 max=97.02 MHz"
+    assert ecp5.seeds_line([failed]) == "fmax: seeds=0 routed of 1"
+
+
+def _stand_in(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_route_seeds_synthesizes_once_and_routes_each_seed_in_its_folder(tmp_path):
+    """The flow around the tools (which run for real in the slow test): stand-ins count the syntheses and answer
+    each route with the captured log, so every seed's folder gets its own log, report and figures."""
+    tools = {"yosys": _stand_in(tmp_path / "yosys", f"echo x >> {tmp_path}/syntheses; echo '{{}}' > top.json\n"),
+             "nextpnr-ecp5": _stand_in(tmp_path / "nextpnr", f"echo \"$@\" > args; cat {tmp_path}/log\n")}
+    (tmp_path / "log").write_text(NEXTPNR_LOG)
+    out = tmp_path / "out"
+    results = ecp5.route_seeds("module top; endmodule", out, 100.0, tools, seeds=(3, 1), jobs=2)
+    assert (tmp_path / "syntheses").read_text() == "x\n"
+    assert [r["seed"] for r in results] == [3, 1] and all(r["ran"] and r["fmax_mhz"] == FMAX for r in results)
+    for seed in (3, 1):
+        where = out / f"seed{seed}"
+        assert not (where / "top.json").is_symlink() and (where / "top.json").samefile(out / "top.json")
+        assert f"--seed {seed} " in (where / "args").read_text() and (where / "nextpnr.log").exists()
+    one = ecp5.route_engine("module top; endmodule", tmp_path / "one", 100.0, tools, seed=2)
+    assert one["ran"] and one["folder"] == str(tmp_path / "one") and (tmp_path / "one" / "nextpnr.log").exists()
+
+
 @pytest.mark.slow
 def test_small_config_routes_on_ecp5(tmp_path):
     """The small config's engine, placed and routed on the ECP5-85F: a positive Fmax and a named block."""
