@@ -35,6 +35,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .cli import BadInput
+from .hw.pipeline import KEEP_REGISTERS
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
            "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "worst_endpoints",
@@ -84,8 +85,9 @@ def tool_wrappers(out: Path, tools: dict[str, str]) -> Path:
 # ---- synthesis ---------------------------------------------------------------------------------------------
 
 def synth_ecp5_lines(top: str, json: str = "") -> list[str]:
-    """``synth_ecp5`` split around a plain ``abc`` LUT mapping (ABC9 asserts on the engine)."""
-    return [f"synth_ecp5 -top {top} -run :map_luts",
+    """``synth_ecp5`` split around a plain ``abc`` LUT mapping (ABC9 asserts on the engine), after
+    :data:`~mlo_hw.hw.pipeline.KEEP_REGISTERS` (the registers copied on purpose stay copies)."""
+    return [KEEP_REGISTERS, f"synth_ecp5 -top {top} -run :map_luts",
             "techmap -map +/lattice/latches_map.v",
             "abc -dress -lut 4:7",
             "clean",

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Callable
 
 from .cli import ArgumentParser, command, folder
+from .hw.pipeline import KEEP_REGISTERS
 
 __all__ = ["SynthResult", "SynthError", "synth_verilog", "RESOURCE_KEYS", "BLOCK_SYNTH_EXTRA", "Block", "BLOCKS",
            "Design", "design_of", "Utilization", "synthesize", "available", "pnr_tool", "pypi_tool", "PNR_CHOICES",
@@ -120,7 +121,7 @@ def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, flatten: 
     """
     with tempfile.TemporaryDirectory(prefix="mlo_synth_") as d:
         Path(d, "design.v").write_text(verilog_text)
-        script = (f"read_verilog -sv design.v; synth_xilinx -family xc7 -top {top}"
+        script = (f"read_verilog -sv design.v; {KEEP_REGISTERS}; synth_xilinx -family xc7 -top {top}"
                   f"{'' if iopad else ' -noiopad'}{' -flatten' if flatten else ''} {extra}; "
                   "tee -q -o stat.json stat -json -tech xilinx; "
                   f"tee -q -o ltp.txt ltp -noff {_LTP_SELECTION}")

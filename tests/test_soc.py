@@ -18,6 +18,7 @@ pytest.importorskip("litex_boards", reason="the soc extra is not installed (pip 
 
 from mlo_hw import soc                                              # noqa: E402
 from mlo_hw.cli import BadInput
+from mlo_hw.hw.pipeline import KEEP_REGISTERS             # noqa: E402
 from mlo_hw.config import PARTS, load_config          # noqa: E402
 from mlo_hw.soc import REGS_BASE, SOC_BOARDS, ZYNQ_REGS_BASE, engine_ports  # noqa: E402
 
@@ -283,6 +284,7 @@ def test_yosys_workaround_splits_synth_ecp5_around_abc():
     script = "read_verilog a.v\nsynth_ecp5  -top mlo_soc\nwrite_json  mlo_soc.json\n"
     new = soc.yosys_workaround(script, "mlo_soc").splitlines()
     i = new.index("synth_ecp5 -top mlo_soc -run :map_luts")
+    assert new[i - 1] == KEEP_REGISTERS                  # the registers copied on purpose stay copies
     assert new[i + 1:i + 5] == ["techmap -map +/lattice/latches_map.v", "abc -dress -lut 4:7", "clean",
                                 "synth_ecp5 -top mlo_soc -run map_cells:"]
     assert new[-1] == "write_json  mlo_soc.json"

@@ -7,13 +7,14 @@ import sys
 import types
 
 import pytest
-from amaranth import ClockDomain, Module
+from amaranth import ClockDomain, Module, Mux, Signal
 from amaranth.back import verilog
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from mlo_hw import synth
 from mlo_hw.config import PARTS, load_config
+from mlo_hw.hw.pipeline import KEEP
 from mlo_hw.synth import Block, SynthResult, Utilization, Design, design_of, synth_verilog
 
 
@@ -65,6 +66,29 @@ def test_sync_read_memory_maps_to_block_ram():
     assert r.cells.get("RAMB18E1") == 1 and r.cells.get("RAMB36E1") == 2, r.cells
     assert r.used["BRAM36"] == 2.5
     assert r.used["LUTRAM"] == 0 and r.used["LUT"] == 0 and r.latches == 0
+
+
+class Copies(wiring.Component):
+    """Two registers of the same input, each clearing its own 8-bit register: marked ``keep`` when ``keep``."""
+
+    def __init__(self, keep):
+        self.keep = keep
+        super().__init__({"d": In(1), "a": In(8), "b": In(8), "y": Out(8), "z": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        attrs = {KEEP: 1} if self.keep else {}
+        for name, src, dst in (("c1", self.a, self.y), ("c2", self.b, self.z)):
+            copy = Signal(name=name, attrs=attrs)
+            m.d.sync += [copy.eq(self.d), dst.eq(Mux(copy, 0, src))]
+        return m
+
+
+@pytest.mark.parametrize("keep, flops", [(False, 17), (True, 18)])
+def test_registers_marked_keep_stay_copies(keep, flops):
+    """yosys merges flip-flops with equal inputs; a register marked ``KEEP`` survives as its own copy."""
+    r = synth_verilog(_v(Copies(keep), "copies"), "copies")
+    assert sum(n for c, n in r.cells.items() if c.startswith("FD")) == flops, r.cells
 
 
 def test_latch_is_counted_and_logic_depth_sees_a_carry_chain():

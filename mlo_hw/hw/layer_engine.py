@@ -74,7 +74,7 @@ from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadArbiter
 from .buffers import NO_COLLISION, ParamGeometry
-from .pipeline import delayed
+from .pipeline import KEEP, delayed
 from ..config import ConfigError
 from .engine.block_mover import BlockMover, zero_extended
 from .engine.sequencer import Sequencer
@@ -391,8 +391,6 @@ class LayerEngine(wiring.Component):
         in_flight = min(8, max(2, 512 // cfg.memory.max_burst_beats)) if g.tiled else 8
         m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks, outstanding=in_flight)
         d.flush = Signal(name="flush")
-        flushed = Signal(name="flushed")           # flush a cycle later: the blocks' reset fans out from a register
-        m.d.sync += flushed.eq(d.flush)
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
@@ -402,6 +400,10 @@ class LayerEngine(wiring.Component):
                                                                 max_passes=g.max_tiles,
                                                                 shift_sets=4 if cfg.seq2seq else 2,
                                                                 read_latency=BUFFER_READ_LATENCY))):
+            # flush a cycle later, from a register of the block's own (kept: synthesis does not merge the copies),
+            # so that each block's reset fans out from beside it, not from one register across the die
+            flushed = Signal(name=f"flushed_{name}", attrs={KEEP: 1})
+            m.d.sync += flushed.eq(d.flush)
             m.submodules[name] = ResetInserter({"sync": flushed})(block)
             setattr(d, handle, block)
         # activations to and from DRAM: the input and output (int16 [tokens, H]); tiled, every block

@@ -252,7 +252,7 @@ class WeightStreamer(wiring.Component):
     """The memory system: fetches every layer's weights from DRAM into the on-chip buffers.
 
     Control: ``start``, ``cancel`` (soft reset: drains the AXI bursts in flight, empties the
-    buffers), ``clear`` (pulse, while idle: clears ``error``, as ``start`` does), ``layers``,
+    buffers; the tile buffer in the cycle after ``start`` or ``cancel``), ``clear`` (pulse, while idle: clears ``error``, as ``start`` does), ``layers``,
     ``weight_base``; status ``busy`` (until every AXI burst issued has drained), ``done`` (pulse), ``error`` with
     ``error_addr``/``error_code`` (see :mod:`mlo_hw.hw.weight_dma`), ``beat`` (a beat was read, for the
     byte counter), ``layer`` (layer being fetched).
@@ -309,6 +309,11 @@ class WeightStreamer(wiring.Component):
                 m.d.comb += port.eq(inner)
 
         flush = self.start | self.cancel
+        # the tile buffer is emptied a cycle later, from a register (its counters sit by its memories, far from
+        # the control): no tile command is taken before the second cycle after ``start``, and the DMA forwards no
+        # beat after the cycle of ``cancel``
+        tiles_flush = Signal()
+        m.d.sync += tiles_flush.eq(flush)
         wiring.connect(m, loop.cmd, dma.cmd)
         m.d.comb += [
             loop.start.eq(self.start), loop.cancel.eq(self.cancel), loop.layers.eq(self.layers),
@@ -316,7 +321,7 @@ class WeightStreamer(wiring.Component):
             loop.weight_base.eq(self.weight_base), loop.scratch_base.eq(self.scratch_base),
             loop.scratch_ready.eq(self.scratch_ready), loop.can_claim.eq(tiles.can_claim), tiles.claim.eq(loop.claim),
             loop.dma_busy.eq(dma.busy), loop.dma_error.eq(dma.error),
-            dma.cancel.eq(self.cancel), dma.clear.eq(self.start | self.clear), tiles.flush.eq(flush),
+            dma.cancel.eq(self.cancel), dma.clear.eq(self.start | self.clear), tiles.flush.eq(tiles_flush),
             self.busy.eq(loop.busy), self.done.eq(loop.done), self.layer.eq(loop.layer),
             self.error.eq(dma.error), self.error_addr.eq(dma.error_addr), self.error_code.eq(dma.error_code),
             self.beat.eq(dma.beats.valid & dma.beats.ready),

@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import C, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -501,7 +501,7 @@ class Requantizer(wiring.Component):
         ctl0 = Signal(ctl_layout)
         if G == 1:                                   # every channel at once, straight from the inputs
             acc, bias, mult = list(self.acc), list(self.prm.bias), list(self.prm.mult)
-            m.d.comb += [ctl0.raw.eq(self.raw), ctl0.wide.eq(self.wide), ctl0.shift.eq(self.shift)]
+            m.d.comb += [ctl0.raw.eq(self.raw), ctl0.wide.eq(self.wide), ctl0.shift.eq(Mux(self.raw, 0, self.shift))]
         else:                                        # hold the set; group ``grp`` of k channels a cycle
             held = Signal(data.StructLayout({"acc": self.acc.shape(), "prm": self.prm.shape(), "ctl": ctl_layout}),
                           reset_less=True)          # data: ``feeding`` says when it holds a set
@@ -513,7 +513,8 @@ class Requantizer(wiring.Component):
                     m.d.sync += feeding.eq(0)
             with m.If(self.valid):
                 m.d.sync += [held.acc.eq(self.acc), held.prm.eq(self.prm), held.ctl.raw.eq(self.raw),
-                             held.ctl.wide.eq(self.wide), held.ctl.shift.eq(self.shift), grp.eq(0), feeding.eq(1)]
+                             held.ctl.wide.eq(self.wide), held.ctl.shift.eq(Mux(self.raw, 0, self.shift)), grp.eq(0),
+                             feeding.eq(1)]
             acc = [held.acc[grp * k + i] for i in range(k)]
             bias = [held.prm.bias[grp * k + i] for i in range(k)]
             mult = [held.prm.mult[grp * k + i] for i in range(k)]
@@ -543,7 +544,7 @@ class Requantizer(wiring.Component):
         scaled = [split_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
-        shift = Mux(ctl[3].raw, 0, ctl[3].shift)
+        shift = ctl[3].shift                         # raw's 0 chosen at the input: the shifters' select is a register
         for c in range(n):
             m.d.sync += halved[c].eq((scaled[c] << 1) >> shift)
         rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(n)]
@@ -554,8 +555,12 @@ class Requantizer(wiring.Component):
         hi_out = Mux(wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
         out = [Signal(signed(p.acc_bits), name=f"rq_out{c}") for c in range(n)]
         for c in range(n):
-            sat = Mux(rounded[c] < lo_out, lo_out, Mux(rounded[c] > hi_out, hi_out, rounded[c]))
-            m.d.sync += out[c].eq(Mux(raw, rounded[c], sat))
+            # saturation by a range test: v fits b signed bits iff v[b-1:] is all zeros or all ones (a LUT
+            # tree over the high bits, no comparator's carry chain)
+            v = rounded[c]
+            fits = [(v[b - 1:].all() | ~v[b - 1:].any()) if b < len(v) else C(1) for b in (p.act_bits, nx.RES_BITS)]
+            sat = Mux(Mux(wide, fits[1], fits[0]), v, Mux(v[-1], lo_out, hi_out))
+            m.d.sync += out[c].eq(Mux(raw, v, sat))
         return out, ctl[self.CORE_LATENCY]
 
 
