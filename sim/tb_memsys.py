@@ -41,16 +41,16 @@ class Compute:
                 for t in range(s["tiles"]):
                     yield l, sid, s, t
 
-    async def read(self, addr_sig, data_sig, n, base=0):
-        """Words base..base+n-1 through a synchronous read port, one per cycle."""
+    async def read(self, addr_sig, data_sig, n, base=0, latency=1):
+        """Words base..base+n-1 through a read port whose data follows the address ``latency`` cycles later, one
+        address per cycle."""
         dut = self.dut
         out = []
-        addr_sig.value = base
-        await RisingEdge(dut.clk)
-        for j in range(n):
-            addr_sig.value = base + min(j + 1, n - 1)
+        for k in range(n + latency):
+            addr_sig.value = base + min(k, n - 1)
             await ReadOnly()
-            out.append(int(data_sig.value))
+            if k >= latency:                  # the word of the address presented ``latency`` cycles ago
+                out.append(int(data_sig.value))
             await RisingEdge(dut.clk)
         return out
 
@@ -87,8 +87,8 @@ class Compute:
                 w = le(self.img[off + j * WORD: off + (j + 1) * WORD])
                 assert g == w, f"layer {l} {s['name']} tile {t} word {j}: {g:#x} != {w:#x}"
             nf = TR // PE
-            biases = await self.read(dut.caddr, dut.bias, nf)
-            mults = await self.read(dut.caddr, dut.mult, nf)
+            biases = await self.read(dut.caddr, dut.bias, nf, latency=P["param_read_latency"])
+            mults = await self.read(dut.caddr, dut.mult, nf, latency=P["param_read_latency"])
             for f in range(nf):
                 for p in range(PE):
                     ch = f * PE + p

@@ -12,6 +12,7 @@ from runner import tb_params
 
 P = tb_params()
 PE, NFG, S, BIAS_BITS, MULT_BITS = P["pe"], P["groups"], P["vectors"], P["bias_bits"], P["mult_bits"]
+LATENCY = P["src_latency"]
 GROUP_BITS = PE * (BIAS_BITS + MULT_BITS)
 
 
@@ -34,16 +35,16 @@ async def jobs_overlap_without_overwriting(dut):
     dut.rst.value = 1
     await ClockCycles(dut.clk, 2)
     dut.rst.value = 0
-    state = {"tile": 0, "src": 0}
+    state = {"tile": 0, "src": [0] * LATENCY}
     jobs, errors, max_pending = [], [], [0]
     rng = random.Random(3)
 
-    async def tile_buffer():                 # src_data = group(src tile, src_addr of the previous cycle)
+    async def tile_buffer():                 # src_data = group(src tile, src_addr of LATENCY cycles before)
         while True:
-            dut.src_data.value = state["src"]
+            dut.src_data.value = state["src"][0]
             await ReadOnly()
             a = int(dut.src_addr.value)
-            state["src"] = pack(*group(state["tile"], a)) if a < NFG else 0
+            state["src"] = state["src"][1:] + [pack(*group(state["tile"], a)) if a < NFG else 0]
             await RisingEdge(dut.clk)
 
     async def mvau():                        # reads every accepted job's S * NFG groups in order, at random

@@ -117,16 +117,20 @@ class BankedMemory(wiring.Component):
     a write granularity of one beat); when narrower, a row holds ``sub`` words and the read selects
     one. Write: ``w_en`` with ``w_bank``, ``w_row`` (beat index // lanes), ``w_lane`` (beat index % lanes),
     registered beside the memory: the beat lands a cycle later (so a writer signals a section complete a cycle
-    after its last ``w_en``). Read: ``r_bank``, ``r_addr`` (word index), data on ``r_data`` one cycle later
-    (block RAM).
+    after its last ``w_en``). Read: ``r_bank``, ``r_addr`` (word index), data on ``r_data`` ``read_latency``
+    cycles later: 1 (block RAM), or 2 with the read address registered beside the memory too (a wide distributed
+    RAM, whose address fans out over many LUTs far from the logic that chooses it).
     """
 
     WRITE_LATENCY = 1      # cycles from w_en to the beat in the memory (the write register)
 
-    def __init__(self, read_bits: int, beat_bits: int, beats_per_bank: int, banks: int = 2):
+    def __init__(self, read_bits: int, beat_bits: int, beats_per_bank: int, banks: int = 2, read_latency: int = 1):
+        if read_latency not in (1, 2):
+            raise ValueError(f"BankedMemory read_latency: expected 1 or 2 cycles, got {read_latency}")
         self.lanes = max(1, read_bits // beat_bits)
         self.sub = max(1, beat_bits // read_bits)
         self.read_bits, self.beat_bits, self.banks = read_bits, beat_bits, banks
+        self.read_latency = read_latency
         self.rows = -(-beats_per_bank // self.lanes)
         self.words = self.rows * self.sub
         super().__init__({
@@ -152,13 +156,17 @@ class BankedMemory(wiring.Component):
             wq_en.eq(Mux(self.w_en, 1 << self.w_lane, 0) if self.lanes > 1 else self.w_en),
         ]
         m.d.comb += [wp.addr.eq(wq_addr), wp.data.eq(wq_data.replicate(self.lanes)), wp.en.eq(wq_en)]
+        r_bank, r_addr = self.r_bank, self.r_addr
+        if self.read_latency == 2:
+            r_bank, r_addr = Signal.like(r_bank, reset_less=True), Signal.like(r_addr, reset_less=True)
+            m.d.sync += [r_bank.eq(self.r_bank), r_addr.eq(self.r_addr)]
         if self.sub == 1:
-            m.d.comb += [rp.addr.eq(self.r_bank * self.rows + self.r_addr), self.r_data.eq(rp.data)]
+            m.d.comb += [rp.addr.eq(r_bank * self.rows + r_addr), self.r_data.eq(rp.data)]
         else:
             sel = Signal(index_range(self.sub))
-            m.d.sync += sel.eq(self.r_addr % self.sub)
+            m.d.sync += sel.eq(r_addr % self.sub)
             m.d.comb += [
-                rp.addr.eq(self.r_bank * self.rows + self.r_addr // self.sub),
+                rp.addr.eq(r_bank * self.rows + r_addr // self.sub),
                 self.r_data.eq(rp.data.word_select(sel, self.read_bits)),
             ]
         return m
@@ -178,12 +186,15 @@ class TileBuffer(wiring.Component):
     and padding) and the beat with ``last`` marks that bank full a cycle later (once it has landed: the memories
     register their writes). Compute side: ``ready`` says the
     current read bank is full (``tag`` is what the writer tagged it with); read weight word
-    ``waddr`` (= nf*SF + sf) on ``wdata`` and the channel parameters of group ``caddr`` (= nf) on
-    ``bias``/``mult`` one cycle later; pulse ``release`` when done with the bank. ``next_ready``: the
+    ``waddr`` (= nf*SF + sf) on ``wdata`` one cycle later and the channel parameters of group ``caddr`` (= nf) on
+    ``bias``/``mult`` :attr:`PARAM_READ_LATENCY` (2) cycles later (their distributed RAM's address is registered
+    beside it); pulse ``release`` when done with the bank. ``next_ready``: the
     next bank (the next tile) is full; with ``cnext`` the channel parameters are read from it instead,
     so that the next tile's can be latched while the current one's weights are still being read.
     ``flush`` empties every bank. Throughput: one beat written and one word read per cycle.
     """
+
+    PARAM_READ_LATENCY = 2     # cycles from caddr/cnext to bias/mult
 
     def __init__(self, cfg, tag_bits: int = 5, raw_tile_bytes: int = 0):
         g = self.geometry = TileGeometry.from_config(cfg, raw_tile_bytes)
@@ -207,8 +218,9 @@ class TileBuffer(wiring.Component):
         chan_beats = 4 * g.tile_rows // g.beat_bytes        # beats of the bias block (and of the mult block)
         n = g.banks
         m.submodules.weights = wmem = BankedMemory(8 * g.word_bytes, beat_bits, max_beats, banks=n)
-        m.submodules.biases = bmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, banks=n)
-        m.submodules.mults = mmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, banks=n)
+        chan = dict(banks=n, read_latency=self.PARAM_READ_LATENCY)
+        m.submodules.biases = bmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, **chan)
+        m.submodules.mults = mmem = BankedMemory(32 * g.pe, beat_bits, chan_beats, **chan)
 
         def following(bank):
             return (bank + 1)[:len(bank)] if n & (n - 1) == 0 else Mux(bank == n - 1, 0, bank + 1)

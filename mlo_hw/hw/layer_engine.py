@@ -73,7 +73,7 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .axi import AxiParams, axi_read_master_members, axi_write_master_members, axil_slave_members, forward_ports
 from .axi_interconnect import ReadArbiter
-from .buffers import NO_COLLISION, ParamGeometry
+from .buffers import NO_COLLISION, ParamGeometry, TileBuffer
 from .pipeline import KEEP, delayed
 from ..config import ConfigError
 from .engine.block_mover import BlockMover, zero_extended
@@ -491,7 +491,7 @@ class LayerEngine(wiring.Component):
         is_matrix_op = Signal(name="is_matrix_op")
         m.d.sync += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
         # a tile's bias/mult, latched in two sets so that jobs overlap (PV reads a fixed multiplier instead)
-        m.submodules.tile_params = d.tparams = tparams = TileParamLatch(mp, tr, R)
+        m.submodules.tile_params = d.tparams = tparams = TileParamLatch(mp, tr, R, src_latency=TileBuffer.PARAM_READ_LATENCY)
         m.d.comb += [tparams.matrix.eq(is_matrix_op),
                      tparams.fixed_mult.eq(Mux(d.cross_phase, d.hdr["x_ctx_mult"], d.hdr["ctx_mult"])
                                            if self.cfg.seq2seq else d.hdr["ctx_mult"]),

@@ -379,6 +379,7 @@ def streamer_tb_params(cfg, image_path, seeds=()) -> dict:
     lay = layout(cfg)
     return {
         "beat_bytes": cfg.axi_data_bytes, "word_bytes": cfg.mac_lanes, "pe": cfg.folding.pe,
+        "param_read_latency": TileBuffer.PARAM_READ_LATENCY,
         "tile_rows": cfg.folding.tile_rows, "stride": lay.stride, "layer_bytes": lay.layer_bytes,
         "sections": [{"name": s.name, "offset": s.offset, "bytes": s.bytes, "tiles": s.tiles,
                       "tile_bytes": s.tile_bytes, "cols": s.cols} for s in lay.sections],

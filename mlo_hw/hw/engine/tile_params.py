@@ -12,6 +12,8 @@ from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..pipeline import delayed
+
 __all__ = ["TileParamLatch"]
 
 
@@ -21,20 +23,23 @@ class TileParamLatch(wiring.Component):
     Interface:
         clear (pulse): a new matrix: no job pending, both sets free, set 0 first.
         latch (level, the sequencer's latch step): copies group j of the tile buffer (``src_addr`` = j, the
-        group on ``src_data`` one cycle later) into the free set, one group a cycle, while fewer than two jobs
-        hold a set; ``latched`` (combinational) in the cycle the last group is taken: the job may be issued.
+        group on ``src_data`` ``src_latency`` cycles later) into the free set, one group a cycle, while fewer than
+        two jobs hold a set; ``latched`` (combinational) in the cycle the last group is taken: the job may be
+        issued.
         job (pulse): the job that reads the just-latched set was accepted.
         ``params``: the MVAU's parameter read port (connect with ``wiring.connect``): group ``addr`` of the
         set of the job being read, one cycle after ``en``; ``matrix`` (0 during the attention products):
         instead every channel reads bias 0 and ``fixed_mult`` (PV's requantization), and no read is counted.
         A job's set is free again after its ``vectors * tile_rows / pe`` reads.
 
-    Timing: latching takes ``tile_rows / pe + 1`` cycles when a set is free. The sets' registers load on
-    enables that are flip-flops themselves (set the cycle before, when their group's read is issued).
+    Timing: latching takes ``tile_rows / pe + src_latency`` cycles when a set is free. The sets' registers load
+    on enables that are flip-flops themselves (their group's read issue, delayed ``src_latency`` cycles).
     """
 
-    def __init__(self, mvau_params, tile_rows: int, vectors: int):
-        self.mp, self.tile_rows, self.vectors = mvau_params, tile_rows, vectors
+    def __init__(self, mvau_params, tile_rows: int, vectors: int, src_latency: int = 1):
+        if src_latency < 1:
+            raise ValueError(f"TileParamLatch src_latency: expected at least 1 cycle, got {src_latency}")
+        self.mp, self.tile_rows, self.vectors, self.src_latency = mvau_params, tile_rows, vectors, src_latency
         self.groups = tile_rows // mvau_params.pe
         layout = mvau_params.param_layout()
         super().__init__({
@@ -47,11 +52,11 @@ class TileParamLatch(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        nfg, S = self.groups, self.vectors
+        nfg, S, lat = self.groups, self.vectors, self.src_latency
         sets = [[Signal(self.params.data.shape(), name=f"set{i}_{j}", reset_less=True) for j in range(nfg)]
                 for i in range(2)]
         latch_set, read_set = Signal(), Signal()   # the set the next latch fills; the set the next job reads
-        idx = Signal(range(nfg + 2))               # the group being latched (+1: its data arrives)
+        idx = Signal(range(nfg + lat + 1))         # the group being latched (beyond: the last reads' data arrive)
         reads = Signal(range(S * nfg + 1))         # parameter reads of the job being read
         pending = Signal(range(3))                 # jobs whose reads are not all done
         reads_done = Signal()
@@ -70,18 +75,17 @@ class TileParamLatch(wiring.Component):
             for p in range(self.mp.pe):
                 m.d.comb += [self.params.data.bias[p].eq(0), self.params.data.mult[p].eq(self.fixed_mult)]
 
-        # group j's write enable, registered in the cycle its read is issued (idx == j): the enable of the set's
-        # registers comes from a flip-flop, not from the sequencer's latch step through this decode
-        load = [[Signal(name=f"load{i}_{j}") for j in range(nfg)] for i in range(2)]
+        # group j's write enable, registered in the cycle its read is issued (idx == j) and delayed to its data: the
+        # enable of the set's registers comes from a flip-flop, not from the sequencer's latch step through this decode
         m.d.comb += self.src_addr.eq(idx)
         for i in range(2):
             for j in range(nfg):
-                m.d.sync += load[i][j].eq(self.latch & (pending < 2) & (latch_set == i) & (idx == j))
-                with m.If(load[i][j]):
+                load = delayed(m, self.latch & (pending < 2) & (latch_set == i) & (idx == j), lat, f"load{i}_{j}_")
+                with m.If(load):
                     m.d.sync += sets[i][j].eq(self.src_data)
         with m.If(self.latch & (pending < 2)):
             m.d.sync += idx.eq(idx + 1)
-            with m.If(idx == nfg):
+            with m.If(idx == nfg + lat - 1):
                 m.d.comb += self.latched.eq(1)
                 m.d.sync += idx.eq(0)
         with m.If(self.job):
