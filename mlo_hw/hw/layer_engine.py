@@ -242,6 +242,7 @@ def with_seq_len(cfg, seq_len: int, bram36_budget: float | None = None):
 
 
 BUFFER_READ_LATENCY = 2     # an activation buffer read: the request registered beside the block RAM, then the read
+OPERAND_READ_LATENCY = BUFFER_READ_LATENCY + 1    # the MVAU operand's: its word registered after the buffer select
 
 
 class _Buffer:
@@ -399,7 +400,7 @@ class LayerEngine(wiring.Component):
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S,
                                                                 max_passes=g.max_tiles,
                                                                 shift_sets=4 if cfg.seq2seq else 2,
-                                                                read_latency=BUFFER_READ_LATENCY))):
+                                                                read_latency=OPERAND_READ_LATENCY))):
             # flush a cycle later, from a register of the block's own (kept: synthesis does not merge the copies),
             # so that each block's reset fans out from beside it, not from one register across the die
             flushed = Signal(name=f"flushed_{name}", attrs={KEEP: 1})
@@ -527,7 +528,9 @@ class LayerEngine(wiring.Component):
             src.update({Op.XQ: "r" if self.pre_ln else "y", Op.XK: "x", Op.XV: "x"})
         # the requests go to the op's buffer; the read data is taken from the buffer read_src names, a register a
         # cycle behind op (a word arrives two cycles after its request, within the op), so that op's fanout stays
-        # off the operand's data path. (The mover's stores read their buffers' ports straight.)
+        # off the operand's data path, and registered (the operand's word OPERAND_READ_LATENCY cycles after its
+        # request): the block RAM's output, WORK's bank select and this select do not reach the operand's queue in
+        # the same cycle. (The mover's stores read their buffers' ports straight.)
         names = sorted({*src.values(), "x", "y"}) + ["work"]
         read_src = Signal(range(len(names)), name="read_src")
         with m.Switch(op):
@@ -544,11 +547,13 @@ class LayerEngine(wiring.Component):
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
                 m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
                 m.d.sync += read_src.eq(names.index("work"))
+        operand_word = Signal.like(operand.rd_data, name="operand_word", reset_less=True)
+        m.d.comb += operand.rd_data.eq(operand_word)
         with m.Switch(read_src):
             for i, name in enumerate(names):
                 with m.Case(i):
                     data = work.data if name == "work" else bufs[name].r.data
-                    m.d.comb += operand.rd_data.eq(zero_extended(data) if name in ("p", "work") else data)
+                    m.d.sync += operand_word.eq(zero_extended(data) if name in ("p", "work") else data)
         wiring.connect(m, operand.o, mvau.x)
         # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
         # the words not loaded yet
