@@ -1,8 +1,8 @@
 """Routed Fmax of the engine on an ECP5-85F speed 8 (the routed proxy for Artix-7), with its critical path.
 
-    .venv/bin/python bench/fmax.py --config small                                       # about 12 minutes
-    .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router2  # about 10-25 minutes
-    .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router2 --seed 1 2 3 --jobs 2
+    .venv/bin/python bench/fmax.py --config small --seed 1 2 3                          # about 5 minutes a seed
+    .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router1  # about 15-20 minutes
+    .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router1 --seed 1 2 3 --jobs 2
 
 Builds the engine for the ECP5 (``mlo_hw.ecp5.proxy_config``: the config's plan, the ECP5's 18 x 18
 multipliers, so the MVAU does not pack two channels in one), wraps it on three pins (``mlo_hw.ecp5.PinWrapper``),
@@ -40,7 +40,8 @@ def main(argv=None) -> int:
                     help="nextpnr's placement seed, or several (one synthesis, a route each; default 1)")
     ap.add_argument("--jobs", type=positive_int, default=1, help="seeds routed at a time (default 1)")
     ap.add_argument("--router", choices=ROUTERS, default="router1",
-                    help="nextpnr's router (default router1; router2 copes better with congestion)")
+                    help="nextpnr's router (default router1; router2 negotiates congestion design-wide, but often stops "
+                         "converging on bert_tiny)")
     ap.add_argument("--placer", choices=PLACERS, default="heap",
                     help="nextpnr's placer (default heap; static, the electrostatic placer, spreads a dense design)")
     args = ap.parse_args(argv)
