@@ -40,8 +40,8 @@ def main(argv=None) -> int:
                     help="nextpnr's placement seed, or several (one synthesis, a route each; default 1)")
     ap.add_argument("--jobs", type=positive_int, default=1, help="seeds routed at a time (default 1)")
     ap.add_argument("--router", choices=ROUTERS, default="router1",
-                    help="nextpnr's router (default router1; router2 negotiates congestion design-wide, but often stops "
-                         "converging on bert_tiny)")
+                    help="nextpnr's router (default router1; router2 negotiates congestion design-wide, but "
+                         "often stops converging on bert_tiny)")
     ap.add_argument("--placer", choices=PLACERS, default="heap",
                     help="nextpnr's placer (default heap; static, the electrostatic placer, spreads a dense design)")
     args = ap.parse_args(argv)

@@ -492,7 +492,8 @@ class LayerEngine(wiring.Component):
         is_matrix_op = Signal(name="is_matrix_op")
         m.d.sync += is_matrix_op.eq(Cat(*(op == o for o in MATRIX_OPS.values())).any())
         # a tile's bias/mult, latched in two sets so that jobs overlap (PV reads a fixed multiplier instead)
-        m.submodules.tile_params = d.tparams = tparams = TileParamLatch(mp, tr, R, src_latency=TileBuffer.PARAM_READ_LATENCY)
+        m.submodules.tile_params = d.tparams = tparams = TileParamLatch(mp, tr, R,
+                                                                        src_latency=TileBuffer.PARAM_READ_LATENCY)
         m.d.comb += [tparams.matrix.eq(is_matrix_op),
                      tparams.fixed_mult.eq(Mux(d.cross_phase, d.hdr["x_ctx_mult"], d.hdr["ctx_mult"])
                                            if self.cfg.seq2seq else d.hdr["ctx_mult"]),

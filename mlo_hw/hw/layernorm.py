@@ -37,6 +37,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplier, SerialSqrt, bit_length
+from .pipeline import fits_signed
 
 __all__ = ["PARAM_LUTRAM_DEPTH", "LayerNorm", "ParamWriteSignature", "pair_layout", "MeanVariance", "InverseStd", "NormaliseOutput"]
 
@@ -339,10 +340,8 @@ class NormaliseOutput(wiring.Component):
             # output's sign bit all equal the sign)
             shifted = Signal.like(y)
             m.d.comb += shifted.eq(y >> shift)
-            above = shifted[rb - 1:]
-            in_range = (above == 0) | (above == (1 << len(above)) - 1)
             lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
-            m.d.sync += self.o.payload.eq(Mux(in_range, shifted[:rb], Mux(shifted[-1], lo, hi)))
+            m.d.sync += self.o.payload.eq(Mux(fits_signed(shifted, rb), shifted[:rb], Mux(shifted[-1], lo, hi)))
         m.d.comb += [self.o.valid.eq(o[-1].valid), self.done.eq(self.o.valid & self.o.ready & o[-1].last),
                      self.done_slot.eq(o[-1].slot)]
         return m

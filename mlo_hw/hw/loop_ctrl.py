@@ -252,8 +252,8 @@ class WeightStreamer(wiring.Component):
     """The memory system: fetches every layer's weights from DRAM into the on-chip buffers.
 
     Control: ``start``, ``cancel`` (soft reset: drains the AXI bursts in flight, empties the
-    buffers; the tile buffer in the cycle after ``start`` or ``cancel``), ``clear`` (pulse, while idle: clears ``error``, as ``start`` does), ``layers``,
-    ``weight_base``; status ``busy`` (until every AXI burst issued has drained), ``done`` (pulse), ``error`` with
+    buffers; the tile buffer in the cycle after ``start`` or ``cancel``), ``clear`` (pulse, while idle: clears
+    ``error``, as ``start`` does), ``layers``, ``weight_base``; status ``busy`` (until every AXI burst issued has drained), ``done`` (pulse), ``error`` with
     ``error_addr``/``error_code`` (see :mod:`mlo_hw.hw.weight_dma`), ``beat`` (a beat was read, for the
     byte counter), ``layer`` (layer being fetched).
     Tile side (see :class:`~mlo_hw.hw.buffers.TileBuffer`): ``tile_ready``, ``tile_tag``

@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import C, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -83,6 +83,7 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 from .buffers import NO_COLLISION
+from .pipeline import fits_signed
 
 __all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
@@ -499,9 +500,10 @@ class Requantizer(wiring.Component):
         ctl_layout = data.StructLayout({"valid": 1, "raw": 1, "wide": 1, "shift": unsigned(SHIFT_BITS),
                                         "group": range(max(G, 2))})
         ctl0 = Signal(ctl_layout)
+        shift = Mux(self.raw, 0, self.shift)         # raw's 0 chosen here: the shifters' select is a register
         if G == 1:                                   # every channel at once, straight from the inputs
             acc, bias, mult = list(self.acc), list(self.prm.bias), list(self.prm.mult)
-            m.d.comb += [ctl0.raw.eq(self.raw), ctl0.wide.eq(self.wide), ctl0.shift.eq(Mux(self.raw, 0, self.shift))]
+            m.d.comb += [ctl0.raw.eq(self.raw), ctl0.wide.eq(self.wide), ctl0.shift.eq(shift)]
         else:                                        # hold the set; group ``grp`` of k channels a cycle
             held = Signal(data.StructLayout({"acc": self.acc.shape(), "prm": self.prm.shape(), "ctl": ctl_layout}),
                           reset_less=True)          # data: ``feeding`` says when it holds a set
@@ -513,8 +515,7 @@ class Requantizer(wiring.Component):
                     m.d.sync += feeding.eq(0)
             with m.If(self.valid):
                 m.d.sync += [held.acc.eq(self.acc), held.prm.eq(self.prm), held.ctl.raw.eq(self.raw),
-                             held.ctl.wide.eq(self.wide), held.ctl.shift.eq(Mux(self.raw, 0, self.shift)), grp.eq(0),
-                             feeding.eq(1)]
+                             held.ctl.wide.eq(self.wide), held.ctl.shift.eq(shift), grp.eq(0), feeding.eq(1)]
             acc = [held.acc[grp * k + i] for i in range(k)]
             bias = [held.prm.bias[grp * k + i] for i in range(k)]
             mult = [held.prm.mult[grp * k + i] for i in range(k)]
@@ -544,9 +545,8 @@ class Requantizer(wiring.Component):
         scaled = [split_product(m, total[c], scale[c], f"rq{c}") for c in range(n)]
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
-        shift = ctl[3].shift                         # raw's 0 chosen at the input: the shifters' select is a register
         for c in range(n):
-            m.d.sync += halved[c].eq((scaled[c] << 1) >> shift)
+            m.d.sync += halved[c].eq((scaled[c] << 1) >> ctl[3].shift)
         rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(n)]
         for c in range(n):
             m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
@@ -555,11 +555,9 @@ class Requantizer(wiring.Component):
         hi_out = Mux(wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
         out = [Signal(signed(p.acc_bits), name=f"rq_out{c}") for c in range(n)]
         for c in range(n):
-            # saturation by a range test: v fits b signed bits iff v[b-1:] is all zeros or all ones (a LUT
-            # tree over the high bits, no comparator's carry chain)
-            v = rounded[c]
-            fits = [(v[b - 1:].all() | ~v[b - 1:].any()) if b < len(v) else C(1) for b in (p.act_bits, nx.RES_BITS)]
-            sat = Mux(Mux(wide, fits[1], fits[0]), v, Mux(v[-1], lo_out, hi_out))
+            v = rounded[c]           # saturated by a range test on its high bits, no comparator's carry chain
+            fits = Mux(wide, fits_signed(v, nx.RES_BITS), fits_signed(v, p.act_bits))
+            sat = Mux(fits, v, Mux(v[-1], lo_out, hi_out))
             m.d.sync += out[c].eq(Mux(raw, v, sat))
         return out, ctl[self.CORE_LATENCY]
 

@@ -1,10 +1,10 @@
-"""Small pipeline helpers shared by the blocks."""
+"""Small helpers shared by the blocks: a delay line, deliberate register copies, a signed range test."""
 
 from __future__ import annotations
 
-from amaranth import Signal
+from amaranth import C, Signal
 
-__all__ = ["KEEP", "KEEP_REGISTERS", "delayed"]
+__all__ = ["KEEP", "KEEP_REGISTERS", "delayed", "fits_signed"]
 
 # The attribute of a register that is a deliberate copy (one per block of a signal that fans out across the die):
 # yosys' opt_merge merges flip-flops with equal inputs, and a keep attribute on the wire does not stop it, so the
@@ -22,3 +22,12 @@ def delayed(m, value, cycles: int, name: str):
         m.d.sync += nxt.eq(out)
         out = nxt
     return out
+
+
+def fits_signed(value, bits: int):
+    """``value`` (signed) fits ``bits`` signed bits: the bits from ``bits - 1`` up are all zeros or all ones. A LUT
+    tree over the high bits, where two comparisons with the range's ends would be carry chains (saturation)."""
+    if bits >= len(value):
+        return C(1)
+    above = value[bits - 1:]
+    return above.all() | ~above.any()
