@@ -6,7 +6,8 @@ these units trade cycles for area: no DSP, one adder each. All three share one i
 * ``start`` (in): pulse for one cycle with the operands valid; they are sampled on that cycle.
 * ``busy`` (out): high from the cycle after ``start`` until the result is ready.
 * ``done`` (out): high for exactly one cycle when the result is ready; the result output stays
-  valid until the next ``start``. ``start`` while ``busy`` is not allowed.
+  valid until the next ``start``. The results and the data registers have no reset (only ``busy`` and ``done``
+  have), so a reset reaches few flip-flops. ``start`` while ``busy`` is not allowed.
 
 Latency from ``start`` to ``done``: ``steps + 1`` cycles, where ``steps`` is the number of result
 bits computed (``quotient_bits``, ``root_bits`` or ``multiplier_bits``).
@@ -56,8 +57,9 @@ class SerialDivider(wiring.Component):
         low = Signal(qb, reset_less=True)       # dividend bits still to bring down, MSB first
         divisor = Signal(db, reset_less=True)
         count = Signal(range(qb + 1), reset_less=True)      # steps left, loaded at start (``busy`` has the reset)
+        quotient = Signal(qb, reset_less=True)
         trial = Signal(db + 1)
-        m.d.comb += trial.eq(Cat(low[-1], rem))
+        m.d.comb += [trial.eq(Cat(low[-1], rem)), self.quotient.eq(quotient)]
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
             m.d.sync += [rem.eq(self.dividend >> qb), low.eq(self.dividend[:qb]), divisor.eq(self.divisor),
@@ -65,7 +67,7 @@ class SerialDivider(wiring.Component):
         with m.Elif(self.busy):
             fits = trial >= divisor
             m.d.sync += [rem.eq(Mux(fits, trial - divisor, trial)), low.eq(low << 1),
-                         self.quotient.eq(Cat(fits, self.quotient)), count.eq(count - 1)]
+                         quotient.eq(Cat(fits, quotient)), count.eq(count - 1)]
             with m.If(count == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
         return m
@@ -92,16 +94,17 @@ class SerialSqrt(wiring.Component):
         x = Signal(2 * n, reset_less=True)      # radicand bits still to bring down, two per step (data: no reset)
         rem = Signal(n + 1, reset_less=True)    # remainder <= 2 * root
         count = Signal(range(n + 1), reset_less=True)       # steps left, loaded at start (``busy`` has the reset)
+        root = Signal(n, reset_less=True)
         rem4 = Signal(n + 3)
         trial = Signal(n + 2)
-        m.d.comb += [rem4.eq(Cat(x[-2:], rem)), trial.eq(Cat(Const(1, 2), self.root))]
+        m.d.comb += [rem4.eq(Cat(x[-2:], rem)), trial.eq(Cat(Const(1, 2), root)), self.root.eq(root)]
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
-            m.d.sync += [x.eq(self.radicand), rem.eq(0), self.root.eq(0), count.eq(n), self.busy.eq(1)]
+            m.d.sync += [x.eq(self.radicand), rem.eq(0), root.eq(0), count.eq(n), self.busy.eq(1)]
         with m.Elif(self.busy):
             fits = rem4 >= trial
             m.d.sync += [rem.eq(Mux(fits, rem4 - trial, rem4)), x.eq(x << 2),
-                         self.root.eq(Cat(fits, self.root)), count.eq(count - 1)]
+                         root.eq(Cat(fits, root)), count.eq(count - 1)]
             with m.If(count == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]
         return m

@@ -737,10 +737,11 @@ class LayerEngine(wiring.Component):
 
     def _score_groups(self) -> Serializer:
         """An MVAU score beat (``pe`` keys) to the softmax in groups of :attr:`EngineGeometry.softmax_lanes` keys, one
-        group a cycle; the MVAU makes a beat every ``score_interval`` cycles, so the groups keep up."""
+        group a cycle; the MVAU makes a beat every ``score_interval`` cycles, so the groups keep up. Its ``i.ready``
+        is a register: the softmax's input handshake does not reach the MVAU's output credit in the same cycle."""
         g = self.g
         lanes = g.softmax_lanes
-        return Serializer(g.pe // lanes, score_layout(self.cfg.acc_bits(g.head_dim), lanes))
+        return Serializer(g.pe // lanes, score_layout(self.cfg.acc_bits(g.head_dim), lanes), registered_ready=True)
 
     def _position_bias(self, m, d, key0, step):
         """T5's relative position bias of a score beat (``model.position_bias``): lane l's entry ``key0 + l - query +

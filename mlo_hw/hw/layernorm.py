@@ -131,7 +131,7 @@ class MeanVariance(wiring.Component):
         means, vars_ = Signal.like(self.mean, reset_less=True), Signal.like(self.var, reset_less=True)
         m.d.comb += [self.mean.eq(means), self.var.eq(vars_)]
         mean = means[mn_slot]
-        centre = Signal(signed(centre_bits))
+        centre = Signal(signed(centre_bits), reset_less=True)
         with m.FSM(name="mean_fsm"):
             with m.State("IDLE"):
                 with m.If(self.pending):
@@ -197,12 +197,12 @@ class InverseStd(wiring.Component):
         # the slots' results: data without reset, driven onto the outputs
         ks, es, invs = (Signal.like(port, reset_less=True) for port in (self.k, self.e, self.inv))
         m.d.comb += [self.k.eq(ks), self.e.eq(es), self.inv.eq(invs)]
-        var_len = Signal(range(w.var_bits + 1))
+        var_len = Signal(range(w.var_bits + 1), reset_less=True)
         k = Signal(w.k_shape)
         m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
         m.submodules.sqrt = sqrt = SerialSqrt(w.rad_bits)
         m.submodules.recip = recip = SerialDivider(w.root_bits + nx.LN_NORM_BITS + 1, w.root_bits, w.inv_bits)
-        root_len = Signal(range(w.root_bits + 1))          # bitlen(s), registered: not in front of the divider
+        root_len = Signal(range(w.root_bits + 1), reset_less=True)     # bitlen(s), registered: not in front of the divider
         m.d.comb += [sqrt.radicand.eq(var << (k << 1)),
                      recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
         with m.FSM(name="scale_fsm"):
@@ -310,8 +310,10 @@ class NormaliseOutput(wiring.Component):
         inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}", reset_less=True) for j in (2, 3)}
         e = {j: Signal(range(w.root_bits + 1), name=f"e{j}", reset_less=True) for j in range(2, 6)}
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
-        shift = Signal(range(y0_bits + 1))
-        half = Signal(unsigned(y0_bits))      # 2**(shift-1): rshift_round's rounding term, added to the bias
+        # (no reset: they follow the input a cycle and two later, and a reset would join the decode at their
+        # flip-flops' reset pins)
+        shift = Signal(range(y0_bits + 1), reset_less=True)
+        half = Signal(unsigned(y0_bits), reset_less=True)   # 2**(shift-1): rshift_round's rounding term, added to the bias
         m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
                      half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
         with m.If(advance):
@@ -399,8 +401,10 @@ class LayerNorm(wiring.Component):
         h, rb, idx_bits = w.h, w.rb, w.idx_bits
 
         phase = Signal(data.ArrayLayout(2, SLOTS))
-        row_sum = Signal(w.slots(signed(w.sum_bits)))
-        row_sq = Signal(w.slots(unsigned(w.sq_bits)))
+        # the datapath's registers have no reset (the phases and the valid bits say what they hold): fewer flip-flops
+        # on the block's flush
+        row_sum = Signal(w.slots(signed(w.sum_bits)), reset_less=True)
+        row_sq = Signal(w.slots(unsigned(w.sq_bits)), reset_less=True)
         m.submodules.rows = rows = Memory(shape=signed(w.r_bits), depth=SLOTS << idx_bits, init=[])
         m.submodules.mean_var = mean_var = MeanVariance(w, self.rms)
         m.submodules.inv_std = inv_std = InverseStd(w)
@@ -412,7 +416,7 @@ class LayerNorm(wiring.Component):
         m.d.comb += self.i.ready.eq(phase[in_slot] == 0)
         meta = data.StructLayout({"valid": 1, "first": 1, "last": 1, "addr": idx_bits + w.slot_bits})
         a1 = Signal(meta)
-        pair = Signal(pair_layout(rb))
+        pair = Signal(pair_layout(rb), reset_less=True)
         with m.If(self.i.valid & self.i.ready):
             with m.If(in_idx == h - 1):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1)]
@@ -426,11 +430,11 @@ class LayerNorm(wiring.Component):
         rows_w = rows.write_port()
         m.d.comb += [rows_w.addr.eq(a1.addr), rows_w.data.eq(r), rows_w.en.eq(a1.valid)]
         a2, a3 = Signal(meta), Signal(meta)
-        r2, r3 = Signal.like(r), Signal.like(r)
-        sq3 = Signal(unsigned((w.r_abs * w.r_abs).bit_length()))
+        r2, r3 = Signal.like(r, reset_less=True), Signal.like(r, reset_less=True)
+        sq3 = Signal(unsigned((w.r_abs * w.r_abs).bit_length()), reset_less=True)
         m.d.sync += [a2.eq(a1), r2.eq(r), a3.eq(a2), r3.eq(r2), sq3.eq(r2 * r2)]
         # stage 3: row sums
-        acc_s, acc_q = Signal(signed(w.sum_bits)), Signal(unsigned(w.sq_bits))
+        acc_s, acc_q = Signal(signed(w.sum_bits), reset_less=True), Signal(unsigned(w.sq_bits), reset_less=True)
         tot_s, tot_q = Signal.like(acc_s), Signal.like(acc_q)
         m.d.comb += [tot_s.eq(Mux(a3.first, 0, acc_s) + r3), tot_q.eq(Mux(a3.first, 0, acc_q) + sq3)]
         a3_slot = a3.addr[idx_bits:]

@@ -83,7 +83,7 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 from .buffers import NO_COLLISION
-from .pipeline import fits_signed
+from .pipeline import KEEP, fits_signed
 
 __all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
@@ -375,7 +375,8 @@ class MACArray(wiring.Component):
     presented :attr:`latency` = ``5 + ceil(log2 simd)`` cycles earlier (input registers, operand registers,
     DSP M, DSP P, lane split, then one register level per adder-tree halving). The input registers take the
     weight word and the activations where they arrive, so that the wires from the buffers to the multipliers
-    (across the die on a large part) are a register-to-register path of their own.
+    (across the die on a large part) are a register-to-register path of their own; each multiplier has operand
+    registers of its own, the activation's a copy per multiplier (:data:`~mlo_hw.hw.pipeline.KEEP`).
     With ``p.packed`` two channels share each multiplier (see the module docstring). The registers have no reset
     (the MVAU's tags say which steps are valid), so a flush of the engine does not fan out to them.
     """
@@ -399,13 +400,17 @@ class MACArray(wiring.Component):
         act_unsigned = Signal(name="act_unsigned_in", reset_less=True)
         w_in = Signal.like(self.w, name="w_in", reset_less=True)
         m.d.sync += [act_in.eq(self.act), act_unsigned.eq(self.act_unsigned), w_in.eq(self.w)]
-        a2 = [Signal(signed(p.act_bits + 1), name=f"a{s}", reset_less=True) for s in range(p.simd)]
-        for s in range(p.simd):
-            lane = act_in[s]
-            m.d.sync += a2[s].eq(Mux(act_unsigned, lane.as_unsigned(), lane.as_signed()))
         w = lambda ch, s: w_in[ch * p.simd + s]        # noqa: E731  weight (channel, simd lane)
         groups = [(c, c + 1) for c in range(0, p.pe - 1, 2)] if p.packed else []
         singles = [c for c in range(p.pe) if not any(c in g for g in groups)]
+        # every multiplier has its own copy of its activation operand (a deliberate copy, kept apart by synthesis):
+        # one register feeding the pe / 2 multipliers of a lane was a wire across the die in front of a multiplier
+        a2 = {}
+        for c in [lo for lo, _ in groups] + singles:
+            for s in range(p.simd):
+                r = Signal(signed(p.act_bits + 1), name=f"a{c}_{s}", reset_less=True, attrs={KEEP: 1})
+                m.d.sync += r.eq(Mux(act_unsigned, act_in[s].as_unsigned(), act_in[s].as_signed()))
+                a2[c, s] = r
         wpk = {}
         for (lo, hi) in groups:
             for s in range(p.simd):
@@ -420,8 +425,8 @@ class MACArray(wiring.Component):
                 w2[c, s] = r
 
         # ---- products (DSP M and P registers) ---------------------------------------------------
-        prods = {key: _dsp_product(m, wpk[key], a2[key[1]], f"pk{key[0]}_{key[1]}") for key in wpk}
-        prods.update({key: _dsp_product(m, w2[key], a2[key[1]], f"pr{key[0]}_{key[1]}") for key in w2})
+        prods = {key: _dsp_product(m, wpk[key], a2[key], f"pk{key[0]}_{key[1]}") for key in wpk}
+        prods.update({key: _dsp_product(m, w2[key], a2[key], f"pr{key[0]}_{key[1]}") for key in w2})
 
         # ---- split packed products into channel lanes -------------------------------------------
         lanes = [[Signal(signed(p.prod_bits), name=f"l{c}_{s}", reset_less=True) for s in range(p.simd)]

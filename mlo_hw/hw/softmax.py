@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .divide import SerialDivider
 from .mvau import split_product
-from .pipeline import delayed
+from .pipeline import KEEP, delayed
 
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
@@ -254,14 +254,15 @@ class Softmax(wiring.Component):
         row_max = Signal(signed(w))
         m.d.sync += [meta.valid.eq(issue), meta.first.eq(ex_idx == 0), meta.last.eq(ex_idx == n - 1),
                      meta.slot.eq(ex_slot), meta.idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
-        # the layer's multiplier and shift, registered next to their users (held stable for rows in flight)
-        mult = Signal(nx.MULT_BITS, name="ex_mult")
-        shift = Signal(SHIFT_BITS, name="ex_shift")
-        m.d.sync += [mult.eq(self.mult), shift.eq(self.shift)]
         # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
         for k in range(self.lanes):
+            # the layer's multiplier and shift (held stable for rows in flight), registered next to their users: a
+            # copy per lane, without reset (a reset would be the block's flush at their reset pins)
+            mult = Signal(nx.MULT_BITS, name=f"ex_mult{k}", reset_less=True, attrs={KEEP: 1})
+            shift = Signal(SHIFT_BITS, name=f"ex_shift{k}", reset_less=True, attrs={KEEP: 1})
+            m.d.sync += [mult.eq(self.mult), shift.eq(self.shift)]
             # the lane's datapath registers have no reset (``meta``, which has, says which hold a word)
             dist = Signal(unsigned(w), name=f"dist{k}", reset_less=True)              # stage 2: below the row max
             keep = [Signal(name=f"masked_in{k}_{j}", reset_less=True) for j in range(5)]

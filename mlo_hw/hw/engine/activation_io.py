@@ -121,6 +121,7 @@ class BufferLoad(wiring.Component):
         restart = Signal()
         m.d.sync += restart.eq(self.start)
         m.submodules.regroup = ResetInserter(restart)(regroup)
+        m.submodules.beats = beats = ResetInserter(restart)(fifo.SyncFIFO(width=p.data_bits, depth=2))
         forward_ports(m, self, reader, axi_read_master_members(p))
         m.d.comb += [reader.start.eq(self.start), reader.cancel.eq(self.cancel), reader.clear.eq(self.clear),
                      reader.base.eq(self.base), reader.length.eq(self.words * wb),
@@ -159,7 +160,9 @@ class BufferStore(wiring.Component):
 
     Timing: reads run ahead into a queue of ``read_latency + 2`` words, so the W channel gets one beat a cycle
     (word >= beat), or one beat per ``beat / word`` cycles (word < beat: one buffer read a cycle); the first W
-    beat ``read_latency + 2`` cycles after ``start``. A ``cancel`` stops the reads; the writer completes the bursts already
+    beat ``read_latency + 3`` cycles after ``start``: the regrouped beats pass a two-entry queue (``beats``) on their way
+    to the writer, so the W channel's ready, which the writer decodes from its burst state, ends there instead of in the
+    regroup's register enables. A ``cancel`` stops the reads; the writer completes the bursts already
     issued with WSTRB 0 (see :class:`~mlo_hw.hw.act_dma.WriteDma`).
     """
 
@@ -188,6 +191,7 @@ class BufferStore(wiring.Component):
         restart = Signal()
         m.d.sync += restart.eq(self.start | self.cancel)
         m.submodules.regroup = ResetInserter(restart)(regroup)
+        m.submodules.beats = beats = ResetInserter(restart)(fifo.SyncFIFO(width=p.data_bits, depth=2))
         forward_ports(m, self, writer, axi_write_master_members(p))
         m.d.comb += [writer.start.eq(self.start), writer.cancel.eq(self.cancel), writer.clear.eq(self.clear),
                      writer.base.eq(self.base), writer.length.eq(self.words * wb),
@@ -215,10 +219,12 @@ class BufferStore(wiring.Component):
         m.d.comb += [queue.w_data.eq(self.r_data), queue.w_en.eq(in_flight),
                      regroup.i.payload.eq(queue.r_data), regroup.i.valid.eq(queue.r_rdy),
                      queue.r_en.eq(regroup.i.ready),
-                     writer.lanes.payload.data.eq(regroup.o.payload),
-                     writer.lanes.valid.eq(regroup.o.valid & active),
-                     regroup.o.ready.eq(writer.lanes.ready | ~active),     # a cancelled transfer's words drop
-                     self.busy.eq(writer.busy | (left != 0) | flight.any() | queue.r_rdy | regroup.o.valid)]
+                     beats.w_data.eq(regroup.o.payload), beats.w_en.eq(regroup.o.valid & active),
+                     regroup.o.ready.eq(beats.w_rdy | ~active),     # a cancelled transfer's words drop
+                     writer.lanes.payload.data.eq(beats.r_data), writer.lanes.valid.eq(beats.r_rdy),
+                     beats.r_en.eq(writer.lanes.ready),
+                     self.busy.eq(writer.busy | (left != 0) | flight.any() | queue.r_rdy | regroup.o.valid
+                                  | beats.r_rdy)]
         with m.If(self.start):
             m.d.comb += queue.r_en.eq(1)            # nothing stale survives into a new transfer
         return m

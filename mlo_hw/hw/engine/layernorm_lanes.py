@@ -26,8 +26,9 @@ class LayerNormLanes(wiring.Component):
     """``rows`` rows of ``hidden`` (a, b) int16 pairs in, LayerNorm(a + b) int16 out, ``simd`` elements a word.
 
     Interface:
-        start (pulse): latches ``rows`` (1 .. ``max_rows``) and restarts the counters; the read begins the
-        next cycle. ``shift``: the LayerNorm output shift (hold it during the run). ``param``: the gain/bias
+        start (pulse): latches ``rows`` (1 .. ``max_rows``; hold it through the run) and restarts the counters
+        (from a register: the cycle after); the read begins two cycles after ``start``. ``shift``: the LayerNorm
+        output shift (hold it during the run). ``param``: the gain/bias
         write port, broadcast to every lane (:class:`~mlo_hw.hw.layernorm.ParamWriteSignature`).
         ``rd_addr``/``rd_en`` (from registers) -> ``rd_data`` ``read_latency`` cycles later: pair word j, row-major from word 0, ``hidden /
         simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half. ``avail``: pair
@@ -80,9 +81,14 @@ class LayerNormLanes(wiring.Component):
         m = Module()
         rb, simd, rw, n = nx.RES_BITS, self.simd, self.row_words, self.lanes
         max_words = self.max_rows * rw
+        # the counters and the reader restart a cycle after ``start``, from a register: ``start`` is the sequencer's
+        # decode, and their resets are spread over the lanes (``written`` and ``rows_done``, which the sequencer
+        # reads, clear with ``start`` itself; ``rows_done`` holds 0 while the lanes' rows restart)
+        restart = Signal()
+        m.d.sync += restart.eq(self.start)
         m.submodules.reader = reader = VectorReader(len(self.rd_addr), 2 * rb * simd, max_words, 1,
                                                     latency=self.read_latency)
-        m.d.comb += [reader.start.eq(self.start), reader.base.eq(0), reader.stride.eq(0),
+        m.d.comb += [reader.start.eq(restart), reader.base.eq(0), reader.stride.eq(0),
                      reader.words.eq(self.rows * rw), reader.vectors.eq(1),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
                      reader.hold.eq(reader.addr >= self.avail)]
@@ -114,7 +120,8 @@ class LayerNormLanes(wiring.Component):
         least = nxt[0]
         for r in nxt[1:]:
             least = Mux(r < least, r, least)
-        m.d.sync += self.rows_done.eq(Mux(least > self.rows, self.rows, least))
+        with m.If(~restart):
+            m.d.sync += self.rows_done.eq(Mux(least > self.rows, self.rows, least))
         full = Signal(n)
         first = Signal(n)                               # the full lane with the lowest index
         m.d.comb += [first[i].eq(full[i] & ~full[:i].any()) for i in range(n)]
@@ -137,10 +144,12 @@ class LayerNormLanes(wiring.Component):
                 m.d.sync += [word.word_select(idx, rb).eq(ln.o.payload), idx.eq(idx + 1)]
                 with m.If(idx == simd - 1):
                     m.d.sync += [idx.eq(0), full[i].eq(1)]
-            with m.If(self.start):
+            with m.If(restart):
                 m.d.sync += [full[i].eq(0), idx.eq(0), wcol.eq(0), addr.eq(i * rw), nxt[i].eq(i)]
         with m.If(self.w.valid & self.w.ready):
             m.d.sync += self.written.eq(self.written + 1)
+        with m.If(restart):
+            m.d.sync += [col.eq(0), lane.eq(0)]
         with m.If(self.start):
-            m.d.sync += [self.written.eq(0), self.rows_done.eq(0), col.eq(0), lane.eq(0)]
+            m.d.sync += [self.written.eq(0), self.rows_done.eq(0)]
         return m

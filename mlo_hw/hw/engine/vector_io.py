@@ -77,10 +77,14 @@ class Serializer(wiring.Component):
     ``unsigned(shape)``; a layout lets ``o`` connect to a typed stream). A word is taken when the last element
     of the previous one leaves, so back-to-back words stream without a gap; the first element leaves the
     cycle after its word is taken.
+
+    ``registered_ready``: ``i.ready`` comes from a register instead of from ``o.ready``: a second word register
+    takes the next word while the current one leaves (the consumer's ready then ends at this block, not in the
+    producer's handshake logic across the die), at the cost of a word of flip-flops.
     """
 
-    def __init__(self, lanes: int, shape):
-        self.lanes = lanes
+    def __init__(self, lanes: int, shape, registered_ready: bool = False):
+        self.lanes, self.registered_ready = lanes, registered_ready
         self.shape = unsigned(shape) if isinstance(shape, int) else shape
         super().__init__({"i": In(stream.Signature(data.ArrayLayout(self.shape, lanes))),
                           "o": Out(stream.Signature(self.shape))})
@@ -88,15 +92,29 @@ class Serializer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         word = Signal(data.ArrayLayout(self.shape, self.lanes))
-        idx = Signal(range(self.lanes))
+        idx = Signal(range(max(self.lanes, 2)))             # (a lane of its own at one lane: no zero-width signal)
         full = Signal()
         last = idx == self.lanes - 1
-        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word[idx]),
-                     self.i.ready.eq(~full | (self.o.ready & last))]
+        vacate = self.o.valid & self.o.ready & last         # the word's last element leaves
+        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word[0] if self.lanes == 1 else word[idx])]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += idx.eq(idx + 1)
             with m.If(last):
                 m.d.sync += [full.eq(0), idx.eq(0)]
-        with m.If(self.i.valid & self.i.ready):
-            m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
+        take = self.i.valid & self.i.ready
+        if not self.registered_ready:
+            m.d.comb += self.i.ready.eq(~full | vacate)
+            with m.If(take):
+                m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
+            return m
+        spare = Signal.like(word)
+        spare_full = Signal()
+        m.d.comb += self.i.ready.eq(~spare_full)
+        with m.If(take):
+            with m.If(full & ~vacate):
+                m.d.sync += [spare.eq(self.i.payload), spare_full.eq(1)]
+            with m.Else():
+                m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
+        with m.Elif(spare_full & vacate):
+            m.d.sync += [word.eq(spare), spare_full.eq(0), full.eq(1)]
         return m
