@@ -8,7 +8,8 @@ pulses once every B response of a command has arrived with OKAY.
 
 Errors never hang the DMA. A BRESP of SLVERR or DECERR, or a bad command (zero beats or an address
 that is not a multiple of the beat size), sets the sticky ``error`` flag with ``error_addr`` (the
-start address of the failing burst, or the command address) and ``error_code`` (as ReadDma: bit 2 =
+start address of the failing burst, or the command address, the cycle after a bad command was taken) and
+``error_code`` (as ReadDma: bit 2 =
 bad command, bits 1:0 = the BRESP); no further burst of the command is issued. Bursts already
 issued on AW are completed on W with WSTRB = 0 (AXI requires their beats; nothing more is written),
 their B responses are drained, and from the error until ``clear`` every beat offered on ``data`` is
@@ -38,7 +39,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import BURST_INCR, AxiParams, planned_burst, axi_read_master_members, axi_write_master_members, forward_ports
-from .weight_dma import ERR_BAD_COMMAND, ReadDma
+from .weight_dma import ReadDma, command_intake
 
 __all__ = ["write_command_layout", "write_beat_layout", "lanes_layout", "WriteDma", "ActReader", "ActWriter",
            "activation_bytes"]
@@ -121,7 +122,6 @@ class WriteDma(wiring.Component):
             self.m_axi_bready.eq(1),
         ]
         idle = ~active & ~awvalid & ~b_bursts.r_rdy   # B is last: no B pending means W is done too
-        m.d.comb += self.busy.eq(~idle)
 
         # ---- AW side: split the command into page-bounded bursts --------------------------------
         issue, accept = Signal(), Signal()
@@ -146,15 +146,12 @@ class WriteDma(wiring.Component):
             m.d.sync += awvalid.eq(0)
 
         # ---- command intake ---------------------------------------------------------------------
-        m.d.comb += self.cmd.ready.eq(~active & ~drop & ~self.error & ~self.cancel)
-        m.d.comb += accept.eq(self.cmd.valid & self.cmd.ready)
-        with m.If(accept):
+        good, checking = command_intake(m, self, accept, ~active & ~drop)
+        idle &= ~checking
+        with m.If(good):
             c = self.cmd.payload
-            bad = (c.beats == 0) | (c.addr[:sz] != 0) if sz else (c.beats == 0)
-            with m.If(bad):
-                m.d.sync += [self.error.eq(1), self.error_addr.eq(c.addr), self.error_code.eq(ERR_BAD_COMMAND)]
-            with m.Else():
-                m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats)]
+            m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats)]
+        m.d.comb += self.busy.eq(~idle)
 
         # ---- W side: a registered stage, one beat per cycle -------------------------------------
         discard = drop | self.error | self.cancel   # issued bursts get WSTRB = 0 beats from the cancel on

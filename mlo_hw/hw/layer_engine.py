@@ -816,6 +816,11 @@ class LayerEngine(wiring.Component):
         # START -> weight streamer path)
         drained = Signal(init=1)
         m.d.sync += drained.eq(~self.m_axi_arvalid & ~ws.busy & ~mover.busy)
+        # the mover's cancel a cycle after the abandon, from a register: an error of one of its sides, decoded by the
+        # sequencer, no longer reaches the other side's W stage in the same cycle (the mover is busy or idle
+        # through that cycle; the sequencer, idle after abandoning, starts no transfer in it)
+        cancel_moves = Signal(name="cancel_moves")
+        m.d.sync += cancel_moves.eq(regs.soft_reset | d.abandon)
         m.d.comb += [regs.busy.eq(d.busy | ~drained), regs.done.eq(d.done),
                      regs.error.eq(ws.error | mover.error | d.bad_tokens | d.bad_scratch | d.bad_cache | d.bad_memory),
                      regs.error_addr.eq(Mux(ws.error, ws.error_addr, mover.error_addr)),
@@ -826,8 +831,7 @@ class LayerEngine(wiring.Component):
                      ws.layers.eq(d.layers), ws.run_blocks.eq(d.run_blocks), ws.weight_base.eq(regs.weight_base),
                      ws.cross.eq(d.cross_run), ws.prefill.eq(d.cache_len == 0),
                      ws.cancel.eq(regs.soft_reset),
-                     ws.clear.eq(regs.start), mover.cancel.eq(regs.soft_reset | d.abandon),
-                     mover.clear.eq(regs.start),
+                     ws.clear.eq(regs.start), mover.cancel.eq(cancel_moves), mover.clear.eq(regs.start),
                      ws.scratch_base.eq(regs.scratch_base), ws.scratch_ready.eq(d.scratch_ready)]
 
 

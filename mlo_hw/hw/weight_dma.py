@@ -8,7 +8,8 @@ the final beat of a command.
 
 Errors never hang the DMA. An RRESP of SLVERR or DECERR, or a bad command (zero beats or an address
 that is not a multiple of the beat size), sets the sticky ``error`` flag with ``error_addr`` (the
-byte address of the failing beat, or the command address) and ``error_code``; the rest of the
+byte address of the failing beat, or the command address; a bad command's the cycle after it was taken, while
+``busy`` is high) and ``error_code``; the rest of the
 command is dropped and the DMA drains the bursts already issued (AXI requires their beats to be
 accepted) without forwarding them. ``cancel`` does the same without flagging an error. New commands
 are accepted again once the DMA is idle and ``error`` has been cleared with ``clear``.
@@ -32,7 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import BURST_INCR, AxiParams, axi_read_master_members, planned_burst
 
-__all__ = ["ERR_BAD_COMMAND", "command_layout", "beat_layout", "ReadDma"]
+__all__ = ["ERR_BAD_COMMAND", "command_layout", "beat_layout", "command_intake", "ReadDma"]
 
 ERR_BAD_COMMAND = 0b100     # error_code: bit 2 = bad command, bits 1:0 = RRESP of the failing beat
 
@@ -43,6 +44,29 @@ def command_layout(p: AxiParams, beats_bits: int, tag_bits: int) -> data.StructL
 
 def beat_layout(p: AxiParams, tag_bits: int) -> data.StructLayout:
     return data.StructLayout({"data": p.data_bits, "last": 1, "tag": tag_bits})
+
+
+def command_intake(m, dma, accept, may_take):
+    """A DMA's command intake: ``dma.cmd.ready`` while ``may_take`` (the DMA's own state), no ``error``, no
+    ``cancel`` and no bad command being flagged; ``accept`` (a signal the caller made) is driven with the
+    handshake. Returns ``(good, checking)``: ``good`` is high when a well-formed command is taken (the caller
+    starts it), ``checking`` in the cycle after a bad one was taken (the caller counts it as busy). A bad command
+    (zero beats, or an address not a multiple of the beat size) sets ``error``, ``error_addr`` (its address) and
+    ``error_code`` (:data:`ERR_BAD_COMMAND`) in that next cycle, from registers: the check stays off the enables
+    of the error registers, a wide fan-out behind the handshake."""
+    sz = dma.p.size_log2
+    c = dma.cmd.payload
+    bad = (c.beats == 0) | (c.addr[:sz] != 0) if sz else (c.beats == 0)
+    checking = Signal()                          # a bad command was taken last cycle
+    bad_addr = Signal.like(dma.error_addr)
+    m.d.comb += [dma.cmd.ready.eq(may_take & ~dma.error & ~dma.cancel & ~checking),
+                 accept.eq(dma.cmd.valid & dma.cmd.ready)]
+    m.d.sync += checking.eq(accept & bad)
+    with m.If(accept):
+        m.d.sync += bad_addr.eq(c.addr)
+    with m.If(checking):
+        m.d.sync += [dma.error.eq(1), dma.error_addr.eq(bad_addr), dma.error_code.eq(ERR_BAD_COMMAND)]
+    return accept & ~bad, checking
 
 
 class ReadDma(wiring.Component):
@@ -92,7 +116,6 @@ class ReadDma(wiring.Component):
             self.m_axi_arprot.eq(0),
         ]
         idle = ~active & ~arvalid & ~bursts.r_rdy
-        m.d.comb += self.busy.eq(~idle)
 
         # ---- AR side: split the command into page-bounded bursts --------------------------------
         issue, accept = Signal(), Signal()
@@ -117,15 +140,13 @@ class ReadDma(wiring.Component):
             m.d.sync += arvalid.eq(0)
 
         # ---- command intake ---------------------------------------------------------------------
-        m.d.comb += self.cmd.ready.eq(~active & ~drop & ~self.error & ~self.cancel)
-        m.d.comb += accept.eq(self.cmd.valid & self.cmd.ready)
-        with m.If(accept):
+        good, checking = command_intake(m, self, accept, ~active & ~drop)
+        idle &= ~checking
+        with m.If(good):
             c = self.cmd.payload
-            bad = (c.beats == 0) | (c.addr[:sz] != 0) if sz else (c.beats == 0)
-            with m.If(bad):
-                m.d.sync += [self.error.eq(1), self.error_addr.eq(c.addr), self.error_code.eq(ERR_BAD_COMMAND)]
-            with m.Else():
-                m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats), cur_tag.eq(c.tag)]
+            m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats), cur_tag.eq(c.tag)]
+
+        m.d.comb += self.busy.eq(~idle)
 
         # ---- R side: forward beats, catch error responses --------------------------------------
         r_beat = Signal(8)

@@ -121,7 +121,6 @@ class BufferLoad(wiring.Component):
         restart = Signal()
         m.d.sync += restart.eq(self.start)
         m.submodules.regroup = ResetInserter(restart)(regroup)
-        m.submodules.beats = beats = ResetInserter(restart)(fifo.SyncFIFO(width=p.data_bits, depth=2))
         forward_ports(m, self, reader, axi_read_master_members(p))
         m.d.comb += [reader.start.eq(self.start), reader.cancel.eq(self.cancel), reader.clear.eq(self.clear),
                      reader.base.eq(self.base), reader.length.eq(self.words * wb),

@@ -79,8 +79,9 @@ class BlockMover(wiring.Component):
         two), a register, so that a reader may follow the load.
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
 
-    Timing: a run starts one cycle after the previous one of its side ended; words move at one a cycle (see
-    ``BufferLoad``/``BufferStore``).
+    Timing: a run starts two cycles after the previous one of its side ended (a transfer's first two cycles after
+    ``start``), from a state register: the decision to start it (runs left, an error, a cancel) is made the
+    cycle before; words move at one a cycle (see ``BufferLoad``/``BufferStore``).
     """
 
     def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int,
@@ -174,14 +175,16 @@ class BlockMover(wiring.Component):
         m.d.comb += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
 
         m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
-                     self.reads_x.eq((cmd.kind == Transfer.STORE_X) & self.store_busy),
-                     self.reads_y.eq((cmd.kind == Transfer.STORE_Q) & self.store_busy),
+                     # the store's runs (a run ends when the store is idle), not its busy, whose OR tree over the
+                     # writer's state would precede the buffers' read request registers
+                     self.reads_x.eq((cmd.kind == Transfer.STORE_X) & store_running),
+                     self.reads_y.eq((cmd.kind == Transfer.STORE_Q) & store_running),
                      self.load_busy.eq(load_running | load.busy), self.store_busy.eq(store_running | store.busy)]
         return m
 
     def _runs(self, m, name, start, engine):
-        """One side's command and runs: ``start`` latches ``cmd``; a run starts ``engine`` one cycle after the
-        previous one ended. Returns the latched command, running, the run's DRAM base and bank-local word."""
+        """One side's command and runs: ``start`` latches ``cmd``; a run starts ``engine`` two cycles after the
+        previous one ended (RUN decides, START starts). Returns the latched command, running, the run's DRAM base and bank-local word."""
         cmd = Signal.like(self.cmd, name=f"{name}_cmd")
         run_base = Signal(self.p.addr_bits, name=f"{name}_run_base")
         run_local = Signal(self.local_bits, name=f"{name}_run_local")
@@ -196,9 +199,15 @@ class BlockMover(wiring.Component):
                     m.d.sync += [cmd.eq(self.cmd), run_base.eq(self.cmd.base), run_local.eq(self.cmd.local),
                                  runs_left.eq(self.cmd.runs), cancelled.eq(self.cancel)]
                     m.next = "RUN"
-            with m.State("RUN"):
+            with m.State("RUN"):            # the next run, decided here and started from the state register
                 m.d.comb += running.eq(1)
                 with m.If((runs_left == 0) | (cmd.words == 0) | self.error | self.cancel | cancelled):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += running.eq(1)
+                with m.If(self.error | self.cancel | cancelled):
                     m.next = "IDLE"
                 with m.Else():
                     m.d.comb += engine.start.eq(1)
