@@ -186,18 +186,21 @@ def path_summary(lines: list[str]) -> dict:
             "routing_ns": round(sum(d for k, d, _ in steps if k == "net"), 2)}
 
 
-def worst_endpoints(report: dict, count: int = 10) -> list[dict]:
+def worst_endpoints(report: dict, count: int = 10, limit_ns: float | None = None) -> list[dict]:
     """The ``count`` latest-arriving register inputs of a routed design, one per family (the driving and the sink's
     block, and the sink register's name with its numbers as ``#``: ``mvau.mac.pk#_#_m``), from nextpnr's
     ``--report`` with ``--detailed-timing-report`` (each endpoint's arrival after the launching clock edge, ns):
     ``{"ns", "block", "from", "sink", "net", "driver"}``. nextpnr prints one critical path; this ranks the others,
-    the next paths to cut."""
+    the next paths to cut. An arrival counts every path into the pin, the ``rst`` pin's too (asynchronous, outside
+    the clock's figure): with ``limit_ns``, the clock's critical path, a later one cannot be a clocked path and is
+    left out."""
     ends = []
     for net in report.get("detailed_net_timings", []):
         for e in net.get("endpoints", []):
             if e.get("event", "").startswith("posedge") and "delay" in e:   # [min, max] arrival, or one value
                 late = max(e["delay"]) if isinstance(e["delay"], list) else e["delay"]
-                ends.append((float(late), e["cell"], e["port"], net.get("net", "?"), net.get("driver", "?")))
+                if limit_ns is None or late <= limit_ns:
+                    ends.append((float(late), e["cell"], e["port"], net.get("net", "?"), net.get("driver", "?")))
     families = {}
     for ns, cell, port, net, driver in sorted(ends, reverse=True):
         stem = re.sub(r"\d+", "#", re.sub(r"(_TRELLIS_FF|_DP16KD|_MULT18X18D|_DO[AB]\d+|\$).*", "", cell))
@@ -335,7 +338,7 @@ def _routed(out: Path, rc: int, parsed: dict, synth_seconds: float, pnr_seconds:
     fmax, target, _ = parsed["fmax"][clock]
     lines = parsed["paths"].get(clock, [])
     report = out / "report.json"
-    ends = worst_endpoints(json.loads(report.read_text())) if report.exists() else []
+    ends = worst_endpoints(json.loads(report.read_text()), limit_ns=1000 / fmax) if report.exists() else []
     return {"ran": True, "tool": "nextpnr-ecp5", "device": DEVICE, "seed": seed, "fmax_mhz": fmax,
             "target_mhz": target, "clock": clock, "fmax": parsed["fmax"], "util": parsed["util"],
             "path": path_summary(lines), "path_lines": lines, "endpoints": ends,

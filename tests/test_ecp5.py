@@ -180,6 +180,8 @@ def test_worst_endpoints_rank_register_families_by_arrival():
         (12.5, "MVAU", "MVAU"), (11.4, "sequencer", "activation buffers"), (9.0, "LayerNorm", "LayerNorm")]
     assert ends[0]["sink"] == "design.engine.mvau.mac.pk0_0_m_TRELLIS_FF_Q.DI"
     assert ecp5.worst_endpoints(report, 1) == ends[:1] and ecp5.worst_endpoints({}) == []
+    # past the clock's critical path an arrival is the rst pin's: left out
+    assert [e["ns"] for e in ecp5.worst_endpoints(report, 10, limit_ns=12.0)] == [11.4, 9.0]
 
 
 def test_the_proxy_keeps_the_plan_and_takes_the_ecp5_multipliers():

@@ -16,7 +16,8 @@ statistics) from its first input to its last output; a slot's :class:`Phase` say
              registered inside the block.
     divide:  rcp = floor(2**32 / sum), one quotient bit per cycle; ``dividers`` serial dividers take
              rows in turn (a fully masked row has sum 0 and every e 0: its rcp is never used)
-    output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle
+    output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle (the exponent
+             word registered out of its memory, the product at its multiplier, then the saturated beat)
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
 INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
 EXP_PIPE = 6                   # cycles from a score word read to its exponent word
-OUT_PIPE = 3                   # cycles from an exponent word read to its output beat (registered)
+OUT_PIPE = 4                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
 EXP_BITS = nx.EXP_ONE_BITS + 1                                       # table[0] == 2**15
@@ -104,8 +105,8 @@ class Softmax(wiring.Component):
     valid, always ready, 12 rows, ``sim/tb_softmax.py::full_rate``): one beat every cycle, gapless across
     rows, for rows of 8/32/128 keys at 1, 4, 8 and 16 lanes (128 keys x 16 lanes: 96 beats in 96 cycles,
     16 elements a cycle).
-    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 30`` cycles,
-    nothing stalled (measured, asserted exactly: 286 at 128 keys x 1 lane, 54 at 128 x 16, 46 at 8 x 1).
+    Latency: first input to first output :meth:`latency` = ``2 * beats + 2 * log2(lanes) + 31`` cycles,
+    nothing stalled (measured, asserted exactly: 287 at 128 keys x 1 lane, 55 at 128 x 16, 47 at 8 x 1).
     Storage: scores ``slots * beats`` words of ``lanes * (score_bits + 1)`` bits, exponents as many
     words of ``lanes * 16`` bits, one 256 x 16 exp2 ROM per lane. DSP: ``2 * lanes`` multipliers
     ((max - s) * mult, e * rcp; the first is two partial products when ``score_bits`` > 17).
@@ -337,18 +338,22 @@ class Softmax(wiring.Component):
             with m.Else():
                 m.d.sync += out_idx.eq(out_idx + 1)
         stage = data.StructLayout({"valid": 1, "last": 1, "slot": s.slot_bits})
-        o1, o2, o3 = (Signal(stage, name=f"out_meta{k}") for k in (1, 2, 3))   # o3: the output beat's
-        rcp = Signal(unsigned(RECIP_QUOTIENT_BITS))
+        o = [None] + [Signal(stage, name=f"out_meta{k}") for k in range(1, OUT_PIPE + 1)]   # o[-1]: the beat's
+        rcp = [None] + [Signal(unsigned(RECIP_QUOTIENT_BITS), name=f"out_rcp{k}") for k in (1, 2)]
         top = (1 << nx.PROB_BITS) - 1
         with m.If(advance):
-            m.d.sync += [o1.valid.eq(take), o1.last.eq(out_idx == n - 1), o1.slot.eq(out_slot),
-                         rcp.eq(s.row_rcp[out_slot]), o2.eq(o1), o3.eq(o2)]
+            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == n - 1), o[1].slot.eq(out_slot),
+                         rcp[1].eq(s.row_rcp[out_slot]), rcp[2].eq(rcp[1])]
+            m.d.sync += [o[k].eq(o[k - 1]) for k in range(2, OUT_PIPE + 1)]
             for k in range(self.lanes):
-                scaled = Signal(unsigned(EXP_BITS + RECIP_QUOTIENT_BITS), name=f"scaled{k}")
-                m.d.sync += scaled.eq(exp_r.data[k] * rcp)
+                # the block RAM's word registered beside it, then the product registered at its multiplier: the
+                # block RAM's output, its wire and the multiplier were one path of 8 ns on an ECP5-85F
+                word = Signal(EXP_BITS, name=f"out_exp{k}", reset_less=True)
+                scaled = Signal(unsigned(EXP_BITS + RECIP_QUOTIENT_BITS), name=f"scaled{k}", reset_less=True)
+                m.d.sync += [word.eq(exp_r.data[k]), scaled.eq(word * rcp[2])]
                 shifted = scaled >> (nx.SOFTMAX_RECIP_BITS - nx.PROB_BITS)
                 m.d.sync += self.o.payload[k].eq(Mux(shifted > top, top, shifted))
-        m.d.comb += self.o.valid.eq(o3.valid)
+        m.d.comb += self.o.valid.eq(o[-1].valid)
         # the slot is free once its last probability has left
-        with m.If(self.o.valid & self.o.ready & o3.last):
-            m.d.sync += s.phase[o3.slot].eq(Phase.FREE)
+        with m.If(self.o.valid & self.o.ready & o[-1].last):
+            m.d.sync += s.phase[o[-1].slot].eq(Phase.FREE)
