@@ -175,11 +175,11 @@ class BlockMover(wiring.Component):
         m.d.comb += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
 
         m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
-                     # the store's runs (a run ends when the store is idle), not its busy, whose OR tree over the
-                     # writer's state would precede the buffers' read request registers
                      self.reads_x.eq((cmd.kind == Transfer.STORE_X) & store_running),
                      self.reads_y.eq((cmd.kind == Transfer.STORE_Q) & store_running),
-                     self.load_busy.eq(load_running | load.busy), self.store_busy.eq(store_running | store.busy)]
+                     # a side's runs cover its engine's busy (a run waits for it to fall): the state alone, not the OR
+                     # tree over the DMA's state, which the operand's hold and the buffers' read requests follow
+                     self.load_busy.eq(load_running), self.store_busy.eq(store_running)]
         return m
 
     def _runs(self, m, name, start, engine):
