@@ -547,10 +547,11 @@ class Requantizer(wiring.Component):
         m.d.sync += [ctl[j].eq(ctl[j - 1]) for j in range(1, self.CORE_LATENCY + 1)]
         raw0 = ctl0.raw
         total = [Signal(signed(p.sum_bits), name=f"sum{c}") for c in range(n)]
-        # the multiplier in a register per partial product (kept: one register feeding both multipliers of a
-        # lane was 3.5 ns of wire in front of one of them on bert_tiny's ECP5 route)
-        scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}") for c in range(n)]
+        # the multiplier in a register per partial product (one register feeding both multipliers of a lane was
+        # 3.5 ns of wire in front of one of them on bert_tiny's ECP5 route); both kept, as opt_merge folds a copy
+        # without the mark into one with it
         split = split_parts(p.sum_bits, True) == 2
+        scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}", attrs={KEEP: 1} if split else {}) for c in range(n)]
         scale_high = [Signal(unsigned(p.mult_bits), name=f"mult_high{c}", attrs={KEEP: 1}) if split else None
                       for c in range(n)]
         for c in range(n):

@@ -9,7 +9,8 @@ __all__ = ["KEEP", "KEEP_REGISTERS", "delayed", "fits_signed"]
 # The attribute of a register that is a deliberate copy (one per block of a signal that fans out across the die):
 # yosys' opt_merge merges flip-flops with equal inputs, and a keep attribute on the wire does not stop it, so the
 # synthesis flows (mlo_hw.synth, mlo_hw.ecp5) run KEEP_REGISTERS after reading the design: the flip-flops that
-# drive a wire marked so are marked keep themselves, which opt_merge respects.
+# drive a wire marked so are marked keep themselves, which opt_merge respects between two marked flip-flops (it still
+# folds an unmarked one into a marked one with the same input: mark every copy, the original too).
 KEEP = "keep"
 KEEP_REGISTERS = f"proc; setattr -set keep 1 a:{KEEP} %ci1:+$dff[Q] t:$dff %i"
 
