@@ -202,7 +202,7 @@ class InverseStd(wiring.Component):
         m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
         m.submodules.sqrt = sqrt = SerialSqrt(w.rad_bits)
         m.submodules.recip = recip = SerialDivider(w.root_bits + nx.LN_NORM_BITS + 1, w.root_bits, w.inv_bits)
-        root_len = Signal(range(w.root_bits + 1), reset_less=True)     # bitlen(s), registered: not in front of the divider
+        root_len = Signal(range(w.root_bits + 1), reset_less=True)  # bitlen(s), registered: not before the divider
         m.d.comb += [sqrt.radicand.eq(var << (k << 1)),
                      recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
         with m.FSM(name="scale_fsm"):
@@ -313,7 +313,7 @@ class NormaliseOutput(wiring.Component):
         # (no reset: they follow the input a cycle and two later, and a reset would join the decode at their
         # flip-flops' reset pins)
         shift = Signal(range(y0_bits + 1), reset_less=True)
-        half = Signal(unsigned(y0_bits), reset_less=True)   # 2**(shift-1): rshift_round's rounding term, added to the bias
+        half = Signal(unsigned(y0_bits), reset_less=True)   # 2**(shift-1): rshift_round's rounding term, for the bias
         m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
                      half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
         with m.If(advance):

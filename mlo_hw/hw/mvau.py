@@ -83,7 +83,7 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 from .buffers import NO_COLLISION
-from .pipeline import KEEP, fits_signed
+from .pipeline import fits_signed, kept_copy
 
 __all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
@@ -408,12 +408,9 @@ class MACArray(wiring.Component):
         singles = [c for c in range(p.pe) if not any(c in g for g in groups)]
         # every multiplier has its own copy of its activation operand (a deliberate copy, kept apart by synthesis):
         # one register feeding the pe / 2 multipliers of a lane was a wire across the die in front of a multiplier
-        a2 = {}
-        for c in [lo for lo, _ in groups] + singles:
-            for s in range(p.simd):
-                r = Signal(signed(p.act_bits + 1), name=f"a{c}_{s}", reset_less=True, attrs={KEEP: 1})
-                m.d.sync += r.eq(Mux(act_unsigned, act_in[s].as_unsigned(), act_in[s].as_signed()))
-                a2[c, s] = r
+        a2 = {(c, s): kept_copy(m, Mux(act_unsigned, act_in[s].as_unsigned(), act_in[s].as_signed()), f"a{c}_{s}",
+                                signed(p.act_bits + 1))
+              for c in [lo for lo, _ in groups] + singles for s in range(p.simd)}
         wpk = {}
         for (lo, hi) in groups:
             for s in range(p.simd):
@@ -551,14 +548,13 @@ class Requantizer(wiring.Component):
         # 3.5 ns of wire in front of one of them on bert_tiny's ECP5 route); both kept, as opt_merge folds a copy
         # without the mark into one with it
         split = split_parts(p.sum_bits, True) == 2
-        scale = [Signal(unsigned(p.mult_bits), name=f"mult{c}", attrs={KEEP: 1} if split else {}) for c in range(n)]
-        scale_high = [Signal(unsigned(p.mult_bits), name=f"mult_high{c}", attrs={KEEP: 1}) if split else None
-                      for c in range(n)]
+        scaled = []
         for c in range(n):
-            m.d.sync += [total[c].eq(acc[c] + Mux(raw0, 0, bias[c])), scale[c].eq(Mux(raw0, 1, mult[c]))]
-            if split:
-                m.d.sync += scale_high[c].eq(Mux(raw0, 1, mult[c]))
-        scaled = [split_product(m, total[c], scale[c], f"rq{c}", scale_high[c]) for c in range(n)]
+            m.d.sync += total[c].eq(acc[c] + Mux(raw0, 0, bias[c]))
+            factor = Mux(raw0, 1, mult[c])
+            scale = kept_copy(m, factor, f"mult{c}", unsigned(p.mult_bits))
+            scale_high = kept_copy(m, factor, f"mult_high{c}", unsigned(p.mult_bits)) if split else None
+            scaled.append(split_product(m, total[c], scale, f"rq{c}", scale_high))
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
         for c in range(n):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amaranth import C, Signal
 
-__all__ = ["KEEP", "KEEP_REGISTERS", "delayed", "fits_signed"]
+__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed"]
 
 # The attribute of a register that is a deliberate copy (one per block of a signal that fans out across the die):
 # yosys' opt_merge merges flip-flops with equal inputs, and a keep attribute on the wire does not stop it, so the
@@ -13,6 +13,14 @@ __all__ = ["KEEP", "KEEP_REGISTERS", "delayed", "fits_signed"]
 # folds an unmarked one into a marked one with the same input: mark every copy, the original too).
 KEEP = "keep"
 KEEP_REGISTERS = f"proc; setattr -set keep 1 a:{KEEP} %ci1:+$dff[Q] t:$dff %i"
+
+
+def kept_copy(m, value, name: str, shape=None):
+    """A register of ``value`` (of ``shape``, else ``value``'s; no reset, as data) marked :data:`KEEP`: a copy
+    of its own for one user of a value that fans out across the die (a multiplier's operand, a lane's parameter)."""
+    r = Signal(value.shape() if shape is None else shape, name=name, reset_less=True, attrs={KEEP: 1})
+    m.d.sync += r.eq(value)
+    return r
 
 
 def delayed(m, value, cycles: int, name: str):

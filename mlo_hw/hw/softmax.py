@@ -32,7 +32,7 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .divide import SerialDivider
 from .mvau import split_product
-from .pipeline import KEEP, delayed
+from .pipeline import delayed, kept_copy
 
 __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
@@ -261,9 +261,7 @@ class Softmax(wiring.Component):
         for k in range(self.lanes):
             # the layer's multiplier and shift (held stable for rows in flight), registered next to their users: a
             # copy per lane, without reset (a reset would be the block's flush at their reset pins)
-            mult = Signal(nx.MULT_BITS, name=f"ex_mult{k}", reset_less=True, attrs={KEEP: 1})
-            shift = Signal(SHIFT_BITS, name=f"ex_shift{k}", reset_less=True, attrs={KEEP: 1})
-            m.d.sync += [mult.eq(self.mult), shift.eq(self.shift)]
+            mult, shift = kept_copy(m, self.mult, f"ex_mult{k}"), kept_copy(m, self.shift, f"ex_shift{k}")
             # the lane's datapath registers have no reset (``meta``, which has, says which hold a word)
             dist = Signal(unsigned(w), name=f"dist{k}", reset_less=True)              # stage 2: below the row max
             keep = [Signal(name=f"masked_in{k}_{j}", reset_less=True) for j in range(5)]

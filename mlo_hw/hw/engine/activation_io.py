@@ -159,9 +159,9 @@ class BufferStore(wiring.Component):
 
     Timing: reads run ahead into a queue of ``read_latency + 2`` words, so the W channel gets one beat a cycle
     (word >= beat), or one beat per ``beat / word`` cycles (word < beat: one buffer read a cycle); the first W
-    beat ``read_latency + 3`` cycles after ``start``: the regrouped beats pass a two-entry queue (``beats``) on their way
-    to the writer, so the W channel's ready, which the writer decodes from its burst state, ends there instead of in the
-    regroup's register enables. A ``cancel`` stops the reads; the writer completes the bursts already
+    beat ``read_latency + 3`` cycles after ``start``: the regrouped beats pass a two-entry queue (``beats``) on
+    their way to the writer, so the W channel's ready, which the writer decodes from its burst state, ends there
+    instead of in the regroup's register enables. A ``cancel`` stops the reads; the writer completes the bursts already
     issued with WSTRB 0 (see :class:`~mlo_hw.hw.act_dma.WriteDma`).
     """
 

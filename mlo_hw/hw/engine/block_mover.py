@@ -184,7 +184,8 @@ class BlockMover(wiring.Component):
 
     def _runs(self, m, name, start, engine):
         """One side's command and runs: ``start`` latches ``cmd``; a run starts ``engine`` two cycles after the
-        previous one ended (RUN decides, START starts). Returns the latched command, running, the run's DRAM base and bank-local word."""
+        previous one ended (RUN decides, START starts). Returns the latched command, running, the run's DRAM base
+        and bank-local word."""
         cmd = Signal.like(self.cmd, name=f"{name}_cmd")
         run_base = Signal(self.p.addr_bits, name=f"{name}_run_base")
         run_local = Signal(self.local_bits, name=f"{name}_run_local")
