@@ -60,8 +60,9 @@ def layer_bound(cfg, seq: int | None = None) -> int:
 # Cycles of a LayerNorm phase beyond its lanes' element cycles: the last row's statistics (about 100 cycles) before
 # its output pass, the start and the last words' write. Fitted to the LN2 cycles bench/cycles.py measured (minilm_l6
 # at 2 and 8 lanes, seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes"); LN1 may wait longer for its
-# gains and biases (about 170 cycles on minilm_l6). 112 before NormaliseOutput's pipeline grew from 6 to 9 stages.
-LN_ROW_LATENCY = 115
+# gains and biases (about 170 cycles on minilm_l6). 112 before NormaliseOutput's pipeline grew from 6 to 9 stages,
+# 115 before each lane got its two-element queues (a cycle each).
+LN_ROW_LATENCY = 117
 
 # A LayerNorm lane takes a row at most every this many cycles (its mean unit's time a row, MeanVariance in
 # mlo_hw.hw.layernorm): rows shorter than it (hidden < 52) do not keep a lane busy every cycle.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ...model import numerics as nx
@@ -45,7 +45,7 @@ class LayerNormLanes(wiring.Component):
     first output about hidden + 110 cycles after its first input; rows overlap inside a lane when hidden >= 52,
     :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts ``i * hidden / simd`` cycles after ``start`` (its
     FIFO fills after lane i - 1's), so ``rows`` rows take about ``(lanes - 1) hidden / simd + (ceil(rows / lanes)
-    - 1) max(hidden, 49) + 2 hidden + 112`` cycles in the engine (:func:`mlo_hw.perf.layernorm_cycles`). The
+    - 1) max(hidden, 49) + 2 hidden + 117`` cycles in the engine (:func:`mlo_hw.perf.layernorm_cycles`). The
     single read port bounds the lanes: ``lanes`` elements a cycle are taken, ``simd`` delivered, so
     ``lanes <= simd`` (checked; more would wait on the port), and the lanes' words leave on ``w`` at
     ``lanes / simd`` a cycle, within its one a cycle. Backpressure on ``w`` stalls the lanes without losing a
@@ -94,16 +94,22 @@ class LayerNormLanes(wiring.Component):
                      reader.hold.eq(reader.addr >= self.avail)]
 
         # ---- rows to the lanes in turn: a row's words wait in its lane's FIFO, so the lanes work together
-        lns, fifos = [], []
+        lanes_out, fifos = [], []
         for i in range(n):
             m.submodules[f"fifo{i}"] = fifo = SyncFIFOBuffered(width=2 * rb * simd, depth=max(rw, 2))
             m.submodules[f"pairs{i}"] = pairs = Serializer(simd, 2 * rb)
             m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden, rms=self.rms)
+            # two-element queues on either side of the lane: its handshakes end at their level registers, not in
+            # the serializer's word enables or the gather's (the lane sits apart from both on the die)
+            m.submodules[f"pairs_q{i}"] = pairs_q = SyncFIFO(width=2 * rb, depth=2)
+            m.submodules[f"out_q{i}"] = out_q = SyncFIFO(width=rb, depth=2)
             m.d.comb += [pairs.i.valid.eq(fifo.r_rdy), pairs.i.payload.eq(fifo.r_data), fifo.r_en.eq(pairs.i.ready),
                          ln.param.addr.eq(self.param.addr), ln.param.data.eq(self.param.data),
                          ln.param.en.eq(self.param.en), ln.shift.eq(self.shift)]
-            wiring.connect(m, pairs.o, ln.i)
-            lns.append(ln)
+            wiring.connect(m, pairs.o, pairs_q.w_stream)
+            wiring.connect(m, pairs_q.r_stream, ln.i)
+            wiring.connect(m, ln.o, out_q.w_stream)
+            lanes_out.append((ln.o, out_q.r_stream))
             fifos.append(fifo)
         col, lane = Signal(range(max(rw, 2))), Signal(range(max(n, 2)))
         for i, fifo in enumerate(fifos):
@@ -126,22 +132,22 @@ class LayerNormLanes(wiring.Component):
         first = Signal(n)                               # the full lane with the lowest index
         m.d.comb += [first[i].eq(full[i] & ~full[:i].any()) for i in range(n)]
         m.d.comb += self.w.valid.eq(full.any())
-        for i, ln in enumerate(lns):
+        for i, (ln_o, q) in enumerate(lanes_out):
             word = Signal(rb * simd, name=f"word{i}")
             idx = Signal(range(max(simd, 2)), name=f"idx{i}")
             addr = Signal.like(self.w.payload.addr, name=f"addr{i}")
             wcol = Signal(range(max(rw, 2)), name=f"col{i}")
             leave = first[i] & self.w.ready
-            m.d.comb += [ln.o.ready.eq(~full[i] | leave),
-                         self.taps.valid[i].eq(ln.o.valid & ln.o.ready), self.taps.data[i].eq(ln.o.payload)]
+            m.d.comb += [q.ready.eq(~full[i] | leave),
+                         self.taps.valid[i].eq(ln_o.valid & ln_o.ready), self.taps.data[i].eq(ln_o.payload)]
             with m.If(first[i]):
                 m.d.comb += [self.w.payload.addr.eq(addr), self.w.payload.data.eq(word)]
             with m.If(leave):
                 m.d.sync += [full[i].eq(0), wcol.eq(wcol + 1), addr.eq(addr + 1)]
                 with m.If(wcol == rw - 1):
                     m.d.sync += [wcol.eq(0), addr.eq(addr + 1 + (n - 1) * rw), nxt[i].eq(nxt[i] + n)]
-            with m.If(ln.o.valid & ln.o.ready):
-                m.d.sync += [word.word_select(idx, rb).eq(ln.o.payload), idx.eq(idx + 1)]
+            with m.If(q.valid & q.ready):
+                m.d.sync += [word.word_select(idx, rb).eq(q.payload), idx.eq(idx + 1)]
                 with m.If(idx == simd - 1):
                     m.d.sync += [idx.eq(0), full[i].eq(1)]
             with m.If(restart):

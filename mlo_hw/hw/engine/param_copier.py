@@ -65,8 +65,9 @@ class ParamCopier(wiring.Component):
         ``gelu``: the GELU table's write port (byte i = entry i); ``shift``: the shift memory's write port
         (channel c of the layer input at word c // lanes, lane c % lanes; LN1's output's from word H / lanes on).
 
-    Timing: once the section is loaded, element i is read in cycle i and written in cycle i + 1; a section of
-    n elements takes n + 1 cycles from the first read to ``done``.
+    Timing: once the section is loaded, element i is read in cycle i and written in cycle i + 2 (the read data
+    is registered before it leaves: the store's block RAM output drives no long wire); a section of n elements
+    takes n + 2 cycles from the first read to ``done``.
     """
 
     def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8,
@@ -103,13 +104,18 @@ class ParamCopier(wiring.Component):
         lanes = self.lanes
         kind = Signal(CopyKind)
         idx = Signal(range(max(self.count.values()) + 2))      # the element being read
-        prev = Signal.like(idx)                                 # the element being written (read last cycle)
-        write = Signal()                                        # ``prev`` is valid: write it this cycle
+        prev = Signal.like(idx)                                 # the element read last cycle (its data is out)
+        write = Signal()                                        # ``prev`` is valid: register it to write it
         loaded, last = Signal(), Signal()
         # the word being read, a register: the section's first word, then one more a element (a byte: every fourth)
         addr, next_word = Signal.like(self.param_addr), Signal()
         m.d.sync += [prev.eq(idx), write.eq(0)]
         m.d.comb += self.param_addr.eq(addr)
+        # the element read last cycle, registered: it is written from here, a cycle later
+        data_q, at = Signal(32, reset_less=True), Signal.like(prev, reset_less=True)
+        put, ending = Signal(), Signal()          # (a request or a flush drops the element in flight)
+        m.d.sync += [data_q.eq(self.param_data), at.eq(prev), put.eq(write & ~self.request & ~self.flush),
+                     ending.eq(0)]
         kinds = {k: v for k, v in SECTION.items() if k in self.count}
         with m.Switch(kind):
             for k, section in kinds.items():
@@ -117,16 +123,16 @@ class ParamCopier(wiring.Component):
                 with m.Case(k):
                     m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k]),
                                  next_word.eq(idx[:2] == 3 if bytewise else 1)]
-        byte = self.param_data.word_select(prev[:2], 8)
-        m.d.comb += [self.ln.addr.eq(prev), self.ln.data.eq(self.param_data.as_signed()),
-                     self.ln.en.eq(write & Cat(*(kind == k for k in LN_KINDS if k in self.count)).any()),
-                     self.gelu.addr.eq(prev), self.gelu.data.eq(byte), self.gelu.en.eq(write & (kind == CopyKind.GELU)),
-                     self.bias.addr.eq(prev), self.bias.data.eq(self.param_data.as_signed()),
-                     self.bias.en.eq(write & (kind == CopyKind.BIAS) if CopyKind.BIAS in self.count else 0)]
+        byte = data_q.word_select(at[:2], 8)
+        m.d.comb += [self.ln.addr.eq(at), self.ln.data.eq(data_q.as_signed()),
+                     self.ln.en.eq(put & Cat(*(kind == k for k in LN_KINDS if k in self.count)).any()),
+                     self.gelu.addr.eq(at), self.gelu.data.eq(byte), self.gelu.en.eq(put & (kind == CopyKind.GELU)),
+                     self.bias.addr.eq(at), self.bias.data.eq(data_q.as_signed()),
+                     self.bias.en.eq(put & (kind == CopyKind.BIAS) if CopyKind.BIAS in self.count else 0)]
         # the narrowing shifts, one per channel, fill the shift memory's words lane by lane
         word, lane = Signal.like(self.shift.addr), Signal(range(max(lanes, 2)))
         m.d.comb += [self.shift.addr.eq(word), self.shift.data.eq(byte[:SHIFT_LANE_BITS].replicate(lanes))]
-        with m.If(write & (kind == CopyKind.NARROW)):
+        with m.If(put & (kind == CopyKind.NARROW)):
             m.d.comb += self.shift.en.eq(1 << lane)
             m.d.sync += lane.eq(lane + 1)
             with m.If(lane == lanes - 1):
@@ -136,16 +142,19 @@ class ParamCopier(wiring.Component):
                      self.release.eq(self.busy & loaded & last & (kind == self.last))]
         with m.If(self.busy & loaded):
             with m.If(last):
-                m.d.sync += [self.busy.eq(0), self.done.eq(1)]
+                m.d.sync += [self.busy.eq(0), ending.eq(1)]
             with m.Else():
                 m.d.sync += [idx.eq(idx + 1), write.eq(1), addr.eq(addr + next_word)]
+        with m.If(ending):                  # the last element is written this cycle
+            m.d.sync += self.done.eq(1)
         with m.If(self.request):
-            m.d.sync += [self.busy.eq(1), self.done.eq(0), idx.eq(0), kind.eq(self.kind), word.eq(0), lane.eq(0)]
+            m.d.sync += [self.busy.eq(1), self.done.eq(0), ending.eq(0), idx.eq(0), kind.eq(self.kind),
+                         word.eq(0), lane.eq(0)]
             with m.Switch(self.kind):
                 for k, section in kinds.items():
                     with m.Case(k):      # LNX: after LN1's gains and biases; BIAS: after the GELU table
                         skip = {CopyKind.LNX: 8 * self.hidden, CopyKind.BIAS: 1 << self.act_bits}.get(k, 0)
                         m.d.sync += addr.eq(self.pgeo.word(section, skip))
         with m.If(self.flush):
-            m.d.sync += [self.busy.eq(0), self.done.eq(0)]
+            m.d.sync += [self.busy.eq(0), self.done.eq(0), ending.eq(0)]
         return m
