@@ -224,7 +224,9 @@ class InverseStd(wiring.Component):
                 m.next = "RECIP"
             with m.State("RECIP"):
                 with m.If(recip.done):
-                    zero = sqrt.root == 0             # zero variance: t = 0, out = sat(rshift_round(bias))
+                    # zero variance (s = 0, so bitlen(s) = 0: a register, not a 24-input test of the root): t = 0,
+                    # out = sat(rshift_round(bias))
+                    zero = root_len == 0
                     m.d.comb += self.done.eq(1)
                     m.d.sync += [invs[sc_slot].eq(Mux(zero, 0, recip.quotient)), sc_slot.eq(sc_slot + 1)]
                     m.next = "IDLE"
