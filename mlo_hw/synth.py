@@ -4,7 +4,8 @@
 :class:`SynthResult`: cells by type, the standard resource keys (LUT, FF, CARRY4, DSP, BRAM36 with a
 RAMB18 as half, LUTRAM), the number of latches, and the logic depth: the longest combinational path
 in cells between sequential cells (``ltp`` of the design without flip-flops, DSPs, RAMs and shift
-registers; LUTs and CARRY4 each count one), a timing proxy.
+registers; LUTs and CARRY4 each count one), a timing proxy; and the registers whose inputs are deeper than
+:data:`LOGIC_DEPTH_AIM` (:func:`deep_registers`), the paths left to cut for the Artix-7 aim.
 
 ``python -m mlo_hw.synth --config CONFIG [--part PART] [-o DIR]`` synthesizes *the design of a
 config* (:func:`design_of`):
@@ -70,6 +71,7 @@ class SynthResult:
     cells: dict[str, int]
     logic_depth: int
     log: str = field(repr=False, default="")
+    deep: list[tuple[int, str, int]] = field(default_factory=list)     # :func:`deep_registers`
 
     @property
     def latches(self) -> int:
@@ -99,6 +101,60 @@ BLOCK_SYNTH_EXTRA = {"softmax": "-dff"}
 # vendor's sequential cells out (flip-flops, DSP48E1 with its pipeline registers, block and distributed
 # RAM, shift registers) so the longest path is the longest register-to-register combinational path.
 _LTP_SELECTION = "t:FD* t:DSP48E1 %u t:RAM* %u t:SRL* %u %n"
+_SEQUENTIAL = ("FD", "DSP48E1", "RAM", "SRL")          # the same cells, by type prefix
+
+# Artix-7: at most this many cells (LUTs, CARRY4) between registers, the pipelining aim; deeper paths are listed
+LOGIC_DEPTH_AIM = 8
+
+
+def deep_registers(module: dict, limit: int = LOGIC_DEPTH_AIM) -> list[tuple[int, str, int]]:
+    """The registers (and DSP/RAM inputs) of a flattened yosys ``write_json`` module whose inputs are more than
+    ``limit`` combinational cells deep, counted as ``ltp`` counts them: ``(depth, name, inputs)`` per register, the
+    deepest first (``name``: the register's net name without its bit index; ``inputs``: its input bits that deep)."""
+    cells = module["cells"]
+    driver, names = {}, {}
+    for name, c in cells.items():
+        for port, bits in c["connections"].items():
+            if c["port_directions"].get(port) == "output":
+                driver.update((b, name) for b in bits if isinstance(b, int))
+    for net, v in module["netnames"].items():
+        if not v.get("hide_name"):
+            for b in v["bits"]:
+                if isinstance(b, int) and len(net) < len(names.get(b, net + " ")):
+                    names[b] = net
+    comb = {n for n, c in cells.items() if not c["type"].startswith(_SEQUENTIAL)}
+    depth: dict[str, int] = {}
+
+    def inputs(c):
+        return [b for port, bits in cells[c]["connections"].items() if cells[c]["port_directions"].get(port) == "input"
+                for b in bits if isinstance(b, int) and driver.get(b) in comb]
+
+    def cell_depth(c):                                   # iterative: carry chains make long recursions
+        stack = [c]
+        while stack:
+            top = stack[-1]
+            todo = [driver[b] for b in inputs(top) if driver[b] not in depth]
+            if todo and top not in depth:
+                depth[top] = -1                          # on the stack (a combinational loop ends here)
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if depth.get(top, -1) <= 0:
+                depth[top] = 1 + max((max(depth[driver[b]], 0) for b in inputs(top)), default=0)
+        return depth[c]
+
+    deep: dict[str, list[int]] = {}
+    for name, c in cells.items():
+        if name in comb:
+            continue
+        q = [b for port, bits in c["connections"].items() if c["port_directions"].get(port) == "output"
+             for b in bits if isinstance(b, int) and b in names]
+        label = names[q[0]].split("[")[0] if q else name
+        for b in inputs(name):
+            d = cell_depth(driver[b])
+            if d > limit:
+                deep.setdefault(label, []).append(d)
+    return sorted(((max(ds), n, len(ds)) for n, ds in deep.items()), key=lambda t: (-t[0], t[1]))
 
 
 def pypi_tool(name: str) -> str | None:
@@ -124,16 +180,19 @@ def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, flatten: 
         script = (f"read_verilog -sv design.v; {KEEP_REGISTERS}; synth_xilinx -family xc7 -top {top}"
                   f"{'' if iopad else ' -noiopad'}{' -flatten' if flatten else ''} {extra}; "
                   "tee -q -o stat.json stat -json -tech xilinx; "
-                  f"tee -q -o ltp.txt ltp -noff {_LTP_SELECTION}")
+                  f"tee -q -o ltp.txt ltp -noff {_LTP_SELECTION}; write_json netlist.json")
         r = subprocess.run(_yosys() + ["-q", "-p", script], cwd=d, capture_output=True, text=True)
         if r.returncode != 0 or not Path(d, "stat.json").exists():
             msg = (r.stderr or r.stdout).strip().splitlines()
             raise SynthError(f"yosys synth_xilinx of {top} failed: {msg[-1] if msg else 'no output'}")
         stat = json.loads(Path(d, "stat.json").read_text())
         ltp = Path(d, "ltp.txt").read_text()
+        netlist = json.loads(Path(d, "netlist.json").read_text())
     cells = dict(stat["design"].get("num_cells_by_type", {}))
     m = re.search(r"length=(\d+)", ltp)
-    return SynthResult(cells=cells, logic_depth=int(m.group(1)) if m else 0, log=r.stdout + r.stderr)
+    module = netlist["modules"].get(top) if flatten else None
+    return SynthResult(cells=cells, logic_depth=int(m.group(1)) if m else 0, log=r.stdout + r.stderr,
+                       deep=deep_registers(module) if module else [])
 
 
 # ---- the design of a config ------------------------------------------------------------------------
@@ -279,6 +338,11 @@ class Utilization:
         return max(r.logic_depth for r in self.results.values())
 
     @property
+    def deep(self) -> list[tuple[int, str, int]]:
+        """The registers deeper than :data:`LOGIC_DEPTH_AIM`, over every part of the design, the deepest first."""
+        return sorted((t for r in self.results.values() for t in r.deep), key=lambda t: (-t[0], t[1]))
+
+    @property
     def deepest(self) -> str:
         """The part of the design with the longest combinational path."""
         return max(self.results, key=lambda n: self.results[n].logic_depth)
@@ -308,6 +372,7 @@ class Utilization:
             "blocks_missing": list(self.design.missing),
             "latches": self.latches,
             "logic_depth": self.logic_depth,
+            "deep_registers": [{"depth": d, "register": n, "inputs": k} for d, n, k in self.deep],
             "dsp_per_mac_lane": round(self.dsp_per_lane(cfg)[0], 4),
             "fits": not self.overflow(),
             "pnr": self.pnr,
@@ -470,6 +535,10 @@ def report_section(cfg, u: Utilization, command: str) -> str:
               f"Latches: {u.latches}.  ",
               f"Logic depth (longest register-to-register combinational path in cells, `ltp`): {u.logic_depth}"
               + (f" ({u.deepest})." if len(u.results) > 1 else ".") + "  "]
+    if u.deep:
+        lines.append(f"Deeper than the Artix-7 aim of {LOGIC_DEPTH_AIM} cells: {len(u.deep)} registers; "
+                     + ", ".join(f"`{n}` {d}" for d, n, _ in u.deep[:12])
+                     + (", ... (all in `utilization.json`, `deep_registers`)" if len(u.deep) > 12 else "") + ".  ")
     over = u.overflow()
     lines.append("Fits the part: " + ("yes." if not over else "**no**: " + ", ".join(
         f"{k} {_fmt(a)} > {_fmt(b)}" for k, (a, b) in over.items()) + "."))

@@ -101,6 +101,9 @@ def test_latch_is_counted_and_logic_depth_sees_a_carry_chain():
     r = synth_verilog(text, "top")
     assert r.latches == 1 and r.used["CARRY4"] == 16
     assert 16 <= r.logic_depth <= 18, r.logic_depth
+    # the sum's register is the one deeper than the Artix-7 aim: its top bits at the logic depth, its low bits not
+    (depth, name, inputs), = r.deep
+    assert name in ("s", "x.s") and depth == r.logic_depth and 0 < inputs < 64, r.deep      # (the port it drives)
 
 
 def test_parts_table_matches_the_data_sheet():
