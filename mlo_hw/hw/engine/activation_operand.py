@@ -108,8 +108,10 @@ class ActivationOperand(wiring.Component):
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
-    Timing: one word a cycle while ``o.ready``; a word leaves ``read_latency + 4`` cycles after its read (the
-    buffer, :class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s queue, then :class:`Narrow`'s three stages).
+    Timing: ``start`` and ``cmd`` are registered (the sequencer decides ``start`` from the MVAU's command
+    handshake, and the reader's and column's resets are spread over the block), so the first read is two cycles
+    after ``start``; one word a cycle while ``o.ready``; a word leaves ``read_latency + 4`` cycles after its read
+    (the buffer, :class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s queue, then :class:`Narrow`'s three stages).
     ``rd_addr`` and ``rd_en`` come from registers.
     """
 
@@ -136,8 +138,9 @@ class ActivationOperand(wiring.Component):
                                               init=[])
         sw, sr = shifts.write_port(granularity=SHIFT_LANE_BITS), shifts.read_port(domain="comb")
         m.d.comb += [sw.addr.eq(self.shift.addr), sw.data.eq(self.shift.data), sw.en.eq(self.shift.en)]
-        c = self.cmd
-        m.d.comb += [reader.start.eq(self.start), reader.base.eq(c.base), reader.stride.eq(c.stride),
+        start, c = Signal(), Signal.like(self.cmd, reset_less=True)
+        m.d.sync += [start.eq(self.start), c.eq(self.cmd)]
+        m.d.comb += [reader.start.eq(start), reader.base.eq(c.base), reader.stride.eq(c.stride),
                      reader.words.eq(c.words), reader.vectors.eq(c.vectors), reader.passes.eq(c.passes),
                      reader.hold.eq(self.hold),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
@@ -146,7 +149,7 @@ class ActivationOperand(wiring.Component):
         col = Signal(range(max(row_words, 2)))                 # column word of the beat on offer
         with m.If(reader.o.valid & reader.o.ready & narrowed):
             m.d.sync += col.eq(Mux(col == row_words - 1, 0, col + 1))
-        with m.If(self.start):
+        with m.If(start):
             m.d.sync += [col.eq(0), narrowed.eq(c.narrowed), shift_base.eq(c.shift_base)]
         m.d.comb += [sr.addr.eq(shift_base + col),
                      narrow.i.valid.eq(reader.o.valid), narrow.i.payload.data.eq(reader.o.payload),
