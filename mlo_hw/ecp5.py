@@ -32,6 +32,7 @@ from pathlib import Path
 
 from amaranth import ClockDomain, Module
 from amaranth.lib import wiring
+from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from .cli import BadInput
@@ -191,9 +192,9 @@ def worst_endpoints(report: dict, count: int = 10, limit_ns: float | None = None
     block, and the sink register's name with its numbers as ``#``: ``mvau.mac.pk#_#_m``), from nextpnr's
     ``--report`` with ``--detailed-timing-report`` (each endpoint's arrival after the launching clock edge, ns):
     ``{"ns", "block", "from", "sink", "net", "driver"}``. nextpnr prints one critical path; this ranks the others,
-    the next paths to cut. An arrival counts every path into the pin, the ``rst`` pin's too (asynchronous, outside
-    the clock's figure): with ``limit_ns``, the clock's critical path, a later one cannot be a clocked path and is
-    left out."""
+    the next paths to cut. An arrival counts every path into the pin, asynchronous ones too (outside the clock's
+    figure; the ``rst`` pin's, which before :class:`PinWrapper` synchronized it reached the engine's flushes): with
+    ``limit_ns``, the clock's critical path, a later one cannot be a clocked path and is left out."""
     ends = []
     for net in report.get("detailed_net_timings", []):
         for e in net.get("endpoints", []):
@@ -239,8 +240,10 @@ def path_report_lines(what: str, path: list[str], limit: int = 60) -> list[str]:
 # ---- the engine on three pins ------------------------------------------------------------------------------
 
 class PinWrapper(wiring.Component):
-    """``design`` on three pins: ``clk``, ``rst`` (synchronous, active high) and ``out``. Its own clock domain
-    is local, so an engine that defines ``sync`` from its ``aclk`` (``EngineTop``) makes no loop."""
+    """``design`` on three pins: ``clk``, ``rst`` (active high) and ``out``. Its own clock domain is local, so an
+    engine that defines ``sync`` from its ``aclk`` (``EngineTop``) makes no loop. ``rst`` passes a
+    ``ResetSynchronizer`` as on a board (:class:`~mlo_hw.boards.BoardTop`): the design's reset comes from a register,
+    so its paths (the engine's flushes, the resets' fan-out) are timed like any other."""
 
     def __init__(self, design):
         self.design = design
@@ -250,7 +253,8 @@ class PinWrapper(wiring.Component):
         from .boards import drive_from_stimulus
         m = Module()
         m.domains.pins = cd = ClockDomain("pins", local=True)
-        m.d.comb += [cd.clk.eq(self.clk), cd.rst.eq(self.rst)]
+        m.d.comb += cd.clk.eq(self.clk)
+        m.submodules.reset_sync = ResetSynchronizer(self.rst, domain="pins")
         m.submodules.design = self.design
         m.d.comb += self.out.eq(drive_from_stimulus(m, self.design, "pins"))
         return m
