@@ -74,17 +74,19 @@ def test_empty_path_is_unknown():
 
 
 class Tiny(wiring.Component):
-    """The shape of ``engine_top(cfg)``: its own ``sync`` from ``aclk``/``aresetn``, AXI-named ports."""
+    """The shape of ``engine_top(cfg)``: its own ``sync`` from ``aclk``/``aresetn``, AXI-named ports; ``count``
+    counts its cycles."""
     aclk: In(1)
     aresetn: In(1)
     s_axil_wdata: In(8)
     m_axi_araddr: Out(8)
+    count: Out(8)
 
     def elaborate(self, platform):
         m = Module()
         m.domains.sync = cd = ClockDomain("sync")
         m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
-        m.d.sync += self.m_axi_araddr.eq(self.m_axi_araddr + self.s_axil_wdata)
+        m.d.sync += [self.m_axi_araddr.eq(self.m_axi_araddr + self.s_axil_wdata), self.count.eq(self.count + 1)]
         return m
 
 
@@ -196,25 +198,11 @@ def test_the_proxy_keeps_the_plan_and_takes_the_ecp5_multipliers():
         assert MVAUParams.from_config(cfg).packed and not MVAUParams.from_config(proxy).packed
 
 
-class Counter(wiring.Component):
-    """Counts cycles in its own ``sync`` from ``aclk``/``aresetn``."""
-    aclk: In(1)
-    aresetn: In(1)
-    count: Out(8)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.domains.sync = cd = ClockDomain("sync")
-        m.d.comb += [cd.clk.eq(self.aclk), cd.rst.eq(~self.aresetn)]
-        m.d.sync += self.count.eq(self.count + 1)
-        return m
-
-
 def test_pin_wrapper_resets_the_design_from_a_register():
     """``rst`` reaches the design through the wrapper's synchronizer, as on a board: asserted at once, released two
     edges after the pin falls, from the synchronizer's register (the pin itself would release it at the first)."""
     from amaranth.sim import Simulator
-    design = Counter()
+    design = Tiny()
     wrapper = ecp5.PinWrapper(design)
     seen = []
 
