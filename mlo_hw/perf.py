@@ -61,20 +61,21 @@ def layer_bound(cfg, seq: int | None = None) -> int:
 # its output pass, the start and the last words' write. Fitted to the LN2 cycles bench/cycles.py measured (minilm_l6
 # at 2 and 8 lanes, seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes"); LN1 may wait longer for its
 # gains and biases (about 170 cycles on minilm_l6). 112 before NormaliseOutput's pipeline grew from 6 to 9 stages,
-# 115 before each lane got its two-element queues (a cycle each).
-LN_ROW_LATENCY = 117
+# 115 before each lane got its two-element queues (a cycle each), 117 before the mean unit's multiply-subtract
+# took a cycle for its carry.
+LN_ROW_LATENCY = 118
 
 # A LayerNorm lane takes a row at most every this many cycles (its mean unit's time a row, MeanVariance in
 # mlo_hw.hw.layernorm): rows shorter than it (hidden < 52) do not keep a lane busy every cycle.
-LN_ROW_CYCLES_MIN = 49
+LN_ROW_CYCLES_MIN = 50
 
 
 def layernorm_cycles(cfg, rows: int | None = None) -> int:
     """Cycles of one LayerNorm phase over ``rows`` token rows (default ``seq_padded``) with ``folding.ln_lanes``
     lanes (:class:`~mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes`): lane i starts ``i * hidden / simd`` cycles
-    late (the FIFOs fill one after another from one read port); a lane takes a row every ``max(hidden, 49)``
+    late (the FIFOs fill one after another from one read port); a lane takes a row every ``max(hidden, 50)``
     cycles after its first; the last row's input, statistics and output pass follow:
-    ``(n - 1) hidden / simd + (ceil(rows / n) - 1) max(hidden, 49) + 2 hidden + LN_ROW_LATENCY``."""
+    ``(n - 1) hidden / simd + (ceil(rows / n) - 1) max(hidden, 50) + 2 hidden + LN_ROW_LATENCY``."""
     rows = cfg.seq_padded if rows is None else rows
     h, n = cfg.model.hidden, min(cfg.folding.ln_lanes, rows)
     per_lane = -(-rows // n)

@@ -7,7 +7,7 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from mlo_hw.hw.divide import SerialDivider, SerialMultiplier, SerialSqrt
+from mlo_hw.hw.divide import SerialDivider, SerialMultiplyAdd, SerialSqrt
 
 
 def _run(dut, cases, set_inputs, get_result):
@@ -67,15 +67,21 @@ def test_sqrt_exact():
     assert {cycles for *_, cycles in res} == {28 + 1}
 
 
-def test_multiplier_signed():
+def test_multiply_add_signed():
+    """c + a*b and c - a*b, exact, at multiplier_bits + 2 cycles; the two halves carry into each other."""
     rng = random.Random(2)
-    dut = SerialMultiplier(34, 24)
     lim_a, lim_b = 1 << 33, (1 << 24) - 1
     cases = [(rng.randint(-lim_a, lim_a - 1), rng.randint(-lim_b, lim_b)) for _ in range(60)]
     cases += [(-lim_a, -lim_b), (-lim_a, lim_b), (lim_a - 1, lim_b), (0, lim_b), (5, 0), (-1, -1)]
-    res = _run(dut, cases, lambda ctx, c: (ctx.set(dut.a, c[0]), ctx.set(dut.b, c[1])),
-               lambda ctx: ctx.get(dut.product))
-    assert [p for _, p, _ in res] == [a * b for a, b in cases]
+    for subtract in (False, True):
+        dut = SerialMultiplyAdd(34, 24, subtract=subtract)
+        lim_c = (1 << 57) - 1 - lim_a * lim_b             # c +- a*b fits the 58 result bits
+        cs = [rng.randint(-lim_c, lim_c) for _ in cases[:-6]] + [0, lim_c, -lim_c, -5, 1 << 40, 7]
+        triples = [(a, b, c) for (a, b), c in zip(cases, cs)]
+        res = _run(dut, triples, lambda ctx, t: (ctx.set(dut.a, t[0]), ctx.set(dut.b, t[1]), ctx.set(dut.c, t[2])),
+                   lambda ctx: ctx.get(dut.result))
+        assert [r for _, r, _ in res] == [c - a * b if subtract else c + a * b for a, b, c in triples]
+        assert {cycles for *_, cycles in res} == {24 + 2}
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -85,7 +91,7 @@ def test_bad_widths_rejected():
     with pytest.raises(ValueError, match="radicand_bits"):
         SerialSqrt(0)
     with pytest.raises(ValueError, match="width"):
-        SerialMultiplier(8, 0)
+        SerialMultiplyAdd(8, 0)
     gc.collect()      # the rejected components' "never used" warnings fire here, filtered
 
 

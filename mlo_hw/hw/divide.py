@@ -10,7 +10,8 @@ these units trade cycles for area: no DSP, one adder each. All three share one i
   have), so a reset reaches few flip-flops. ``start`` while ``busy`` is not allowed.
 
 Latency from ``start`` to ``done``: ``steps + 1`` cycles, where ``steps`` is the number of result
-bits computed (``quotient_bits``, ``root_bits`` or ``multiplier_bits``).
+bits computed (``quotient_bits`` or ``root_bits``), and ``multiplier_bits + 1`` for the multiply-add (a
+last step adds the carry between its two halves).
 """
 
 from __future__ import annotations
@@ -110,43 +111,54 @@ class SerialSqrt(wiring.Component):
         return m
 
 
-class SerialMultiplier(wiring.Component):
-    """``product = a * b`` (signed) by shift-and-add over the bits of ``|b|``, one bit per cycle.
+class SerialMultiplyAdd(wiring.Component):
+    """``result = c + a * b`` (``c - a * b`` with ``subtract``), signed, by shift-and-add over the bits of
+    ``|b|``, one bit per cycle.
 
-    ``b`` must satisfy ``|b| < 2**multiplier_bits``; the product is ``a_bits + multiplier_bits``
-    bits wide (signed).
+    ``b`` must satisfy ``|b| < 2**multiplier_bits``; ``c`` and ``result`` are ``a_bits + multiplier_bits`` bits
+    wide (signed), and the result must fit them. ``a``, ``b`` are read at ``start``, ``c`` in the cycle after it
+    (the first step). Timing: ``done`` ``multiplier_bits + 2`` cycles after ``start``. The running sum is two halves, each with
+    its own carry chain: a step's carry out of the low half enters the high half in the next step, and a last
+    step with no term adds the final one (the logic depth is that of a half-width adder, not the full one).
     """
 
-    def __init__(self, a_bits: int, multiplier_bits: int):
+    def __init__(self, a_bits: int, multiplier_bits: int, *, subtract: bool = False):
         if min(a_bits, multiplier_bits) < 1:
-            raise ValueError("SerialMultiplier: every width must be >= 1")
-        self.multiplier_bits = multiplier_bits
+            raise ValueError("SerialMultiplyAdd: every width must be >= 1")
+        self.multiplier_bits, self.subtract = multiplier_bits, subtract
+        width = a_bits + multiplier_bits
         super().__init__({
-            "start": In(1), "a": In(signed(a_bits)), "b": In(signed(multiplier_bits + 1)),
-            "busy": Out(1), "done": Out(1), "product": Out(signed(a_bits + multiplier_bits)),
+            "start": In(1), "a": In(signed(a_bits)), "b": In(signed(multiplier_bits + 1)), "c": In(signed(width)),
+            "busy": Out(1), "done": Out(1), "result": Out(signed(width)),
         })
 
     def elaborate(self, platform):
         m = Module()
         nb = self.multiplier_bits
-        width = len(self.product)
+        width = len(self.result)
+        lo_bits = (width + 1) // 2
         # data and the step count: no reset (loaded at start; ``busy`` has the reset)
-        addend = Signal(signed(width), reset_less=True)     # a << step
-        negative = Signal(reset_less=True)                  # b < 0: subtract the addends
-        bits = Signal(unsigned(nb), reset_less=True)        # |b|, LSB first
-        count = Signal(range(nb + 1), reset_less=True)
-        # the running sum starts from 0 in the first step (``first``) rather than being cleared at ``start``: a
-        # clear would be the flip-flops' reset input, fed by whatever decodes ``start``
-        product = Signal(signed(width), reset_less=True)
+        addend = Signal(width, reset_less=True)             # a << step
+        negative = Signal(reset_less=True)                  # subtract the addends: b < 0, or b >= 0 with subtract
+        bits = Signal(unsigned(nb), reset_less=True)        # |b|, LSB first; zero in the last step
+        count = Signal(range(nb + 2), reset_less=True)
+        # the running sum starts from c in the first step (``first``) rather than being loaded at ``start``:
+        # the choice sits in the LUT before the carry chain, not in one after it
+        lo, hi = Signal(lo_bits, reset_less=True), Signal(width - lo_bits, reset_less=True)
+        carry = Signal(reset_less=True)                     # the low half's carry out, into the high half next
         first = Signal(reset_less=True)
-        base, term = Mux(first, 0, product), Mux(bits[0], addend, 0)
-        m.d.comb += self.product.eq(product)
+        base = Mux(first, self.c, Cat(lo, hi))
+        sub = negative & bits[0]                            # base - term = base + ~term + 1
+        term = Mux(bits[0], addend ^ sub.replicate(width), 0)
+        low = Signal(lo_bits + 1)
+        m.d.comb += [low.eq(base[:lo_bits] + term[:lo_bits] + sub), self.result.eq(Cat(lo, hi))]
         m.d.sync += self.done.eq(0)
         with m.If(self.start):
-            m.d.sync += [addend.eq(self.a), negative.eq(self.b < 0), bits.eq(abs(self.b)), first.eq(1),
-                         count.eq(nb), self.busy.eq(1)]
+            m.d.sync += [addend.eq(self.a), negative.eq((self.b < 0) ^ self.subtract), bits.eq(abs(self.b)),
+                         first.eq(1), count.eq(nb + 1), self.busy.eq(1)]
         with m.Elif(self.busy):
-            m.d.sync += [product.eq(Mux(negative, base - term, base + term)), first.eq(0),
+            m.d.sync += [lo.eq(low[:lo_bits]), carry.eq(low[lo_bits]),
+                         hi.eq(base[lo_bits:] + term[lo_bits:] + (carry & ~first)), first.eq(0),
                          addend.eq(addend << 1), bits.eq(bits >> 1), count.eq(count - 1)]
             with m.If(count == 1):
                 m.d.sync += [self.busy.eq(0), self.done.eq(1)]

@@ -36,7 +36,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
-from .divide import SerialDivider, SerialMultiplier, SerialSqrt, bit_length
+from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
 from .pipeline import fits_signed
 
 __all__ = ["PARAM_LUTRAM_DEPTH", "LayerNorm", "ParamWriteSignature", "pair_layout", "MeanVariance", "InverseStd", "NormaliseOutput"]
@@ -103,8 +103,9 @@ class MeanVariance(wiring.Component):
         ``D = 256*Q - m*(32*S - H*m)``; a slot's values are final from the cycle after its ``done``
         until the unit serves that slot again.
         ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
-    Timing: one row at a time, 49 cycles from ``pending`` at H = 32..128 (a serial division with
-    ``mean_q_bits`` quotient bits, then a serial multiplication with ``d_bits - 1`` steps).
+    Timing: one row at a time, 50 cycles from ``pending`` at H = 32..128 (a serial division with
+    ``mean_q_bits`` quotient bits, then a serial multiply-subtract ``256Q - m*c`` with ``d_bits - 1`` steps and
+    one for its carry).
     ``rms`` (RMSNorm, T5's and Llama's: ``numerics.layernorm(..., rms=True)``): ``m = 0`` and ``D = 256*Q``, done in
     the cycle after ``pending``.
     """
@@ -125,7 +126,8 @@ class MeanVariance(wiring.Component):
         m.submodules.mean_div = mean_div = SerialDivider(w.mean_q_bits + (2 * h).bit_length(),
                                                          (2 * h).bit_length(), w.mean_q_bits)
         centre_bits = max(w.sum_bits + 5, h.bit_length() + w.d_bits) + 1      # 32*S - H*m, signed
-        m.submodules.var_mul = var_mul = SerialMultiplier(centre_bits, w.d_bits - 1)
+        m.submodules.var_mul = var_mul = SerialMultiplyAdd(centre_bits, w.d_bits - 1, subtract=True)  # 256Q - m*c
+        assert w.sq_bits + 8 < len(var_mul.result) and w.var_bits < len(var_mul.result)
         s_cur = self.sum
         # the slots' results: data without reset (the phases say which are final), driven onto the outputs
         means, vars_ = Signal.like(self.mean, reset_less=True), Signal.like(self.var, reset_less=True)
@@ -155,12 +157,12 @@ class MeanVariance(wiring.Component):
             with m.State("MULTIPLY"):
                 with m.If(var_mul.done):
                     m.d.comb += self.done.eq(1)
-                    m.d.sync += [vars_[mn_slot].eq((self.sq << 8) - var_mul.product), mn_slot.eq(mn_slot + 1)]
+                    m.d.sync += [vars_[mn_slot].eq(var_mul.result), mn_slot.eq(mn_slot + 1)]
                     m.next = "IDLE"
         m.d.comb += [mean_div.dividend.eq((s_cur << 5) + h + 2 * h * w.mean_offset),
                      mean_div.divisor.eq(2 * h),
                      var_mul.b.eq(mean),
-                     var_mul.a.eq(centre)]
+                     var_mul.a.eq(centre), var_mul.c.eq(self.sq << 8)]
         return m
 
 
@@ -364,11 +366,12 @@ class LayerNorm(wiring.Component):
         output pass reads them per element, so load them before the phase's first row (a write
         while rows are in flight changes the outputs not yet produced).
     Throughput: one element per cycle in and out in steady state when ``hidden >= 52`` (the mean
-    unit takes 49 cycles per row, the scale unit 46..48, each overlapped with other rows; for H = 49..51
-    the four row slots are the bound); shorter rows run at one row per 49 cycles (measured: 8 rows of
-    32 in 375 cycles, 0.68 elements per cycle; 8 rows of 52 in 416 cycles, gapless). Latency: from a
-    row's last input to its first output ~106 cycles (first output 138 cycles after the first input
-    at H = 32, 235 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages). The matrix-vector unit produces the branch
+    unit takes 50 cycles per row, the scale unit 46..48, each overlapped with other rows; for H = 50..51
+    the four row slots are the bound); shorter rows run at one row per 50 cycles (measured: 8 rows of
+    32 in 382 cycles, 0.67 elements per cycle; 375 when the mean unit took 49). Latency: from a
+    row's last input to its first output ~107 cycles (first output 139 cycles after the first input
+    at H = 32, 236 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages and
+    the mean unit's carry cycle). The matrix-vector unit produces the branch
     output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
     less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias
