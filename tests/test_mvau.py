@@ -172,3 +172,69 @@ def test_mvau_on_lib_memory_read_ports_in_amaranth_sim():
     flat = [[int(v) & ((1 << mp.acc_bits) - 1) for v in out[vec, nf * mp.pe:(nf + 1) * mp.pe]]
             for out in want for vec in range(vectors) for nf in range(rows // mp.pe)]
     assert got == flat
+
+
+@pytest.mark.parametrize("requant_lanes", [None, 2])
+def test_requantizer_rounds_and_saturates_at_every_edge(requant_lanes):
+    """The requantizer alone (Amaranth simulator) against numerics.requant: every shift 0..63, int8 and int16
+    results and raw mode, on random sets and on ``acc + bias`` just around each saturation edge and around the
+    width the rounding adder keeps (products of the full 33 x 16 bits among them)."""
+    import random
+
+    from amaranth.sim import Simulator
+
+    from mlo_hw.hw.mvau import Requantizer
+    from mlo_hw.model import numerics as nx
+    p = MVAUParams(pe=4, simd=4, max_cols=512, max_rows=4, max_vectors=4, acc_bits=25, requant_lanes=requant_lanes)
+    dut = Requantizer(p)
+    rng = random.Random(7)
+    acc_lim, bias_lim, mult_max = 1 << (p.acc_bits - 1), 1 << 31, (1 << p.mult_bits) - 1
+    cases = []                                  # (acc, bias, mult, shift, raw, wide) per lane
+    for shift in range(64):
+        for wide in (0, 1):
+            bits = nx.RES_BITS if wide else p.act_bits
+            for mult in (1, 3, rng.randint(1, mult_max), mult_max):
+                for edge in (1 << (bits - 1), 1 << (max(p.acc_bits + 1, nx.RES_BITS + 2) - 1), 1 << 40):
+                    for sign in (1, -1):        # v = acc + bias near sign * edge * 2**shift / 2 / mult
+                        centre = sign * edge * (1 << shift) // (2 * mult)
+                        for d in (-2, -1, 0, 1, 2):
+                            v = centre + d
+                            bias = max(-bias_lim, min(bias_lim - 1, v - rng.randint(-acc_lim, acc_lim - 1)))
+                            acc = v - bias
+                            if -acc_lim <= acc < acc_lim:
+                                cases.append((acc, bias, mult, shift, 0, wide))
+        for _ in range(8):
+            cases.append((rng.randint(-acc_lim, acc_lim - 1), rng.randint(-bias_lim, bias_lim - 1),
+                          rng.randint(1, mult_max), shift, 0, rng.randint(0, 1)))
+    cases += [(rng.randint(-acc_lim, acc_lim - 1), 0, 1, 0, 1, 0) for _ in range(50)]
+    cases += [(-acc_lim, 0, 1, 0, 1, 0), (acc_lim - 1, 0, 1, 0, 1, 1)]
+    modes = {}                                  # one shift and mode a set: the cases grouped by them
+    for c in cases:
+        modes.setdefault(c[3:], []).append(c)
+    sets = [g[i:i + p.pe] for g in modes.values() for i in range(0, len(g) - p.pe + 1, p.pe)]
+    want = [[c[0] if c[4] else int(nx.requant(c[0] + c[1], c[2], c[3], nx.RES_BITS if c[5] else p.act_bits))
+             for c in s] for s in sets]
+    got = []
+
+    async def bench(ctx):
+        for s in sets:
+            for i, (acc, bias, mult, _, _, _) in enumerate(s):
+                ctx.set(dut.acc[i], acc)
+                ctx.set(dut.prm.bias[i], bias)
+                ctx.set(dut.prm.mult[i], mult)
+            ctx.set(dut.shift, s[0][3])
+            ctx.set(dut.raw, s[0][4])
+            ctx.set(dut.wide, s[0][5])
+            ctx.set(dut.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.valid, 0)
+            await ctx.tick().repeat(dut.latency - 1)       # the result holds the set presented latency cycles ago
+            got.append([ctx.get(dut.result[i]) for i in range(p.pe)])
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(sets) > 1000 and any(w in (127, -128) for s in want for w in s)
+    bad = [(s, g, w) for s, g, w in zip(sets, got, want) if g != w]
+    assert not bad, f"{len(bad)} of {len(sets)} sets differ, first (cases, got, want) {bad[0]}"

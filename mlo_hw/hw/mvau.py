@@ -559,17 +559,24 @@ class Requantizer(wiring.Component):
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
         for c in range(n):
             m.d.sync += halved[c].eq((scaled[c] << 1) >> ctl[3].shift)
-        rounded = [Signal(signed(len(halved[c])), name=f"rd{c}") for c in range(n)]
+        # The rounding adds only over the low ``kept`` bits of ``halved``, enough for the raw result (2 acc) and
+        # for a saturation test at RES_BITS; a ``halved`` beyond them (``over``) saturates by its sign. A carry
+        # chain of ``kept`` bits, not of the product's width.
+        kept = max(p.acc_bits + 1, nx.RES_BITS + 2)
+        rounded = [Signal(signed(kept), name=f"rd{c}") for c in range(n)]
+        over = [Signal(name=f"rd_over{c}") for c in range(n)]
+        negative = [Signal(name=f"rd_neg{c}") for c in range(n)]
         for c in range(n):
-            m.d.sync += rounded[c].eq((halved[c] + 1) >> 1)
+            m.d.sync += [rounded[c].eq((halved[c][:kept].as_signed() + 1) >> 1),
+                         over[c].eq(~fits_signed(halved[c], kept)), negative[c].eq(halved[c][-1])]
         wide, raw = ctl[5].wide, ctl[5].raw
         lo_out = Mux(wide, -(1 << (nx.RES_BITS - 1)), -(1 << (p.act_bits - 1)))
         hi_out = Mux(wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
         out = [Signal(signed(p.acc_bits), name=f"rq_out{c}") for c in range(n)]
         for c in range(n):
             v = rounded[c]           # saturated by a range test on its high bits, no comparator's carry chain
-            fits = Mux(wide, fits_signed(v, nx.RES_BITS), fits_signed(v, p.act_bits))
-            sat = Mux(fits, v, Mux(v[-1], lo_out, hi_out))
+            fits = ~over[c] & Mux(wide, fits_signed(v, nx.RES_BITS), fits_signed(v, p.act_bits))
+            sat = Mux(fits, v, Mux(Mux(over[c], negative[c], v[-1]), lo_out, hi_out))
             m.d.sync += out[c].eq(Mux(raw, v, sat))
         return out, ctl[self.CORE_LATENCY]
 
