@@ -177,9 +177,9 @@ class InverseStd(wiring.Component):
         ``inv = floor(2**(e+15) / s)`` (0 when ``s == 0``); final from the cycle after the slot's
         ``done`` until the unit serves that slot again.
         ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
-    Timing: one row at a time, 46..48 cycles from ``pending`` (a serial square root with
-    ``root_bits`` steps, a cycle to register ``e``, then a serial division with ``inv_bits`` quotient
-    bits).
+    Timing: one row at a time, 47..49 cycles from ``pending`` (``bitlen(D)``, then ``k``, then a serial square
+    root of ``D << 2k`` with ``root_bits`` steps, a cycle to register ``e``, then a serial division with
+    ``inv_bits`` quotient bits). Each of ``bitlen(D)``, ``k`` and the shift by ``2k`` has a cycle of its own.
     """
 
     def __init__(self, w: _Widths):
@@ -202,10 +202,11 @@ class InverseStd(wiring.Component):
         var_len = Signal(range(w.var_bits + 1), reset_less=True)
         k = Signal(w.k_shape)
         m.d.comb += k.eq(Mux(var_len < nx.LN_SQRT_NORM_BITS, (nx.LN_SQRT_NORM_BITS - var_len) >> 1, 0))
+        k_now = Signal(w.k_shape, reset_less=True)     # k of the row served, registered: the radicand's shift select
         m.submodules.sqrt = sqrt = SerialSqrt(w.rad_bits)
         m.submodules.recip = recip = SerialDivider(w.root_bits + nx.LN_NORM_BITS + 1, w.root_bits, w.inv_bits)
         root_len = Signal(range(w.root_bits + 1), reset_less=True)  # bitlen(s), registered: not before the divider
-        m.d.comb += [sqrt.radicand.eq(var << (k << 1)),
+        m.d.comb += [sqrt.radicand.eq(var << (k_now << 1)),
                      recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
         with m.FSM(name="scale_fsm"):
             with m.State("IDLE"):
@@ -213,8 +214,10 @@ class InverseStd(wiring.Component):
                     m.d.sync += var_len.eq(bit_length(var))
                     m.next = "NORMALISE"
             with m.State("NORMALISE"):
+                m.d.sync += [ks[sc_slot].eq(k), k_now.eq(k)]
+                m.next = "SHIFT"
+            with m.State("SHIFT"):
                 m.d.comb += sqrt.start.eq(1)
-                m.d.sync += ks[sc_slot].eq(k)
                 m.next = "SQRT"
             with m.State("SQRT"):
                 with m.If(sqrt.done):
@@ -366,12 +369,12 @@ class LayerNorm(wiring.Component):
         output pass reads them per element, so load them before the phase's first row (a write
         while rows are in flight changes the outputs not yet produced).
     Throughput: one element per cycle in and out in steady state when ``hidden >= 52`` (the mean
-    unit takes 50 cycles per row, the scale unit 46..48, each overlapped with other rows; for H = 50..51
+    unit takes 50 cycles per row, the scale unit 47..49, each overlapped with other rows; for H = 50..51
     the four row slots are the bound); shorter rows run at one row per 50 cycles (measured: 8 rows of
     32 in 382 cycles, 0.67 elements per cycle; 375 when the mean unit took 49). Latency: from a
-    row's last input to its first output ~107 cycles (first output 139 cycles after the first input
-    at H = 32, 236 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages and
-    the mean unit's carry cycle). The matrix-vector unit produces the branch
+    row's last input to its first output ~108 cycles (first output 140 cycles after the first input
+    at H = 32, 237 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages,
+    the mean unit's carry cycle and the scale unit's k register). The matrix-vector unit produces the branch
     output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
     less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias
