@@ -147,11 +147,11 @@ async def random_and_edge_rows(dut):
     rng = random.Random(p["seed"] + 1)
     h = load_config(p["config"]).model.hidden
     await start_clock_and_reset(dut)
-    for batch in range(5):
+    for batch in range(6):
         gain = [rng.choice((GMAX, -GMAX, rng.randint(-GMAX, GMAX), rng.randint(-4096, 4096))) for _ in range(h)]
         bias = [rng.choice((rng.randint(-(1 << 31), (1 << 31) - 1), rng.randint(-(1 << 24), 1 << 24), 0))
                 for _ in range(h)]
-        shift = (0, 10, 18, 63, rng.randint(1, 40))[batch]
+        shift = (0, 10, 18, 19, 63, rng.randint(1, 40))[batch]    # 19 and up: the rounding half in the bias's high half
         rows = _edge_rows(h, rng)
         for _ in range(p["rows"]):
             spread = rng.choice((2, 256, 4096, HI))

@@ -311,7 +311,11 @@ class NormaliseOutput(wiring.Component):
         y = Signal(signed(y0_bits + 2), reset_less=True)                        # ... + 2**(shift-1)
         g = {j: Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}", reset_less=True) for j in range(2, 7)}
         b = {j: Signal(signed(32), name=f"bias{j}", reset_less=True) for j in range(2, 6)}
-        b6, b7 = (Signal(signed(y0_bits + 1), name=f"bias{j}", reset_less=True) for j in (6, 7))
+        # bias + half over two stages (the low half, then the high half with its carry): a short carry chain each
+        b_split = (y0_bits + 1) // 2
+        b6_lo = Signal(unsigned(b_split + 1), name="bias6_lo", reset_less=True)
+        b6_hi = Signal(signed(32 - b_split), name="bias6_hi", reset_less=True)
+        b7 = Signal(signed(y0_bits + 1), name="bias7", reset_less=True)
         mean1, k1, k2 = (Signal(signed(w.d_bits), reset_less=True), Signal(w.k_shape, reset_less=True),
                           Signal(w.k_shape, name="k2", reset_less=True))
         inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}", reset_less=True) for j in (2, 3)}
@@ -341,9 +345,10 @@ class NormaliseOutput(wiring.Component):
             # stage 4 -> 5: their sum
             m.d.sync += scaled.eq(part_lo + (part_hi << lo_bits))
             # stage 5 -> 6: t = floor(. / 2**e), |t| <= 2**15
-            m.d.sync += [t.eq(scaled >> e[5]), b6.eq(b[5] + half)]
-            # stage 6 -> 7: times the gain (registered at the multiplier); stage 7 -> 8: bias and rounding half
-            m.d.sync += [tg.eq(t * g[6]), b7.eq(b6)]
+            m.d.sync += [t.eq(scaled >> e[5]), b6_lo.eq(b[5][:b_split] + half[:b_split]), b6_hi.eq(b[5][b_split:])]
+            # stage 6 -> 7: times the gain (registered at the multiplier), the bias's high half; stage 7 -> 8: bias and
+            # rounding half
+            m.d.sync += [tg.eq(t * g[6]), b7.eq(Cat(b6_lo[:b_split], b6_hi + half[b_split:] + b6_lo[b_split]))]
             m.d.sync += y.eq(tg + b7)
             # stage 8 -> 9 (the output register): shift, saturate (in range: the bits above the
             # output's sign bit all equal the sign)
