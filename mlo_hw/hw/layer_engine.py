@@ -444,7 +444,10 @@ class LayerEngine(wiring.Component):
 
             def overlaps(base, n):
                 return (sb < base + n) & (base < sb + scratch_layout(cfg).bytes)
-            m.d.comb += d.scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
+            # registered: the bases change only by register writes, at least two cycles before CTRL.start's (an
+            # AXI-Lite write waits for the last one's B), so START reads the check of the current bases, and its
+            # acceptance does not wait on six 32-bit comparisons
+            m.d.sync += d.scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
                                          | overlaps(regs.input_base, io) | overlaps(regs.output_base, io)
                                          | (overlaps(regs.memory_base, io) if cfg.seq2seq else 0))
         d.op, d.layer, d.layers = Signal(Op, name="op"), Signal(16, name="layer"), Signal(16, name="layers")
