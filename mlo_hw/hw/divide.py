@@ -20,7 +20,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["SerialDivider", "SerialSqrt", "SerialMultiplier", "bit_length"]
+__all__ = ["SerialDivider", "SerialSqrt", "SerialMultiplyAdd", "bit_length"]
 
 
 def bit_length(value) -> Value:

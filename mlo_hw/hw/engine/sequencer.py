@@ -467,9 +467,14 @@ class Sequencer:
         addr_bits = len(d.regs.input_base)
         self.io_words = 2 * g.words(g.tokens * g.hidden)   # byte words of the DRAM input / output (tokens rows)
         self.block_words = 2 * g.words(g.rows * g.hidden)  # byte words of a block of an int16 [S, H] tensor
-        # the block's byte offset in an int16 [S, H] tensor, in Q [S, H], in a head's K_h and V_h^T runs
-        self.x_off, self.q_off, self.k_off, self.vt_off = (Signal(addr_bits, name=n) for n in
-                                                           ("x_off", "q_off", "k_off", "vt_off"))
+        # the block's byte offset in an int16 [S, H] tensor, the address of its rows of Q [S, H] in the scratch (an
+        # address, not an offset: a transfer's base is then one adder from a register at most), its offset in a head's
+        # K_h and V_h^T runs
+        self.q_at, self.k_off, self.vt_off = (Signal(addr_bits, name=n) for n in ("q_at", "k_off", "vt_off"))
+        # the block's rows of the layer's input and output, and of an encoder-decoder's memory (src, dst, MEMORY_BASE
+        # plus the block's offset in an int16 [S, H] tensor: addresses, loaded at a pass's start)
+        self.x_in_at, self.x_out_at, self.x_mem_at = (Signal(addr_bits, name=n) for n in
+                                                       ("x_in_at", "x_out_at", "x_mem_at"))
         self.io_left = Signal(range(self.io_words + 1), name="io_left")   # byte words of the input / output from this block on
         self.io_block = Signal.like(self.io_left, name="io_block")          # byte words of this block inside the input / output
         self.src, self.dst = Signal(addr_bits, name="src"), Signal(addr_bits, name="dst")   # the layer's input, output
@@ -485,9 +490,10 @@ class Sequencer:
         self.io_next = Signal.like(self.io_left, name="io_next")
         rest = Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)
         m.d.comb += self.io_next.eq(Mux(rest > self.block_words, self.block_words, rest))
-        # the KV cache (kv_cache): the layer's K and V^T regions (kv_layer bytes on), the words of a block's K_h
-        # and of a V_h^T run that fit below the cache's capacity (a block written from key CACHE_LEN on)
-        self.kv_layer = Signal(addr_bits, name="kv_layer")
+        # the KV cache (kv_cache): the layer's K and V^T regions (from kv_at, SCRATCH_BASE plus the layer's stride), the
+        # words of a block's K_h and of a V_h^T run that fit below the cache's capacity (a block written from key
+        # CACHE_LEN on)
+        self.kv_at = Signal(addr_bits, name="kv_at")
         self.vt_base = Signal(addr_bits, name="vt_base")    # vt_off of the block whose V^T store is pending
         self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
         self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
@@ -497,7 +503,7 @@ class Sequencer:
         g = self.g
         keys = Signal(range(g.rows + 1), name="kv_keys")
         self.m.d.comb += keys.eq(Mux(g.seq - cache_len < g.rows, g.seq - cache_len, g.rows))
-        self.m.d.sync += [self.kv_layer.eq(0), self.k_words.eq(keys * (g.head_dim // g.simd)),
+        self.m.d.sync += [self.kv_at.eq(self.d.regs.scratch_base), self.k_words.eq(keys * (g.head_dim // g.simd)),
                           self.vt_words.eq(keys >> (g.simd // g.pe).bit_length() - 1)]
 
     def cache_bad(self, cache_len, tokens):
@@ -519,7 +525,9 @@ class Sequencer:
     def start_pass(self, first):
         m, d, g = self.m, self.d, self.g
         # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
-        m.d.sync += [d.blk.eq(0), self.x_off.eq(0), self.q_off.eq(0), self.k_off.eq(d.cache_len * g.head_dim),
+        m.d.sync += [d.blk.eq(0), self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst),
+                     self.x_mem_at.eq(d.regs.memory_base), self.q_at.eq(d.regs.scratch_base + self.sc.q),
+                     self.k_off.eq(d.cache_len * g.head_dim),
                      self.vt_off.eq(d.cache_len * g.pe), self.io_left.eq(self.io_words)]
         self.goto(first)
 
@@ -527,7 +535,9 @@ class Sequencer:
         """The block counter and its companions, to the next block."""
         m, d, g = self.m, self.d, self.g
         R, H = g.rows, g.hidden
-        m.d.sync += [d.blk.eq(d.blk + 1), self.x_off.eq(self.x_off + 2 * R * H), self.q_off.eq(self.q_off + R * H),
+        m.d.sync += [d.blk.eq(d.blk + 1), self.x_in_at.eq(self.x_in_at + 2 * R * H),
+                     self.x_out_at.eq(self.x_out_at + 2 * R * H), self.x_mem_at.eq(self.x_mem_at + 2 * R * H),
+                     self.q_at.eq(self.q_at + R * H),
                      self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
                      self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0))]
 
@@ -542,7 +552,7 @@ class Sequencer:
     def end_of_layer(self):
         m, d = self.m, self.d
         m.d.sync += [d.layer.eq(d.layer + 1), self.first_layer.eq(0), self.last_layer.eq(d.layer + 2 == d.layers),
-                     self.kv_layer.eq(self.kv_layer + self.sc.kv_stride)]
+                     self.kv_at.eq(self.kv_at + self.sc.kv_stride)]
         with m.If(self.last_layer):
             if self.g.tiled:
                 m.d.comb += d.done.eq(1)
@@ -626,7 +636,7 @@ class Sequencer:
         Pass 2 per block: Q_t in; then the attention, with the residual X_t loading beside it, and the rest
         (``layer_tail_states``); Q_{t+1} in, and X'_t out beside the next block's heads."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
-        regs, sc, R, H = d.regs, self.sc, g.rows, g.hidden
+        sc, R, H = self.sc, g.rows, g.hidden
         words = g.words
         def first_pass():
             if self.seq2seq:      # a decoder run's prefill: the memory's cross K and V first (pass 0)
@@ -641,7 +651,7 @@ class Sequencer:
             self.memory_pass_states()
         with self.state("P1_LOAD_X", Op.LOAD):
             m.d.comb += d.busy.eq(1)
-            self.transfer(Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))
+            self.transfer(Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words))
             if self.pre_ln:        # LN1's gains and biases while the block loads
                 self.request_copy(CopyKind.LN1)
                 self.goto("P1_LOAD_X_WAIT")
@@ -661,12 +671,12 @@ class Sequencer:
                 self.start_matrix(Op.Q)
 
         def store_q():
-            self.transfer(Transfer.STORE_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
+            self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
             self.goto("P1_NEXT_X")
         with self.state("P1_NEXT_X", Op.STORE_QKV):   # X is read no more: the next block's X_t loads beside the stores
             m.d.comb += d.busy.eq(1)
             with m.If(d.blk != d.run_blocks - 1):
-                self.transfer(Transfer.LOAD_X, self.src + self.x_off + 2 * R * H,
+                self.transfer(Transfer.LOAD_X, self.x_in_at + 2 * R * H,
                               Mux(self.first_layer, self.io_next, self.block_words))
             self.goto("P1_STORE_Q")
 
@@ -711,7 +721,7 @@ class Sequencer:
                 self.to_attention()
         with self.state("P2_LOAD_Q", Op.LOAD_Q):    # the heads start at once: the scores read Q_t's rows as they come
             m.d.comb += d.busy.eq(1)
-            self.transfer(Transfer.LOAD_Q, regs.scratch_base + sc.q + self.q_off, words(R * H))
+            self.transfer(Transfer.LOAD_Q, self.q_at, words(R * H))
             heads_and_residual()
         with self.state("P2_BLOCK", Op.LOAD_Q):    # the next block, its Q_t loading since the block before ended
             m.d.comb += d.busy.eq(1)
@@ -735,7 +745,7 @@ class Sequencer:
         m, d = self.m, self.d
         for pending, busy, issue in (
                 (self.x_pending, d.mover.busy, lambda: self.transfer(
-                    Transfer.LOAD_X, self.src + self.x_off, Mux(self.first_layer, self.io_block, self.block_words))),
+                    Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words))),
                 (self.vt_pending, d.mover.store_busy, lambda: self.store_vt(self.sc.vt, None, self.vt_base))):
             with m.If(pending & ~busy & ~d.abandon):
                 issue()
@@ -744,7 +754,7 @@ class Sequencer:
     def store_k(self, region, state):
         """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_K, d.regs.scratch_base + region + self.kv_layer + self.k_off, self.k_words,
+        self.transfer(Transfer.STORE_K, self.kv_at + region + self.k_off, self.k_words,
                       runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=g.words(g.head_dim),
                       inner=g.words(g.head_dim), outer_stride=g.words(g.hidden))
         if state is not None:
@@ -754,7 +764,7 @@ class Sequencer:
         """A block's V^T (a run per ``pe`` channels, the block's at ``vt_off``) into the layer's ``region`` of the
         scratch (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_VT, d.regs.scratch_base + region + self.kv_layer + vt_off, self.vt_words,
+        self.transfer(Transfer.STORE_VT, self.kv_at + region + vt_off, self.vt_words,
                       runs=g.hidden // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=g.words(g.rows),
                       inner=g.words(g.rows))
         if state is not None:
@@ -767,7 +777,7 @@ class Sequencer:
         m, d, Op, sc = self.m, self.d, self.Op, self.sc
         with self.state("P0_LOAD_M", Op.LOAD):
             m.d.comb += d.busy.eq(1)
-            self.transfer(Transfer.LOAD_X, d.regs.memory_base + self.x_off, self.io_block)
+            self.transfer(Transfer.LOAD_X, self.x_mem_at, self.io_block)
             self.goto("P0_LOAD_M_WAIT")
         self.transfer_wait("P0_LOAD_M_WAIT", Op.LOAD, lambda: self.start_matrix(Op.XK))
         self.matrix_states(Op.XK, lambda: self.start_matrix(Op.XV))
@@ -782,7 +792,7 @@ class Sequencer:
         ``d.load_wait``); the layer's last block: X'_t out alone."""
         m, d, g = self.m, self.d, self.g
         with m.If(d.blk != d.run_blocks - 1):
-            self.transfer(Transfer.LOAD_Q, d.regs.scratch_base + self.sc.q + self.q_off + g.rows * g.hidden,
+            self.transfer(Transfer.LOAD_Q, self.q_at + g.rows * g.hidden,
                           g.words(g.rows * g.hidden))
             self.goto("P2_NEXT_Q")
         with m.Else():
@@ -790,7 +800,7 @@ class Sequencer:
             self.goto("P2_STORE_X")
 
     def store_x(self):
-        self.transfer(Transfer.STORE_X, self.dst + self.x_off, Mux(self.last_layer, self.io_block, self.block_words))
+        self.transfer(Transfer.STORE_X, self.x_out_at, Mux(self.last_layer, self.io_block, self.block_words))
 
     def layer_tail_states(self, after_layer):
         """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2 (pre-LN: O, LN2, FFN up, FFN down),
