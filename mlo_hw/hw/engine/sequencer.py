@@ -568,6 +568,18 @@ class Sequencer:
         stream's start (tiled, once LAYERS is latched)."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
         regs = d.regs
+        # START's checks of TOKENS, CACHE_LEN and MEMORY_TOKENS, registered (as the engine's SCRATCH_BASE check): those
+        # registers change only by AXI-Lite writes, at least two cycles before CTRL.start's, so the checks are current
+        # at START, and its acceptance (the enables of op, seq_state and the run's registers) does not wait on them
+        def registered(check, name):        # a build without the check has a constant: kept one
+            if isinstance(check, Const):
+                return check
+            r = Signal(name=name)
+            m.d.sync += r.eq(check)
+            return r
+        tokens_bad = registered((regs.tokens == 0) | (regs.tokens > g.tokens), "tokens_bad")
+        cache_bad = registered(self.cache_bad(regs.cache_len, regs.tokens), "cache_bad")
+        memory_bad = registered(self.memory_bad(regs.memory_tokens, regs.cache_len), "memory_bad")
         with self.state("IDLE"):
             m.d.comb += d.flush.eq(regs.start | regs.soft_reset)
             with m.If(regs.start):
@@ -578,13 +590,13 @@ class Sequencer:
                              d.run_blocks.eq(Mux(regs.cache_len == 0, g.blocks, 1))]
                 if g.tiled:
                     self.start_kv(regs.cache_len)
-                with m.If((regs.tokens == 0) | (regs.tokens > g.tokens)):
+                with m.If(tokens_bad):
                     m.d.sync += d.bad_tokens.eq(1)
                 with m.Elif(d.scratch_bad):
                     m.d.sync += d.bad_scratch.eq(1)
-                with m.Elif(self.cache_bad(regs.cache_len, regs.tokens)):
+                with m.Elif(cache_bad):
                     m.d.sync += d.bad_cache.eq(1)
-                with m.Elif(self.memory_bad(regs.memory_tokens, regs.cache_len)):
+                with m.Elif(memory_bad):
                     m.d.sync += d.bad_memory.eq(1)
                 with m.Else():
                     m.d.sync += [d.layer.eq(0), d.layers.eq(regs.layers), d.scratch_ready.eq(0),
