@@ -38,7 +38,7 @@ __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
 INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
-EXP_PIPE = 6                   # cycles from a score word read to its exponent word
+EXP_PIPE = 7                   # cycles from a score word read to its exponent word (registered)
 OUT_PIPE = 4                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
@@ -257,7 +257,7 @@ class Softmax(wiring.Component):
                      meta.slot.eq(ex_slot), meta.idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
         # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
-        e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes))
+        e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes), reset_less=True)   # ``end`` says which hold one
         for k in range(self.lanes):
             # the layer's multiplier and shift (held stable for rows in flight), registered next to their users: a
             # copy per lane, without reset (a reset would be the block's flush at their reset pins)
@@ -282,7 +282,9 @@ class Softmax(wiring.Component):
             m.d.comb += table_r.addr.eq(u[:nx.EXP_FRAC_BITS])
             m.d.sync += [q.eq(u[nx.EXP_FRAC_BITS:nx.EXP_FRAC_BITS + 4]), over.eq(u[nx.EXP_FRAC_BITS + 4:].any()),
                          keep[4].eq(keep[3])]
-            m.d.comb += e[k].eq(Mux(keep[4] & ~over, table_r.data >> q, 0))     # stage 6
+            # stage 7: e registered, so that the block RAM's output, the shift by q and the row sum's carry chain
+            # are not one path (bert_tiny's critical one on an ECP5-85F, 8.06 ns)
+            m.d.sync += e[k].eq(Mux(keep[4] & ~over, table_r.data >> q, 0))
         end = delayed(m, meta, EXP_PIPE - 1, "ex_meta")
         exp_w = s.exps.write_port()
         m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
