@@ -131,11 +131,12 @@ class LoopController(wiring.Component):
     ``cross`` is walked past (no command, a cycle) in a run without ``cross`` (the encoder's), one marked ``prefill``
     in a run without ``prefill`` (a decode step). The per-head entries read layer l's K_h and V_h^T ``l * kv_stride`` bytes on (a causal
     model's KV cache, :func:`mlo_hw.model.tiled.scratch_layout`).
-    ``cmd.payload.addr`` comes from registers, computed in the two cycles after a command is taken (or after
-    ``start``): the entry's base (layer or scratch) plus its offset, and the tile's plus the head's offset, then
-    their sum, one 32-bit adder a cycle. ``cmd.valid`` stays low in those cycles: the first command leaves three
-    cycles after ``start``, and back-to-back commands at most every third cycle (as the weight DMA takes them:
-    it plans its first burst a cycle after taking a command).
+    ``cmd.payload.addr`` comes from registers, computed in the three cycles after a command is taken (or after
+    ``start``): the entry's offset and flags, then the entry's base (layer or scratch) plus its offset and the
+    tile's plus the head's offset, then their sum, one 32-bit adder a cycle. ``cmd.valid`` stays low in those
+    cycles: the first command leaves four cycles after ``start``, and back-to-back commands at most every fourth
+    cycle (the weight DMA takes one at most every third: it plans its first burst a cycle after taking a command;
+    a command is a whole weight tile or parameter section).
     """
 
     def __init__(self, cfg, blocks: int = 1):
@@ -182,25 +183,29 @@ class LoopController(wiring.Component):
                                  e["loop_blocks"].eq(f.loop_blocks >= 0), e["blocks_to"].eq(max(f.loop_blocks, 0))]
 
         m.d.comb += skip.eq((e["cross"] & ~cross_run) | (e["prefill"] & ~prefill_run))
-        # the command's address, registered over two cycles: the state it derives from changes only when a command
-        # is taken (or at start), so it is valid from the second cycle after that on; ``fresh`` is low in the first
-        # (the entry and ``skip`` are valid then), ``settled`` in both
+        # the command's address, registered over three cycles: the state it derives from changes only when a command
+        # is taken (or at start), so it is valid from the third cycle after that on. The entry's offset and flags
+        # (decoded from ``entry``), then the entry's base plus its offset and the tile's plus the head's offset, then
+        # their sum. ``fresh`` is low in the first cycle (the entry and ``skip`` are valid then), ``settled`` in all
+        # three
         c = self.cmd.payload
+        offset, scratch, per_head = Signal.like(e["offset"]), Signal(), Signal()
         entry_base, within = Signal(self.p.addr_bits, name="entry_base"), Signal(self.p.addr_bits, name="within")
         addr = Signal(self.p.addr_bits, name="cmd_addr")
-        fresh, settled = Signal(), Signal()
+        fresh, decoded, settled = Signal(), Signal(), Signal()
         last_layer = Signal()       # layer == layers - 1, registered where the layer changes
-        m.d.sync += [entry_base.eq(Mux(e["scratch"], kv_base, layer_base) + e["offset"]),
-                     within.eq(tile_off + Mux(e["per_head"], head_off, 0)),
-                     addr.eq(entry_base + within), fresh.eq(1), settled.eq(fresh)]
+        m.d.sync += [offset.eq(e["offset"]), scratch.eq(e["scratch"]), per_head.eq(e["per_head"]),
+                     entry_base.eq(Mux(scratch, kv_base, layer_base) + offset),
+                     within.eq(tile_off + Mux(per_head, head_off, 0)),
+                     addr.eq(entry_base + within), fresh.eq(1), decoded.eq(fresh), settled.eq(decoded)]
         m.d.comb += [c.addr.eq(addr), c.beats.eq(e["beats"]),
                      c.tag.eq(e["section"] | (self.layer[0] << SECTION_BITS))]
 
         with m.FSM(name="loop"):
             with m.State("IDLE"):
                 with m.If(self.start & ~self.cancel):
-                    m.d.sync += [fresh.eq(0), settled.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0),
-                                 block.eq(0), head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
+                    m.d.sync += [fresh.eq(0), decoded.eq(0), settled.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0),
+                                 tile_off.eq(0), block.eq(0), head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
                                  kv_base.eq(self.scratch_base), last_block.eq(self.run_blocks - 1),
                                  last_layer.eq(self.layers == 1), cross_run.eq(self.cross),
                                  prefill_run.eq(self.prefill)]
@@ -216,7 +221,7 @@ class LoopController(wiring.Component):
                     m.next = "DRAIN"
                 with m.Elif((self.cmd.valid & self.cmd.ready) | (fresh & skip)):
                     m.d.comb += self.claim.eq(e["tile"] & ~skip)
-                    m.d.sync += [fresh.eq(0), settled.eq(0)]
+                    m.d.sync += [fresh.eq(0), decoded.eq(0), settled.eq(0)]
                     with m.If((tile != e["last"]) & ~skip):
                         m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + e["step"])]
                     with m.Else():
