@@ -467,9 +467,9 @@ class Sequencer:
         addr_bits = len(d.regs.input_base)
         self.io_words = 2 * g.words(g.tokens * g.hidden)   # byte words of the DRAM input / output (tokens rows)
         self.block_words = 2 * g.words(g.rows * g.hidden)  # byte words of a block of an int16 [S, H] tensor
-        # the block's byte offset in an int16 [S, H] tensor, the address of its rows of Q [S, H] in the scratch (an
-        # address, not an offset: a transfer's base is then one adder from a register at most), its offset in a head's
-        # K_h and V_h^T runs
+        # the address of the block's rows of Q [S, H] in the scratch (an address, not an offset: a transfer's base is
+        # then one adder from a register at most), and the block's K_h and V_h^T runs' offsets from the layer's KV base
+        # kv_at (their region's offset included: the pass's, K and V^T, or the memory pass's cross XK and XV^T)
         self.q_at, self.k_off, self.vt_off = (Signal(addr_bits, name=n) for n in ("q_at", "k_off", "vt_off"))
         # the block's rows of the layer's input and output, and of an encoder-decoder's memory (src, dst, MEMORY_BASE
         # plus the block's offset in an int16 [S, H] tensor: addresses, loaded at a pass's start)
@@ -524,11 +524,13 @@ class Sequencer:
 
     def start_pass(self, first):
         m, d, g = self.m, self.d, self.g
-        # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
+        # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys); the memory
+        # pass (P0) stores the cross K and V^T, the others K and V^T
+        k_region, vt_region = (self.sc.xk, self.sc.xvt) if first == "P0_LOAD_M" else (self.sc.k, self.sc.vt)
         m.d.sync += [d.blk.eq(0), self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst),
                      self.x_mem_at.eq(d.regs.memory_base), self.q_at.eq(d.regs.scratch_base + self.sc.q),
-                     self.k_off.eq(d.cache_len * g.head_dim),
-                     self.vt_off.eq(d.cache_len * g.pe), self.io_left.eq(self.io_words)]
+                     self.k_off.eq(k_region + d.cache_len * g.head_dim),
+                     self.vt_off.eq(vt_region + d.cache_len * g.pe), self.io_left.eq(self.io_words)]
         self.goto(first)
 
     def advance_block(self):
@@ -648,7 +650,7 @@ class Sequencer:
         Pass 2 per block: Q_t in; then the attention, with the residual X_t loading beside it, and the rest
         (``layer_tail_states``); Q_{t+1} in, and X'_t out beside the next block's heads."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
-        sc, R, H = self.sc, g.rows, g.hidden
+        R, H = g.rows, g.hidden
         words = g.words
         def first_pass():
             if self.seq2seq:      # a decoder run's prefill: the memory's cross K and V first (pass 0)
@@ -694,15 +696,15 @@ class Sequencer:
 
         def store_k():
             with m.If(d.blk != d.run_blocks - 1):      # K_t and V_t^T leave beside the next block's Q
-                self.store_k(sc.k, None)
+                self.store_k(None)
                 m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_off)]
                 self.advance_block()
                 self.goto("P1_BLOCK")
             with m.Else():                              # the pass's last block: its stores before pass 2
-                self.store_k(sc.k, "P1_STORE_K")
+                self.store_k("P1_STORE_K")
 
         def store_vt():
-            self.store_vt(sc.vt, "P1_STORE_VT", self.vt_off)
+            self.store_vt("P1_STORE_VT", self.vt_off)
 
         def pass1_done():
             m.d.sync += d.scratch_ready.eq(1)
@@ -758,25 +760,26 @@ class Sequencer:
         for pending, busy, issue in (
                 (self.x_pending, d.mover.busy, lambda: self.transfer(
                     Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words))),
-                (self.vt_pending, d.mover.store_busy, lambda: self.store_vt(self.sc.vt, None, self.vt_base))):
+                (self.vt_pending, d.mover.store_busy, lambda: self.store_vt(None, self.vt_base))):
             with m.If(pending & ~busy & ~d.abandon):
                 issue()
                 m.d.sync += pending.eq(0)
 
-    def store_k(self, region, state):
-        """A block's K (a run per head, from WORK's banks) into the layer's ``region`` of the scratch (then ``state``)."""
+    def store_k(self, state):
+        """A block's K (a run per head, from WORK's banks) into the pass's K region of the layer's scratch, at
+        ``kv_at + k_off`` (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_K, self.kv_at + region + self.k_off, self.k_words,
+        self.transfer(Transfer.STORE_K, self.kv_at + self.k_off, self.k_words,
                       runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=g.words(g.head_dim),
                       inner=g.words(g.head_dim), outer_stride=g.words(g.hidden))
         if state is not None:
             self.goto(state)
 
-    def store_vt(self, region, state, vt_off):
-        """A block's V^T (a run per ``pe`` channels, the block's at ``vt_off``) into the layer's ``region`` of the
-        scratch (then ``state``)."""
+    def store_vt(self, state, vt_off):
+        """A block's V^T (a run per ``pe`` channels, the block's at ``vt_off``, its region's offset included) into the
+        layer's scratch, at ``kv_at + vt_off`` (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_VT, self.kv_at + region + vt_off, self.vt_words,
+        self.transfer(Transfer.STORE_VT, self.kv_at + vt_off, self.vt_words,
                       runs=g.hidden // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=g.words(g.rows),
                       inner=g.words(g.rows))
         if state is not None:
@@ -786,15 +789,15 @@ class Sequencer:
         """Pass 0 of a decoder run's prefill, per memory block: the block in (MEMORY_BASE, like the input: its
         MEMORY_TOKENS rows of the sequence's), the cross K and V of it (narrowed by the memory's shifts), their K_h
         and V_h^T runs into the layer's ``xk`` and ``xvt`` regions; then pass 1."""
-        m, d, Op, sc = self.m, self.d, self.Op, self.sc
+        m, d, Op = self.m, self.d, self.Op
         with self.state("P0_LOAD_M", Op.LOAD):
             m.d.comb += d.busy.eq(1)
             self.transfer(Transfer.LOAD_X, self.x_mem_at, self.io_block)
             self.goto("P0_LOAD_M_WAIT")
         self.transfer_wait("P0_LOAD_M_WAIT", Op.LOAD, lambda: self.start_matrix(Op.XK))
         self.matrix_states(Op.XK, lambda: self.start_matrix(Op.XV))
-        self.matrix_states(Op.XV, lambda: self.store_k(sc.xk, "P0_STORE_K"))
-        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt(sc.xvt, "P0_STORE_VT", self.vt_off))
+        self.matrix_states(Op.XV, lambda: self.store_k("P0_STORE_K"))
+        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt("P0_STORE_VT", self.vt_off))
         self.transfer_wait("P0_STORE_VT", Op.STORE_QKV,
                            lambda: self.next_block("P0_LOAD_M", lambda: self.start_pass("P1_LOAD_X")))
 
