@@ -190,11 +190,12 @@ class LoopController(wiring.Component):
         # three
         c = self.cmd.payload
         offset, scratch, per_head = Signal.like(e["offset"]), Signal(), Signal()
+        step = Signal.like(e["step"])   # the tile step, registered too: tile_off advances on a taken command (settled)
         entry_base, within = Signal(self.p.addr_bits, name="entry_base"), Signal(self.p.addr_bits, name="within")
         addr = Signal(self.p.addr_bits, name="cmd_addr")
         fresh, decoded, settled = Signal(), Signal(), Signal()
         last_layer = Signal()       # layer == layers - 1, registered where the layer changes
-        m.d.sync += [offset.eq(e["offset"]), scratch.eq(e["scratch"]), per_head.eq(e["per_head"]),
+        m.d.sync += [offset.eq(e["offset"]), scratch.eq(e["scratch"]), per_head.eq(e["per_head"]), step.eq(e["step"]),
                      entry_base.eq(Mux(scratch, kv_base, layer_base) + offset),
                      within.eq(tile_off + Mux(per_head, head_off, 0)),
                      addr.eq(entry_base + within), fresh.eq(1), decoded.eq(fresh), settled.eq(decoded)]
@@ -223,7 +224,7 @@ class LoopController(wiring.Component):
                     m.d.comb += self.claim.eq(e["tile"] & ~skip)
                     m.d.sync += [fresh.eq(0), decoded.eq(0), settled.eq(0)]
                     with m.If((tile != e["last"]) & ~skip):
-                        m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + e["step"])]
+                        m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + step)]
                     with m.Else():
                         m.d.sync += [tile.eq(0), tile_off.eq(0)]
                         with m.If(~skip & e["loop_heads"] & (head != heads - 1)):
