@@ -42,7 +42,7 @@ from mlo_hw.plan import plan
 from mlo_hw.model.weight_image import layout, pack_image
 
 from .engine_check import Trace, check_run
-from .runner import LINT_WAIVERS, SIM_BUILD, prune_builds, to_verilog, verilator_bin
+from .runner import LINT_WAIVERS, build_folder, to_verilog, verilator_bin
 
 __all__ = ["DramTiming", "IDEAL", "LITEDRAM", "MEMORIES", "ddr3", "memory_model", "backend_of", "DramMap", "Harness", "RunResult", "Run", "EngineSim",
            "HDL", "small_tiled_config", "random_input"]
@@ -257,12 +257,8 @@ def build(cfg, backend: str = "axi_dram") -> Path:
     flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
              "-CFLAGS", f"-O2 {defines}"]
     key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]
-    prefix = f"harness-{cfg.name}{'' if backend == 'axi_dram' else '-' + backend}"
-    out = SIM_BUILD / f"{prefix}-{key}"
+    out = build_folder(f"harness-{cfg.name}{'' if backend == 'axi_dram' else '-' + backend}", key)
     exe = out / "Vsim_top"
-    out.mkdir(parents=True, exist_ok=True)
-    os.utime(out)                                   # used now: the newest of this config's builds (the rest pruned)
-    prune_builds(SIM_BUILD, prefix)
     if exe.exists():
         return exe
     src = out / "src"

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 __all__ = ["LINT_WAIVERS", "verilator_bin", "to_verilog", "simulate", "lint", "tb_params", "SIM_BUILD",
-           "BUILDS_KEPT", "prune_builds"]
+           "BUILDS_KEPT", "prune_builds", "build_folder"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM_BUILD = Path(os.environ.get("MLO_SIM_BUILD", ROOT / "sim_build"))
@@ -87,6 +87,16 @@ def prune_builds(folder: Path, top: str, keep: int = BUILDS_KEPT) -> list[Path]:
     return builds[keep:]
 
 
+def build_folder(top: str, key: str) -> Path:
+    """``SIM_BUILD/<top>-<key>`` (made if missing), marked used now; the older builds of ``top`` beyond
+    :data:`BUILDS_KEPT` are removed."""
+    out = SIM_BUILD / f"{top}-{key}"
+    out.mkdir(parents=True, exist_ok=True)
+    os.utime(out)
+    prune_builds(SIM_BUILD, top)
+    return out
+
+
 def tb_params() -> dict:
     """The parameters a testbench was started with (inside a cocotb test)."""
     return json.loads(os.environ.get("MLO_TB_PARAMS", "{}"))
@@ -108,10 +118,7 @@ def simulate(verilog_text: str, top: str, test_module: str, params: dict | None 
         build_args += ["--trace-fst", "--trace-structs"]
     cxx_opt = "" if optimize else "OPT_FAST=-O0 OPT_GLOBAL=-O0"
     key = hashlib.sha256((verilog_text + "\0".join([*build_args, cxx_opt])).encode()).hexdigest()[:16]
-    build_dir = SIM_BUILD / f"{top}-{key}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    os.utime(build_dir)                              # used now: the newest of its top's builds
-    prune_builds(SIM_BUILD, top)
+    build_dir = build_folder(top, key)
     src = build_dir / f"{top}.v"
     if not src.exists() or src.read_text() != verilog_text:
         src.write_text(verilog_text)

@@ -19,7 +19,6 @@ LiteX backend (``Accelerator(build, backend="litex", port=sim.port, csr_csv=sim.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
 import signal
@@ -30,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .runner import SIM_BUILD, _env_with_verilator, prune_builds
+from .runner import _env_with_verilator, build_folder
 from mlo_hw.cli import ArgumentParser, command
 
 __all__ = ["build", "SocSim"]
@@ -53,16 +52,12 @@ def build(cfg, dram_bytes: int | None = None) -> Path:
         text = "".join(line for p in sorted(Path(tmp).rglob("*")) if p.is_file()
                        for line in p.read_text().splitlines(True) if not _STAMP.search(line))
         key = hashlib.sha256((text + CPP.read_text()).encode()).hexdigest()[:16]
-        out = SIM_BUILD / f"soc_sim-{cfg.name}-{key}"
+        out = build_folder(f"soc_sim-{cfg.name}", key)
         exe = out / f"V{TOP_NAME}"
         if exe.exists():
-            os.utime(out)                           # used now: the newest of this config's builds (the rest pruned)
-            prune_builds(SIM_BUILD, f"soc_sim-{cfg.name}")
             return out
-        if out.exists():
-            shutil.rmtree(out)
+        shutil.rmtree(out)
         shutil.copytree(tmp, out)
-    prune_builds(SIM_BUILD, f"soc_sim-{cfg.name}")      # the new build is the newest
     assert all((out / "gateware" / Path(s).name).exists() for s in facts["sources"])
     env = _env_with_verilator()
     env["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"

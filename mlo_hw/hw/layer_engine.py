@@ -434,7 +434,7 @@ class LayerEngine(wiring.Component):
         d.key_end = Signal(range(2 * g.seq + 1), name="key_end")
         d.bad_cache = Signal(name="bad_cache")               # START with a bad CACHE_LEN (sticky until the next)
         d.run_blocks = Signal(range(g.blocks + 1), name="run_blocks", init=g.blocks)
-        d.scratch_bad = Signal(name="scratch_bad")
+        d.scratch_bad = Const(0)      # SCRATCH_BASE misaligned or overlapping (tiled; the sequencer registers it)
         if g.tiled:
             sb = regs.scratch_base
             # the weights a run reads: the image (an encoder-decoder's run: the encoder's or the decoder's layers)
@@ -444,12 +444,9 @@ class LayerEngine(wiring.Component):
 
             def overlaps(base, n):
                 return (sb < base + n) & (base < sb + scratch_layout(cfg).bytes)
-            # registered: the bases change only by register writes, at least two cycles before CTRL.start's (an
-            # AXI-Lite write waits for the last one's B), so START reads the check of the current bases, and its
-            # acceptance does not wait on six 32-bit comparisons
-            m.d.sync += d.scratch_bad.eq((sb[:12] != 0) | overlaps(regs.weight_base, img)
-                                         | overlaps(regs.input_base, io) | overlaps(regs.output_base, io)
-                                         | (overlaps(regs.memory_base, io) if cfg.seq2seq else 0))
+            d.scratch_bad = ((sb[:12] != 0) | overlaps(regs.weight_base, img)
+                             | overlaps(regs.input_base, io) | overlaps(regs.output_base, io)
+                             | (overlaps(regs.memory_base, io) if cfg.seq2seq else 0))
         d.op, d.layer, d.layers = Signal(Op, name="op"), Signal(16, name="layer"), Signal(16, name="layers")
         # the LayerNorm the lanes run (their buffer ports and shift select on it, not on op: LN1 starts during O's
         # last tile, LN2 during FFN down's) and the pair words they may read meanwhile

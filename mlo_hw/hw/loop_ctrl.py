@@ -186,27 +186,29 @@ class LoopController(wiring.Component):
         # the command's address, registered over three cycles: the state it derives from changes only when a command
         # is taken (or at start), so it is valid from the third cycle after that on. The entry's offset and flags
         # (decoded from ``entry``), then the entry's base plus its offset and the tile's plus the head's offset, then
-        # their sum. ``fresh`` is low in the first cycle (the entry and ``skip`` are valid then), ``settled`` in all
-        # three
+        # their sum. ``renew`` marks the change; ``fresh`` is low in the first cycle after it (the entry and ``skip``
+        # are valid then), ``settled`` in all three
         c = self.cmd.payload
         offset, scratch, per_head = Signal.like(e["offset"]), Signal(), Signal()
         step = Signal.like(e["step"])   # the tile step, registered too: tile_off advances on a taken command (settled)
         entry_base, within = Signal(self.p.addr_bits, name="entry_base"), Signal(self.p.addr_bits, name="within")
         addr = Signal(self.p.addr_bits, name="cmd_addr")
-        fresh, decoded, settled = Signal(), Signal(), Signal()
+        renew, fresh, decoded, settled = Signal(), Signal(), Signal(), Signal()
         last_layer = Signal()       # layer == layers - 1, registered where the layer changes
         m.d.sync += [offset.eq(e["offset"]), scratch.eq(e["scratch"]), per_head.eq(e["per_head"]), step.eq(e["step"]),
                      entry_base.eq(Mux(scratch, kv_base, layer_base) + offset),
                      within.eq(tile_off + Mux(per_head, head_off, 0)),
-                     addr.eq(entry_base + within), fresh.eq(1), decoded.eq(fresh), settled.eq(decoded)]
+                     addr.eq(entry_base + within),
+                     fresh.eq(~renew), decoded.eq(fresh & ~renew), settled.eq(decoded & ~renew)]
         m.d.comb += [c.addr.eq(addr), c.beats.eq(e["beats"]),
                      c.tag.eq(e["section"] | (self.layer[0] << SECTION_BITS))]
 
         with m.FSM(name="loop"):
             with m.State("IDLE"):
                 with m.If(self.start & ~self.cancel):
-                    m.d.sync += [fresh.eq(0), decoded.eq(0), settled.eq(0), self.layer.eq(0), entry.eq(0), tile.eq(0),
-                                 tile_off.eq(0), block.eq(0), head.eq(0), head_off.eq(0), layer_base.eq(self.weight_base),
+                    m.d.comb += renew.eq(1)
+                    m.d.sync += [self.layer.eq(0), entry.eq(0), tile.eq(0), tile_off.eq(0), block.eq(0), head.eq(0),
+                                 head_off.eq(0), layer_base.eq(self.weight_base),
                                  kv_base.eq(self.scratch_base), last_block.eq(self.run_blocks - 1),
                                  last_layer.eq(self.layers == 1), cross_run.eq(self.cross),
                                  prefill_run.eq(self.prefill)]
@@ -221,8 +223,7 @@ class LoopController(wiring.Component):
                 with m.If(self.cancel | self.dma_error):
                     m.next = "DRAIN"
                 with m.Elif((self.cmd.valid & self.cmd.ready) | (fresh & skip)):
-                    m.d.comb += self.claim.eq(e["tile"] & ~skip)
-                    m.d.sync += [fresh.eq(0), decoded.eq(0), settled.eq(0)]
+                    m.d.comb += [self.claim.eq(e["tile"] & ~skip), renew.eq(1)]
                     with m.If((tile != e["last"]) & ~skip):
                         m.d.sync += [tile.eq(tile + 1), tile_off.eq(tile_off + step)]
                     with m.Else():

@@ -41,6 +41,7 @@ from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
 from ...plan import kv_cache
 from ..buffers import PARAM_SECTIONS
+from ..pipeline import delayed
 from ...model.weight_image import header_fields
 from .block_mover import Transfer
 from .param_copier import CopyKind
@@ -522,11 +523,12 @@ class Sequencer:
             return Const(0)
         return (memory_tokens > self.g.tokens) | ((memory_tokens == 0) & (cache_len != 0))
 
-    def start_pass(self, first):
+    def start_pass(self, first, cross=False):
+        """The pass's block counter and addresses, then state ``first``; ``cross``: the memory pass, whose K and V^T
+        stores go to the cross regions (XK, XV^T)."""
         m, d, g = self.m, self.d, self.g
-        # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys); the memory
-        # pass (P0) stores the cross K and V^T, the others K and V^T
-        k_region, vt_region = (self.sc.xk, self.sc.xvt) if first == "P0_LOAD_M" else (self.sc.k, self.sc.vt)
+        # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
+        k_region, vt_region = (self.sc.xk, self.sc.xvt) if cross else (self.sc.k, self.sc.vt)
         m.d.sync += [d.blk.eq(0), self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst),
                      self.x_mem_at.eq(d.regs.memory_base), self.q_at.eq(d.regs.scratch_base + self.sc.q),
                      self.k_off.eq(k_region + d.cache_len * g.head_dim),
@@ -570,16 +572,14 @@ class Sequencer:
         stream's start (tiled, once LAYERS is latched)."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
         regs = d.regs
-        # START's checks of TOKENS, CACHE_LEN and MEMORY_TOKENS, registered (as the engine's SCRATCH_BASE check): those
-        # registers change only by AXI-Lite writes, at least two cycles before CTRL.start's, so the checks are current
-        # at START, and its acceptance (the enables of op, seq_state and the run's registers) does not wait on them
-        def registered(check, name):        # a build without the check has a constant: kept one
-            if isinstance(check, Const):
-                return check
-            r = Signal(name=name)
-            m.d.sync += r.eq(check)
-            return r
+        # START's checks of TOKENS, SCRATCH_BASE, CACHE_LEN and MEMORY_TOKENS, registered: those registers change only
+        # by AXI-Lite writes, at least two cycles before CTRL.start's (a write waits for the last one's B), so the
+        # checks are current at START, and its acceptance (the enables of op, seq_state and the run's registers) does
+        # not wait on their comparisons. A build without a check has a constant, kept one.
+        def registered(check, name):
+            return check if isinstance(check, Const) else delayed(m, check, 1, name)
         tokens_bad = registered((regs.tokens == 0) | (regs.tokens > g.tokens), "tokens_bad")
+        scratch_bad = registered(d.scratch_bad, "scratch_bad")
         cache_bad = registered(self.cache_bad(regs.cache_len, regs.tokens), "cache_bad")
         memory_bad = registered(self.memory_bad(regs.memory_tokens, regs.cache_len), "memory_bad")
         with self.state("IDLE"):
@@ -594,7 +594,7 @@ class Sequencer:
                     self.start_kv(regs.cache_len)
                 with m.If(tokens_bad):
                     m.d.sync += d.bad_tokens.eq(1)
-                with m.Elif(d.scratch_bad):
+                with m.Elif(scratch_bad):
                     m.d.sync += d.bad_scratch.eq(1)
                 with m.Elif(cache_bad):
                     m.d.sync += d.bad_cache.eq(1)
@@ -655,7 +655,7 @@ class Sequencer:
         def first_pass():
             if self.seq2seq:      # a decoder run's prefill: the memory's cross K and V first (pass 0)
                 with m.If(d.cross_run & (d.cache_len == 0)):
-                    self.start_pass("P0_LOAD_M")
+                    self.start_pass("P0_LOAD_M", cross=True)
                 with m.Else():
                     self.start_pass("P1_LOAD_X")
             else:
