@@ -79,9 +79,12 @@ class BlockMover(wiring.Component):
         two), a register, so that a reader may follow the load.
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
 
-    Timing: a run starts two cycles after the previous one of its side ended (a transfer's first two cycles after
-    ``start``), from a state register: the decision to start it (runs left, an error, a cancel) is made the
-    cycle before; words move at one a cycle (see ``BufferLoad``/``BufferStore``).
+    Timing: ``start`` and ``cmd`` are registered on the way in (the command latch and the side's choice then start
+    from registers, not from the decode that names the transfer), so a transfer's side takes its command the cycle
+    after ``start``; ``busy`` and the side's busy cover that cycle. A run starts two cycles after the previous one of
+    its side ended (a transfer's first run three cycles after ``start``), from a state register: the decision to
+    start it (runs left, an error, a cancel) is made the cycle before; words move at one a cycle (see
+    ``BufferLoad``/``BufferStore``).
     """
 
     def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int,
@@ -111,10 +114,15 @@ class BlockMover(wiring.Component):
         forward_ports(m, self, load, axi_read_master_members(p))
         forward_ports(m, self, store, axi_write_master_members(p))
 
-        # the two sides, each with its own command and runs: loads (LOAD_X, LOAD_Q) and stores (the rest)
-        take_load = (self.cmd.kind == Transfer.LOAD_X) | (self.cmd.kind == Transfer.LOAD_Q)
-        lcmd, load_running, load_run_base, _ = self._runs(m, "load", self.start & take_load, load)
-        cmd, store_running, run_base, run_local = self._runs(m, "store", self.start & ~take_load, store)
+        # the command registered on the way in; the two sides, each with its own command and runs: loads (LOAD_X,
+        # LOAD_Q) and stores (the rest)
+        started = Signal(name="started")
+        given = Signal.like(self.cmd, name="given")
+        m.d.sync += [started.eq(self.start), given.eq(self.cmd)]
+        take_load = (given.kind == Transfer.LOAD_X) | (given.kind == Transfer.LOAD_Q)
+        load_taken, store_taken = started & take_load, started & ~take_load
+        lcmd, load_running, load_run_base, _ = self._runs(m, "load", load_taken, given, load)
+        cmd, store_running, run_base, run_local = self._runs(m, "store", store_taken, given, store)
         run_start = store.start
         error = load.error | store.error
         m.d.comb += [load.cancel.eq(self.cancel), store.cancel.eq(self.cancel),
@@ -167,10 +175,12 @@ class BlockMover(wiring.Component):
             m.d.comb += [self.wr.addr.eq(lw.addr >> 1), self.wr.data.eq(Cat(lw.data, lw.data)),
                          self.wr.en.eq(Mux(lw.addr[0], lower << (simd // 2), lower))]
 
-        written = Signal(range(self.max_words + 1), name="load_written")   # byte words since the load's start
+        # byte words since the load's start: held at 0 while no load runs (a load's side runs from the cycle after
+        # it takes its command, and a run writes nothing before that)
+        written = Signal(range(self.max_words + 1), name="load_written")
         with m.If(self.wr.valid):
             m.d.sync += written.eq(written + 1)
-        with m.If(self.start & take_load):
+        with m.If(~load_running):
             m.d.sync += written.eq(0)
         m.d.comb += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
 
@@ -179,17 +189,17 @@ class BlockMover(wiring.Component):
                      self.reads_y.eq((cmd.kind == Transfer.STORE_Q) & store_running),
                      # a side's runs cover its engine's busy (a run waits for it to fall): the state alone, not the OR
                      # tree over the DMA's state, which the operand's hold and the buffers' read requests follow
-                     self.load_busy.eq(load_running), self.store_busy.eq(store_running)]
+                     self.load_busy.eq(load_running | load_taken), self.store_busy.eq(store_running | store_taken)]
         return m
 
-    def _runs(self, m, name, start, engine):
-        """One side's command and runs: ``start`` latches ``cmd``; a run starts ``engine`` two cycles after the
+    def _runs(self, m, name, start, given, engine):
+        """One side's command and runs: ``start`` latches ``given``; a run starts ``engine`` two cycles after the
         previous one ended (RUN decides, START starts). Returns the latched command, running, the run's DRAM base
         and bank-local word."""
-        cmd = Signal.like(self.cmd, name=f"{name}_cmd")
+        cmd = Signal.like(given, name=f"{name}_cmd")
         run_base = Signal(self.p.addr_bits, name=f"{name}_run_base")
         run_local = Signal(self.local_bits, name=f"{name}_run_local")
-        runs_left = Signal.like(self.cmd.runs, name=f"{name}_runs_left")
+        runs_left = Signal.like(given.runs, name=f"{name}_runs_left")
         running = Signal(name=f"{name}_running")
         cancelled = Signal(name=f"{name}_cancelled")      # since the transfer's start: no further run
         with m.If(self.cancel):
@@ -197,8 +207,8 @@ class BlockMover(wiring.Component):
         with m.FSM(name=f"{name}_runs"):
             with m.State("IDLE"):
                 with m.If(start):
-                    m.d.sync += [cmd.eq(self.cmd), run_base.eq(self.cmd.base), run_local.eq(self.cmd.local),
-                                 runs_left.eq(self.cmd.runs), cancelled.eq(self.cancel)]
+                    m.d.sync += [cmd.eq(given), run_base.eq(given.base), run_local.eq(given.local),
+                                 runs_left.eq(given.runs), cancelled.eq(self.cancel)]
                     m.next = "RUN"
             with m.State("RUN"):            # the next run, decided here and started from the state register
                 m.d.comb += running.eq(1)
