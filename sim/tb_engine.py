@@ -91,7 +91,8 @@ class Monitor:
         while self.running:
             await RisingEdge(dut.clk)
             await ReadOnly()
-            op, layer = int(dut.op.value), int(dut.layer.value)
+            # an LN output belongs to ln_op's LayerNorm (it may finish its last rows while op is the next matrix)
+            op, ln_op, layer = int(dut.op.value), int(dut.ln_op.value), int(dut.layer.value)
             if mv_v.value and mv_r.value:
                 word = int(mv_p.value)
                 self.mvau.append((layer, op, [signed(word >> (ACC_BITS * p), ACC_BITS) for p in range(PE)]))
@@ -100,7 +101,7 @@ class Monitor:
                 self.probs.extend((layer, (beat >> (8 * lane)) & 0xFF) for lane in range(SOFTMAX_LANES))
             for lane, (ln_v, ln_r, ln_p) in enumerate(lns):
                 if ln_v.value and ln_r.value:
-                    self.ln.append((layer, op, lane, signed(int(ln_p.value), RES_BITS)))
+                    self.ln.append((layer, ln_op, lane, signed(int(ln_p.value), RES_BITS)))
 
     def trace(self) -> Trace:
         """The records as sim/engine_check.py takes them."""
