@@ -486,16 +486,24 @@ class Sequencer:
         m.d.sync += [
             self.src.eq(Mux(self.first_layer, regs.input_base, regs.scratch_base + Mux(d.layer[0], sc.x1, sc.x0))),
             self.dst.eq(Mux(self.last_layer, regs.output_base, regs.scratch_base + Mux(d.layer[0], sc.x0, sc.x1)))]
-        m.d.comb += self.io_block.eq(Mux(self.io_left > self.block_words, self.block_words, self.io_left))
-        # the next block's (its X_t loads during this block's stores)
+        # the next block's (its X_t loads during this block's stores): a register that follows io_left a cycle later
+        # (io_block takes it at the next block)
         self.io_next = Signal.like(self.io_left, name="io_next")
         rest = Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)
-        m.d.comb += self.io_next.eq(Mux(rest > self.block_words, self.block_words, rest))
+        m.d.sync += self.io_next.eq(Mux(rest > self.block_words, self.block_words, rest))
         # the KV cache (kv_cache): the layer's K and V^T regions (from kv_at, SCRATCH_BASE plus the layer's stride), the
         # words of a block's K_h and of a V_h^T run that fit below the cache's capacity (a block written from key
         # CACHE_LEN on)
         self.kv_at = Signal(addr_bits, name="kv_at")
-        self.vt_base = Signal(addr_bits, name="vt_base")    # vt_off of the block whose V^T store is pending
+        # the block's K_h and V_h^T addresses (kv_at plus k_off, vt_off), and the next block's rows of X and Q: registers
+        # a cycle behind their terms (which change a block's work before the transfers that use them), so that every
+        # transfer's base is a register
+        self.k_at, self.vt_at, self.x_next_at, self.q_next_at = (Signal(addr_bits, name=n) for n in
+                                                                 ("k_at", "vt_at", "x_next_at", "q_next_at"))
+        m.d.sync += [self.k_at.eq(self.kv_at + self.k_off), self.vt_at.eq(self.kv_at + self.vt_off),
+                     self.x_next_at.eq(self.x_in_at + 2 * g.rows * g.hidden),
+                     self.q_next_at.eq(self.q_at + g.rows * g.hidden)]
+        self.vt_base = Signal(addr_bits, name="vt_base")    # vt_at of the block whose V^T store is pending
         self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
         self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
 
@@ -532,7 +540,8 @@ class Sequencer:
         m.d.sync += [d.blk.eq(0), self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst),
                      self.x_mem_at.eq(d.regs.memory_base), self.q_at.eq(d.regs.scratch_base + self.sc.q),
                      self.k_off.eq(k_region + d.cache_len * g.head_dim),
-                     self.vt_off.eq(vt_region + d.cache_len * g.pe), self.io_left.eq(self.io_words)]
+                     self.vt_off.eq(vt_region + d.cache_len * g.pe), self.io_left.eq(self.io_words),
+                     self.io_block.eq(min(self.io_words, self.block_words))]
         self.goto(first)
 
     def advance_block(self):
@@ -543,7 +552,8 @@ class Sequencer:
                      self.x_out_at.eq(self.x_out_at + 2 * R * H), self.x_mem_at.eq(self.x_mem_at + 2 * R * H),
                      self.q_at.eq(self.q_at + R * H),
                      self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
-                     self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0))]
+                     self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)),
+                     self.io_block.eq(self.io_next)]
 
     def next_block(self, more, last):
         m, d = self.m, self.d
@@ -690,21 +700,21 @@ class Sequencer:
         with self.state("P1_NEXT_X", Op.STORE_QKV):   # X is read no more: the next block's X_t loads beside the stores
             m.d.comb += d.busy.eq(1)
             with m.If(d.blk != d.run_blocks - 1):
-                self.transfer(Transfer.LOAD_X, self.x_in_at + 2 * R * H,
+                self.transfer(Transfer.LOAD_X, self.x_next_at,
                               Mux(self.first_layer, self.io_next, self.block_words))
             self.goto("P1_STORE_Q")
 
         def store_k():
             with m.If(d.blk != d.run_blocks - 1):      # K_t and V_t^T leave beside the next block's Q
                 self.store_k(None)
-                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_off)]
+                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_at)]
                 self.advance_block()
                 self.goto("P1_BLOCK")
             with m.Else():                              # the pass's last block: its stores before pass 2
                 self.store_k("P1_STORE_K")
 
         def store_vt():
-            self.store_vt("P1_STORE_VT", self.vt_off)
+            self.store_vt("P1_STORE_VT", self.vt_at)
 
         def pass1_done():
             m.d.sync += d.scratch_ready.eq(1)
@@ -767,19 +777,19 @@ class Sequencer:
 
     def store_k(self, state):
         """A block's K (a run per head, from WORK's banks) into the pass's K region of the layer's scratch, at
-        ``kv_at + k_off`` (then ``state``)."""
+        ``k_at`` (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_K, self.kv_at + self.k_off, self.k_words,
+        self.transfer(Transfer.STORE_K, self.k_at, self.k_words,
                       runs=g.heads, step=g.seq * g.head_dim, local=d.K_LOCAL, local_step=g.words(g.head_dim),
                       inner=g.words(g.head_dim), outer_stride=g.words(g.hidden))
         if state is not None:
             self.goto(state)
 
-    def store_vt(self, state, vt_off):
-        """A block's V^T (a run per ``pe`` channels, the block's at ``vt_off``, its region's offset included) into the
-        layer's scratch, at ``kv_at + vt_off`` (then ``state``)."""
+    def store_vt(self, state, at):
+        """A block's V^T (a run per ``pe`` channels) into the layer's scratch at ``at`` (``vt_at``, or ``vt_base`` for
+        a pending store) (then ``state``)."""
         d, g = self.d, self.g
-        self.transfer(Transfer.STORE_VT, self.kv_at + vt_off, self.vt_words,
+        self.transfer(Transfer.STORE_VT, at, self.vt_words,
                       runs=g.hidden // g.pe, step=g.seq * g.pe, local=d.V_LOCAL, local_step=g.words(g.rows),
                       inner=g.words(g.rows))
         if state is not None:
@@ -797,7 +807,7 @@ class Sequencer:
         self.transfer_wait("P0_LOAD_M_WAIT", Op.LOAD, lambda: self.start_matrix(Op.XK))
         self.matrix_states(Op.XK, lambda: self.start_matrix(Op.XV))
         self.matrix_states(Op.XV, lambda: self.store_k("P0_STORE_K"))
-        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt("P0_STORE_VT", self.vt_off))
+        self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt("P0_STORE_VT", self.vt_at))
         self.transfer_wait("P0_STORE_VT", Op.STORE_QKV,
                            lambda: self.next_block("P0_LOAD_M", lambda: self.start_pass("P1_LOAD_X")))
 
@@ -807,7 +817,7 @@ class Sequencer:
         ``d.load_wait``); the layer's last block: X'_t out alone."""
         m, d, g = self.m, self.d, self.g
         with m.If(d.blk != d.run_blocks - 1):
-            self.transfer(Transfer.LOAD_Q, self.q_at + g.rows * g.hidden,
+            self.transfer(Transfer.LOAD_Q, self.q_next_at,
                           g.words(g.rows * g.hidden))
             self.goto("P2_NEXT_Q")
         with m.Else():
