@@ -38,7 +38,8 @@ from amaranth import Const, Module, Mux, Signal, signed
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, AxiParams, planned_burst, axi_read_master_members, axi_write_master_members, forward_ports
+from .axi import (BURST_INCR, AxiParams, after_burst, planned_burst, axi_read_master_members, axi_write_master_members,
+                  forward_ports)
 from .weight_dma import ReadDma, command_intake
 
 __all__ = ["write_command_layout", "write_beat_layout", "lanes_layout", "WriteDma", "ActReader", "ActWriter",
@@ -132,12 +133,13 @@ class WriteDma(wiring.Component):
             w_bursts.w_data.eq(length - 1), w_bursts.w_en.eq(issue),
             b_push.addr.eq(cur_addr), b_push.cmd_last.eq(last), b_bursts.w_en.eq(issue),
         ]
+        next_addr = after_burst(m, p, cur_addr, length)     # (its register outside the If)
         with m.If(issue):
             m.d.sync += [
                 awvalid.eq(1),
                 self.m_axi_awaddr.eq(cur_addr),
                 self.m_axi_awlen.eq(length - 1),
-                cur_addr.eq(cur_addr + (length << sz)),
+                cur_addr.eq(next_addr),
                 remaining.eq(remaining - length),
             ]
             with m.If(last):

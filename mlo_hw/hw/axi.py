@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Mux, Signal
+from amaranth import Cat, Mux, Signal
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["RESP_OKAY", "RESP_EXOKAY", "RESP_SLVERR", "RESP_DECERR", "BURST_INCR", "PAGE_BYTES",
            "AxiParams", "axi_read_master_members", "axi_write_master_members", "axil_slave_members",
-           "forward_ports", "burst_beats", "planned_burst"]
+           "forward_ports", "burst_beats", "planned_burst", "after_burst", "in_page"]
 
 RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0, 1, 2, 3
 BURST_INCR = 1
@@ -154,6 +154,28 @@ def _burst_bound(m, p: AxiParams, addr):
     low, high = idx[:split], idx[split:]
     m.d.comb += bound.eq(Mux(high.all() & low.any(), p.max_burst_beats - low, p.max_burst_beats))
     return bound
+
+
+def after_burst(m, p: AxiParams, addr, length):
+    """``addr + (length << size)``, the address after a burst of ``length`` beats from ``addr``, for a burst that
+    stays in its 4 KiB page (every burst :func:`planned_burst` plans): the page offset's sum (13 bits) chooses
+    between the page number and the page number plus one, which a register keeps a cycle after ``addr``. Valid
+    when ``addr`` did not change in the cycle before (a :func:`planned_burst` caller issues a burst only then), so
+    that no carry chain runs over the whole address. Call it outside any ``If`` (its register must follow ``addr``
+    in every cycle)."""
+    page_bits = PAGE_BYTES.bit_length() - 1
+    next_page = Signal(len(addr) - page_bits, name="next_page")
+    m.d.sync += next_page.eq(addr[page_bits:] + 1)
+    offset = Signal(page_bits + 1, name="after_offset")
+    m.d.comb += offset.eq(addr[:page_bits] + (length << p.size_log2))
+    return Cat(offset[:page_bits], Mux(offset[page_bits], next_page, addr[page_bits:]))
+
+
+def in_page(base, offset):
+    """``base + offset`` for a sum in ``base``'s 4 KiB page (a beat of a burst): the page offsets' sum, the page
+    number as it is."""
+    page_bits = PAGE_BYTES.bit_length() - 1
+    return Cat((base[:page_bits] + offset)[:page_bits], base[page_bits:])
 
 
 def planned_burst(m, p: AxiParams, addr, remaining, changed):

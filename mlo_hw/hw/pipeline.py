@@ -1,10 +1,13 @@
-"""Small helpers shared by the blocks: a delay line, deliberate register copies, a signed range test."""
+"""Small helpers shared by the blocks: a delay line, deliberate register copies, a signed range test, a sum and a
+counter in two halves."""
 
 from __future__ import annotations
 
-from amaranth import C, Signal
+from amaranth import C, Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
-__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed"]
+__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed", "split_sum", "SplitCounter"]
 
 # The attribute of a register that is a deliberate copy (one per block of a signal that fans out across the die):
 # yosys' opt_merge merges flip-flops with equal inputs, and a keep attribute on the wire does not stop it, so the
@@ -40,3 +43,53 @@ def fits_signed(value, bits: int):
         return C(1)
     above = value[bits - 1:]
     return above.all() | ~above.any()
+
+
+def split_sum(m, a, b, name: str, width: int):
+    """A register of ``a + b`` (unsigned, modulo ``2**width``) two cycles after its terms: the halves' sums
+    side by side (the high half both with and without the low half's carry), then the carry chooses. For a sum
+    whose terms change well before it is used (an address stepped a block's work earlier): the deepest path is a
+    half's carry chain, not the whole width's. Call it outside any ``If`` (its registers follow the terms in every
+    cycle)."""
+    half = width // 2
+    a_w, b_w = Signal(width, name=f"{name}_a"), Signal(width, name=f"{name}_b")
+    m.d.comb += [a_w.eq(a), b_w.eq(b)]
+    low = Signal(half + 1, name=f"{name}_low")
+    high, high_carried = (Signal(width - half, name=f"{name}_{n}") for n in ("high", "high_carried"))
+    m.d.sync += [low.eq(a_w[:half] + b_w[:half]), high.eq(a_w[half:] + b_w[half:]),
+                 high_carried.eq(a_w[half:] + b_w[half:] + 1)]
+    out = Signal(width, name=name)
+    m.d.sync += out.eq(Cat(low[:half], Mux(low[half], high_carried, high)))
+    return out
+
+
+class SplitCounter(wiring.Component):
+    """A ``width``-bit counter (``width`` >= 2) whose increment is two carry chains of half the width side by side.
+
+    Interface: ``inc`` (count one this cycle), ``clear`` (to 0 this cycle; over ``inc``), ``count`` (a register,
+    whole in every cycle: the halves never disagree).
+
+    Timing: the low half counts; the high half adds one in the cycle the low half wraps, on a register
+    ``low_full`` ("the low half is all ones") kept a cycle ahead from the low half and ``inc``. The deepest path is
+    a half's increment, not the whole width's (a 32-bit counter: 16-bit chains, where the 7-series carry chain
+    of 32 bits alone is 8 cells deep).
+    """
+
+    def __init__(self, width: int):
+        if width < 2:
+            raise ValueError(f"SplitCounter: width must be at least 2, got {width}")
+        self.width = width
+        super().__init__({"inc": In(1), "clear": In(1), "count": Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        half = self.width // 2
+        low, high = self.count[:half], self.count[half:]
+        low_full = Signal()
+        with m.If(self.inc):
+            m.d.sync += [low.eq(low + 1), low_full.eq(low == (1 << half) - 2)]
+            with m.If(low_full):
+                m.d.sync += high.eq(high + 1)
+        with m.If(self.clear):
+            m.d.sync += [self.count.eq(0), low_full.eq(0)]
+        return m

@@ -17,11 +17,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amaranth import Cat, Const, Module, Signal
+from amaranth import C, Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import RESP_OKAY, RESP_SLVERR, axil_slave_members
+from .pipeline import SplitCounter
 from ..plan import kv_cache, plan
 
 __all__ = ["ID_VALUE", "Field", "Register", "register_map", "ControlRegs", "write_register_map", "c_header",
@@ -194,7 +195,16 @@ class ControlRegs(wiring.Component):
                     store[r.name, f.name] = Signal(f.width, init=f.reset, name=f"{r.name.lower()}_{f.name}")
 
         done = store["STATUS", "done"]
-        counters = {n: Signal(32, name=n.lower()) for n in ("CYCLES", "COMPUTE_CYCLES", "STALL_CYCLES", "BYTES_READ")}
+        # the performance counters, each a SplitCounter (two 16-bit carry chains); BYTES_READ counts beats, its low
+        # bits (a beat's byte count, a power of two) read as zeros
+        beat_log2 = (self.cfg.axi_data_bytes - 1).bit_length()
+        counting = {"CYCLES": (32, self.busy), "COMPUTE_CYCLES": (32, self.compute_busy),
+                    "STALL_CYCLES": (32, self.dma_stall), "BYTES_READ": (32 - beat_log2, self.read_beat)}
+        counters = {}
+        for n, (width, inc) in counting.items():
+            m.submodules[n.lower()] = c = SplitCounter(width)
+            m.d.comb += [c.inc.eq(inc), c.clear.eq(self.start | self.soft_reset)]
+            counters[n] = Cat(C(0, 32 - width), c.count)
 
         def base(name):
             lo, hi = store[f"{name}_LO", "value"], store.get((f"{name}_HI", "value"))
@@ -264,16 +274,8 @@ class ControlRegs(wiring.Component):
             m.d.sync += done.eq(0)
         with m.If(self.done):
             m.d.sync += done.eq(1)
-        with m.If(self.busy):
-            m.d.sync += counters["CYCLES"].eq(counters["CYCLES"] + 1)
-        with m.If(self.compute_busy):
-            m.d.sync += counters["COMPUTE_CYCLES"].eq(counters["COMPUTE_CYCLES"] + 1)
-        with m.If(self.dma_stall):
-            m.d.sync += counters["STALL_CYCLES"].eq(counters["STALL_CYCLES"] + 1)
-        with m.If(self.read_beat):
-            m.d.sync += counters["BYTES_READ"].eq(counters["BYTES_READ"] + self.cfg.axi_data_bytes)
         with m.If(self.start | self.soft_reset):
-            m.d.sync += [done.eq(0), *(c.eq(0) for c in counters.values())]
+            m.d.sync += done.eq(0)
 
         # ---- read channel ----------------------------------------------------------------------------
         rvalid, rdata, rresp = Signal(), Signal(32), Signal(2)

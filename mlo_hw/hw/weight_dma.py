@@ -31,7 +31,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import BURST_INCR, AxiParams, axi_read_master_members, planned_burst
+from .axi import BURST_INCR, AxiParams, after_burst, axi_read_master_members, in_page, planned_burst
 
 __all__ = ["ERR_BAD_COMMAND", "command_layout", "beat_layout", "command_intake", "ReadDma"]
 
@@ -61,9 +61,7 @@ def command_intake(m, dma, accept, may_take):
     bad_addr = Signal.like(dma.error_addr)
     m.d.comb += [dma.cmd.ready.eq(may_take & ~dma.error & ~dma.cancel & ~checking),
                  accept.eq(dma.cmd.valid & dma.cmd.ready)]
-    m.d.sync += checking.eq(accept & bad)
-    with m.If(accept):
-        m.d.sync += bad_addr.eq(c.addr)
+    m.d.sync += [checking.eq(accept & bad), bad_addr.eq(c.addr)]    # the address of the command taken last cycle
     with m.If(checking):
         m.d.sync += [dma.error.eq(1), dma.error_addr.eq(bad_addr), dma.error_code.eq(ERR_BAD_COMMAND)]
     return accept & ~bad, checking
@@ -126,12 +124,13 @@ class ReadDma(wiring.Component):
             pushed.addr.eq(cur_addr), pushed.tag.eq(cur_tag), pushed.cmd_last.eq(last),
             bursts.w_en.eq(issue),
         ]
+        next_addr = after_burst(m, p, cur_addr, length)     # (its register outside the If)
         with m.If(issue):
             m.d.sync += [
                 arvalid.eq(1),
                 self.m_axi_araddr.eq(cur_addr),
                 self.m_axi_arlen.eq(length - 1),
-                cur_addr.eq(cur_addr + (length << sz)),
+                cur_addr.eq(next_addr),
                 remaining.eq(remaining - length),
             ]
             with m.If(last):
@@ -167,7 +166,7 @@ class ReadDma(wiring.Component):
             with m.If(bad_resp & ~drop):
                 m.d.sync += [
                     drop.eq(1), active.eq(0), self.error.eq(1),
-                    self.error_addr.eq(head.addr + (r_beat << sz)),
+                    self.error_addr.eq(in_page(head.addr, r_beat << sz)),
                     self.error_code.eq(self.m_axi_rresp),
                 ]
 

@@ -41,7 +41,7 @@ from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
 from ...plan import kv_cache
 from ..buffers import PARAM_SECTIONS
-from ..pipeline import delayed
+from ..pipeline import delayed, split_sum
 from ...model.weight_image import header_fields
 from .block_mover import Transfer
 from .param_copier import CopyKind
@@ -495,14 +495,13 @@ class Sequencer:
         # words of a block's K_h and of a V_h^T run that fit below the cache's capacity (a block written from key
         # CACHE_LEN on)
         self.kv_at = Signal(addr_bits, name="kv_at")
-        # the block's K_h and V_h^T addresses (kv_at plus k_off, vt_off), and the next block's rows of X and Q: registers
-        # a cycle behind their terms (which change a block's work before the transfers that use them), so that every
+        # the block's K_h and V_h^T addresses (kv_at plus k_off, vt_off), and the next block's rows of X and Q: sums two
+        # cycles behind their terms (which change a block's work before the transfers that use them), so that every
         # transfer's base is a register
-        self.k_at, self.vt_at, self.x_next_at, self.q_next_at = (Signal(addr_bits, name=n) for n in
-                                                                 ("k_at", "vt_at", "x_next_at", "q_next_at"))
-        m.d.sync += [self.k_at.eq(self.kv_at + self.k_off), self.vt_at.eq(self.kv_at + self.vt_off),
-                     self.x_next_at.eq(self.x_in_at + 2 * g.rows * g.hidden),
-                     self.q_next_at.eq(self.q_at + g.rows * g.hidden)]
+        self.k_at = split_sum(m, self.kv_at, self.k_off, "k_at", addr_bits)
+        self.vt_at = split_sum(m, self.kv_at, self.vt_off, "vt_at", addr_bits)
+        self.x_next_at = split_sum(m, self.x_in_at, 2 * g.rows * g.hidden, "x_next_at", addr_bits)
+        self.q_next_at = split_sum(m, self.q_at, g.rows * g.hidden, "q_next_at", addr_bits)
         self.vt_base = Signal(addr_bits, name="vt_base")    # vt_at of the block whose V^T store is pending
         self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
         self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
