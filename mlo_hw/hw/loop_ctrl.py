@@ -263,7 +263,7 @@ class WeightStreamer(wiring.Component):
     """The memory system: fetches every layer's weights from DRAM into the on-chip buffers.
 
     Control: ``start``, ``cancel`` (soft reset: drains the AXI bursts in flight, empties the
-    buffers; the tile buffer in the cycle after ``start`` or ``cancel``), ``clear`` (pulse, while idle: clears
+    buffers; the tile buffer in the cycle after ``start`` or ``cancel``, in which ``tile_ready`` reads 0), ``clear`` (pulse, while idle: clears
     ``error``, as ``start`` does), ``layers``, ``weight_base``; status ``busy`` (until every AXI burst issued has drained), ``done`` (pulse), ``error`` with
     ``error_addr``/``error_code`` (see :mod:`mlo_hw.hw.weight_dma`), ``beat`` (a beat was read, for the
     byte counter), ``layer`` (layer being fetched).
@@ -322,7 +322,8 @@ class WeightStreamer(wiring.Component):
         flush = self.start | self.cancel
         # the tile buffer is emptied a cycle later, from a register (its counters sit by its memories, far from
         # the control): no tile command is taken before the second cycle after ``start``, and the DMA forwards no
-        # beat after the cycle of ``cancel``
+        # beat after the cycle of ``cancel``; ``tile_ready`` and ``tile_next_ready`` read 0 in that cycle (the
+        # emptied buffer's, not the last run's tile)
         tiles_flush = Signal()
         m.d.sync += tiles_flush.eq(flush)
         wiring.connect(m, loop.cmd, dma.cmd)
@@ -372,8 +373,9 @@ class WeightStreamer(wiring.Component):
 
         # ---- compute-side ports -------------------------------------------------------------------
         m.d.comb += [
-            self.tile_ready.eq(tiles.ready), self.tile_tag.eq(tiles.tag), tiles.release.eq(self.tile_release),
-            self.tile_next_ready.eq(tiles.next_ready), tiles.cnext.eq(self.cnext),
+            self.tile_ready.eq(tiles.ready & ~tiles_flush), self.tile_tag.eq(tiles.tag),
+            tiles.release.eq(self.tile_release), self.tile_next_ready.eq(tiles.next_ready & ~tiles_flush),
+            tiles.cnext.eq(self.cnext),
             tiles.waddr.eq(self.waddr), self.wdata.eq(tiles.wdata), tiles.caddr.eq(self.caddr),
             self.bias.eq(tiles.bias), self.mult.eq(tiles.mult),
             params.r_slot.eq(self.param_slot), params.r_addr.eq(self.param_addr), self.param_data.eq(params.r_data),
