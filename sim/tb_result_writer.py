@@ -63,6 +63,10 @@ async def every_placement(dut):
         dut.start.value = 1
         await RisingEdge(dut.clk)
         dut.start.value = 0
+        # the cycle after start: the counters restart from the registered start; count reads 0, no beat arrives
+        await ReadOnly()
+        assert int(dut.count.value) == 0, f"trial {trial}: count {int(dut.count.value)} in the restart cycle"
+        await RisingEdge(dut.clk)
         results = [([rng.randint(-32768, 32767) for _ in range(PE)], [rng.randrange(256) for _ in range(PE)])
                    for _ in range(n_tiles * S * beats)]
         got = {}
