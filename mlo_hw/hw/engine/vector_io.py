@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Shape, Signal, unsigned
+from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -81,9 +81,6 @@ class Serializer(wiring.Component):
     ``registered_ready``: ``i.ready`` comes from a register instead of from ``o.ready``: a second word register
     takes the next word while the current one leaves (the consumer's ready then ends at this block, not in the
     producer's handshake logic across the die), at the cost of a word of flip-flops.
-
-    The word is a shift register: lane 0 leaves from its low end and the word moves down a lane as it does, so
-    the element on ``o`` comes from a register, not from a ``lanes``-way multiplexer.
     """
 
     def __init__(self, lanes: int, shape, registered_ready: bool = False):
@@ -99,9 +96,9 @@ class Serializer(wiring.Component):
         full = Signal()
         last = idx == self.lanes - 1
         vacate = self.o.valid & self.o.ready & last         # the word's last element leaves
-        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word[0])]
+        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word[0] if self.lanes == 1 else word[idx])]
         with m.If(self.o.valid & self.o.ready):
-            m.d.sync += [idx.eq(idx + 1), word.eq(word.as_value() >> Shape.cast(self.shape).width)]
+            m.d.sync += idx.eq(idx + 1)
             with m.If(last):
                 m.d.sync += [full.eq(0), idx.eq(0)]
         take = self.i.valid & self.i.ready
