@@ -193,6 +193,14 @@ def main(argv=None) -> int:
             for mname, catchers in c.mutants.items():
                 print(f"{'':10s}   mutant {mname}: caught by {' / '.join(catchers)}")
         return 0
+    for name in args.checks:
+        if name not in CHECKS:
+            ap.error(f"check {name!r}: expected one of {', '.join(CHECKS)}")
+    for name in ((args.checks or list(CHECKS)) if args.mutant else ()):
+        if args.mutant not in CHECKS[name].mutants:
+            ap.error(f"--mutant {args.mutant!r}: check {name} has {', '.join(CHECKS[name].mutants) or 'none'}")
+    if args.depth is not None and args.depth < 1:
+        ap.error(f"--depth: expected a positive number of steps, got {args.depth}")
     missing = missing_tools()
     if missing:
         print("not installed: " + ", ".join(missing), file=sys.stderr)

@@ -8,13 +8,23 @@ solver process; run them one at a time on a small machine (no -n with pytest-xdi
 
 import pytest
 
-from formal.run import CHECKS, run_check
+from formal.run import CHECKS, main, run_check
 from sim.formal import missing_tools
 
 _missing = missing_tools()
 pytestmark = pytest.mark.skipif(bool(_missing), reason="formal tools not installed: " + ", ".join(_missing))
 
 TIMEOUT_S = 900           # a check that runs past this is a failure, not a hang
+
+
+@pytest.mark.parametrize("argv,named", [(["nope"], "check 'nope'"), (["engine", "--mutant", "nope"], "--mutant 'nope'"),
+                                        (["engine", "--depth", "0"], "--depth")])
+def test_bad_arguments_are_one_line_errors(argv, named, capsys):
+    """formal/run.py refuses an unknown check or mutant and a depth below 1 in one line naming it, exit 2."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and named in err[-1] and "Traceback" not in "\n".join(err)
 
 
 def _passes(name, **kw):

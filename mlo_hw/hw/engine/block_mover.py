@@ -116,9 +116,7 @@ class BlockMover(wiring.Component):
 
         # the command registered on the way in; the two sides, each with its own command and runs: loads (LOAD_X,
         # LOAD_Q) and stores (the rest)
-        started = Signal(name="started")
-        given = Signal.like(self.cmd, name="given")
-        m.d.sync += [started.eq(self.start), given.eq(self.cmd)]
+        started, given = delayed(m, self.start, 1, "started"), delayed(m, self.cmd, 1, "given")
         take_load = (given.kind == Transfer.LOAD_X) | (given.kind == Transfer.LOAD_Q)
         load_taken, store_taken = started & take_load, started & ~take_load
         lcmd, load_running, load_run_base, _ = self._runs(m, "load", load_taken, given, load)

@@ -13,6 +13,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...model import numerics as nx
+from ..pipeline import delayed
 
 __all__ = ["Placement", "result_layout", "start_layout", "rows_write_layout", "bank_write_layout", "ResultWriter"]
 
@@ -87,8 +88,7 @@ class ResultWriter(wiring.Component):
         nfg = tr // pe
         words = lambda cols: cols // simd      # noqa: E731
         cfg = Signal.like(self.cfg)
-        started, given = Signal(), Signal.like(self.cfg)          # start and cfg, registered
-        m.d.sync += [started.eq(self.start), given.eq(self.cfg)]
+        started, given = delayed(m, self.start, 1, "started"), delayed(m, self.cfg, 1, "given")
         count = Signal.like(self.count)
         m.d.comb += self.count.eq(Mux(started, 0, count))
         nf = Signal(range(self.max_beats + 1))                 # channel group within the vector

@@ -547,9 +547,10 @@ class Sequencer:
         """The block counter and its companions, to the next block."""
         m, d, g = self.m, self.d, self.g
         R, H = g.rows, g.hidden
-        m.d.sync += [d.blk.eq(d.blk + 1), self.x_in_at.eq(self.x_in_at + 2 * R * H),
+        # x_in_at and q_at step to their next-block sums (split_sum registers, settled a block's work after the last step)
+        m.d.sync += [d.blk.eq(d.blk + 1), self.x_in_at.eq(self.x_next_at),
                      self.x_out_at.eq(self.x_out_at + 2 * R * H), self.x_mem_at.eq(self.x_mem_at + 2 * R * H),
-                     self.q_at.eq(self.q_at + R * H),
+                     self.q_at.eq(self.q_next_at),
                      self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
                      self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)),
                      self.io_block.eq(self.io_next)]
