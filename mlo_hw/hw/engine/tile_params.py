@@ -7,7 +7,7 @@ tile's job follows without a gap (the previous job may still be reading the othe
 
 from __future__ import annotations
 
-from amaranth import Array, Module, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
@@ -32,8 +32,9 @@ class TileParamLatch(wiring.Component):
         instead every channel reads bias 0 and ``fixed_mult`` (PV's requantization), and no read is counted.
         A job's set is free again after its ``vectors * tile_rows / pe`` reads.
 
-    Timing: latching takes ``tile_rows / pe + src_latency`` cycles when a set is free. The sets' registers load
-    on enables that are flip-flops themselves (their group's read issue, delayed ``src_latency`` cycles).
+    Timing: latching takes ``tile_rows / pe + src_latency`` cycles when a set is free. The sets are one distributed
+    RAM (``2 x 2**ceil(log2(tile_rows / pe))`` words of the parameter layout), its write enable and address flip-flops
+    (the group's read issue, delayed ``src_latency`` cycles), its read asynchronous from the registered address.
     """
 
     def __init__(self, mvau_params, tile_rows: int, vectors: int, src_latency: int = 1):
@@ -53,8 +54,11 @@ class TileParamLatch(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         nfg, S, lat = self.groups, self.vectors, self.src_latency
-        sets = [[Signal(self.params.data.shape(), name=f"set{i}_{j}", reset_less=True) for j in range(nfg)]
-                for i in range(2)]
+        gb = ceil_log2(nfg)                        # set i's group j at word i * 2**gb + j
+        # the two sets in one distributed RAM, written a group a cycle, read asynchronously from a registered
+        # address (was 2 x groups registers and a multiplexer over them: at tile_rows 64, pe 8 about 1,800 LUTs)
+        m.submodules.sets = sets = memory.Memory(shape=self.params.data.shape(), depth=2 << gb, init=[])
+        wr, rd = sets.write_port(), sets.read_port(domain="comb")
         latch_set, read_set = Signal(), Signal()   # the set the next latch fills; the set the next job reads
         idx = Signal(range(nfg + lat + 1))         # the group being latched (beyond: the last reads' data arrive)
         reads = Signal(range(S * nfg + 1))         # parameter reads of the job being read
@@ -69,21 +73,20 @@ class TileParamLatch(wiring.Component):
                 m.d.sync += [reads.eq(0), read_set.eq(~read_set)]
                 m.d.comb += reads_done.eq(1)
         m.d.sync += pending.eq(pending + self.job - reads_done)
+        m.d.comb += rd.addr.eq(Cat(addr[:gb], in_set))
         with m.If(self.matrix):
-            m.d.comb += self.params.data.eq(Array(Array(row) for row in sets)[in_set][addr])
+            m.d.comb += self.params.data.eq(rd.data)
         with m.Else():
             for p in range(self.mp.pe):
                 m.d.comb += [self.params.data.bias[p].eq(0), self.params.data.mult[p].eq(self.fixed_mult)]
 
-        # group j's write enable, registered in the cycle its read is issued (idx == j) and delayed to its data: the
-        # enable of the set's registers comes from a flip-flop, not from the sequencer's latch step through this decode
+        # group ``idx``'s write, its enable and address registered in the cycle its read is issued and delayed to
+        # its data: the RAM's write enable comes from a flip-flop, not from the sequencer's latch step
+        taken = self.latch & (pending < 2)
         m.d.comb += self.src_addr.eq(idx)
-        for i in range(2):
-            for j in range(nfg):
-                load = delayed(m, self.latch & (pending < 2) & (latch_set == i) & (idx == j), lat, f"load{i}_{j}_")
-                with m.If(load):
-                    m.d.sync += sets[i][j].eq(self.src_data)
-        with m.If(self.latch & (pending < 2)):
+        m.d.comb += [wr.en.eq(delayed(m, taken & (idx < nfg), lat, "load")),
+                     wr.addr.eq(delayed(m, Cat(idx[:gb], latch_set), lat, "load_at")), wr.data.eq(self.src_data)]
+        with m.If(taken):
             m.d.sync += idx.eq(idx + 1)
             with m.If(idx == nfg + lat - 1):
                 m.d.comb += self.latched.eq(1)
