@@ -11,15 +11,15 @@ elaborate report (:func:`format_search`).
 For every legal (pe, simd, tile_rows) (the rules of ``config._validate`` and of the engine's geometry,
 checked by running them) it takes the plan the rest of the tool chain would take (:func:`mlo_hw.plan.plan`:
 on chip or DRAM-tiled, every DRAM byte counted), and for every LayerNorm lane count of :func:`ln_lane_choices`
-the plan's expected cycles (the bound plus the LayerNorm phases, which overlap no matrix:
-:attr:`mlo_hw.plan.Plan.expected_cycles`) give inferences per second at ``target.clock_mhz``; it estimates the
+the plan's expected cycles (the bound plus the LayerNorm phases, which overlap no matrix, the block transfers no
+compute hides and the tile buffer's stalls: :attr:`mlo_hw.plan.Plan.expected_cycles`) give inferences per second at ``target.clock_mhz``; it estimates the
 engine's resources:
 
 - DSP48E1: the MAC array at two int8 lanes per DSP (one per lane when PE is 1: nothing to pack), the PE
   requantization multipliers (``acc + bias``, 33 bits, times the 16-bit multiplier: two DSP48E1 each, as
   yosys maps them), :data:`LN_LANE_DSP` a LayerNorm lane and ``2 x pe`` for the softmax (``pe`` lanes).
-- LUT (slice LUTs: logic + LUTRAM, what the part's LUT count covers): a linear model in MAC lanes, PE, SIMD,
-  tile_rows (beyond 4 groups of PE channels) and the plan's mode, calibrated against yosys ``synth_xilinx`` figures of engines with two LayerNorm lanes
+- LUT (slice LUTs: logic + LUTRAM, what the part's LUT count covers): a linear model in MAC lanes, PE, SIMD
+  and the plan's mode, calibrated against yosys ``synth_xilinx`` figures of engines with two LayerNorm lanes
   (:data:`LUT_MODEL`), plus :func:`ln_lane_luts` for each LayerNorm lane beyond two (less for fewer).
 - BRAM36: the plan's buffers (counted by width and depth, with the memories of every LayerNorm lane beyond two)
   plus the block RAMs yosys adds outside them (the two default lanes' LayerNorm memories but one, FIFO memories),
@@ -30,7 +30,7 @@ plan's budget, ``target.bram36_budget`` or the part's). The fastest fitting cand
 within :data:`TIE` of the fastest count as equally fast (the bound is an estimate: the engine measured 1.04 x
 its bound on chip and 1.08-1.10 x tiled, docs/tiling.md); among those an on-chip plan goes first (it tracks
 its bound more closely), then the most headroom (the lowest of the estimates' fractions of the part), then
-fewer slice LUTs.
+fewer slice LUTs, fewer DSP48E1, more inferences per second.
 """
 
 from __future__ import annotations
@@ -89,14 +89,14 @@ LN_LANE_LUT = {"base": 1764.2, "simd": 43.35}
 # the LayerNorm pair words without a multiplexer, write multiplexers without a zero): base and the per-lane term
 # solved from bert_tiny 8 x 8 on chip, 14,259 measured, and 8 x 16 tiled at two LayerNorm lanes, 19,188 (the other
 # terms kept); bert_tiny_auto (8 x 16 tiled, tile_rows 32, one LayerNorm lane): see docs/synthesis.md.
-# Refitted again 2026-11-26 with a tile_rows term: the tile parameter latch's two sets of tile_rows channels are read
-# a group of pe at a time, and beyond 4 groups the read multiplexer takes a second LUT level (8 x 16, one LayerNorm
-# lane: tile_rows 16 16,955, 32 17,232, 64 18,863 slice LUTs). Per pe and group beyond 4, and base and the per-lane
-# term, least squares over six syntheses of the engine as of the four tile banks (bert_tiny 8 x 8 tile 8 on chip
-# 14,266; 8 x 16 tiled: tile 16 at two lanes 19,362 and at one 16,955, tile 32 at one 17,232 and at two 19,702, tile 64
-# at one 18,863): within 0.93 % of each (tests/test_folding.py).
-LUT_MODEL = {"base": 10195.2, "lane": 33.84, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0,
-             "requant_lane": 278.7, "tile_group": 55.61}
+# Refitted again 2026-11-26 with a tile_rows term (the tile parameter latch's register sets behind a read multiplexer);
+# that term is gone since 2026-11-27: the latch is a distributed RAM, and tile_rows 16, 32 and 64 synthesize within
+# 23 slice LUTs of each other. Base and the per-lane term refitted then, least squares over six syntheses (python -m
+# mlo_hw.synth --pnr none, bert_tiny's model, folding fixed): 8 x 8 tile 8 two lanes on chip 14,443; 8 x 16 tiled:
+# tile 16 at one lane 16,543 and at two 18,960, tile 32 at one 16,560 and at two 18,970, tile 64 at one 16,537:
+# within 0.18 % of each (tests/test_folding.py).
+LUT_MODEL = {"base": 11103.4, "lane": 22.43, "pe": 313.0, "simd": 168.9, "tiled": 916.0, "softmax_lane": 564.0,
+             "requant_lane": 278.7}
 
 # Block RAM36 yosys maps beyond the plan's buffers (the second LayerNorm lane's row memory, FIFO memories),
 # measured - plan, the largest per mode kept. Measured with the LayerNorm biases in block RAM: on chip bert_tiny
@@ -181,7 +181,6 @@ def lut_estimate(cfg, mode: str) -> int:
     softmax_lanes = EngineGeometry.from_config(cfg).softmax_lanes
     requant_lanes = MVAUParams.from_config(cfg).requant_lanes
     return round(k["base"] + k["lane"] * f.pe * f.simd + k["pe"] * f.pe + k["simd"] * f.simd
-                 + k["tile_group"] * f.pe * max(0, f.tile_rows // f.pe - 4)
                  + k["softmax_lane"] * (softmax_lanes - 1) + k["requant_lane"] * (requant_lanes - f.pe)
                  + (k["tiled"] if mode == "tiled" else 0.0) + (f.ln_lanes - 2) * ln_lane_luts(cfg))
 
@@ -233,7 +232,8 @@ def explore(cfg) -> list[Candidate]:
         near = c.fits and c.inferences_per_s >= (1 - TIE) * best
         if not near:
             return (not c.fits, True, -c.inferences_per_s)
-        return (False, False, 0.0, c.mode != "on-chip", _headroom_used(c, part, bram_budget), c.lut, c.dsp)
+        return (False, False, 0.0, c.mode != "on-chip", _headroom_used(c, part, bram_budget), c.lut, c.dsp,
+                -c.inferences_per_s)
     return sorted(found, key=key)
 
 

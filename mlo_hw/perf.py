@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .model.weight_image import layout
 
-__all__ = ["buffer_group", "TileCost", "tile_banks", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
+__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
            "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
            "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
@@ -129,6 +129,22 @@ def weight_tile_words(cfg) -> int:
     """MVAU weight words (``pe x simd`` bytes) of the config's largest weight tile (``tile_rows x cols``)."""
     f = cfg.folding
     return max(sec.tile_rows * sec.cols for sec in layout(cfg).sections if sec.tile_rows) // (f.pe * f.simd)
+
+
+def tile_stream_stall(tiles: list[tuple[int, int]], banks: int) -> int:
+    """Cycles the tile buffer's ``banks`` add to a stream of weight tiles, each ``(compute, dma)``, beyond the sum of
+    their ``max(compute, dma)``: a tile's fetch starts when the tile before has been fetched and the tile ``banks``
+    earlier has been computed (its bank free), its compute when it is fetched and the tile before computed. After a
+    matrix of short tiles (FFN up's ``hidden`` columns) a long tile (FFN down's ``intermediate``) has only the short
+    ones' compute to stream in; with unbounded banks its fetch would start as early as the DMA allows."""
+    def end(lookahead: int) -> int:
+        fetched, computed = [], []
+        for i, (c, d) in enumerate(tiles):
+            start = max(fetched[-1] if fetched else 0, computed[i - lookahead] if i >= lookahead else 0)
+            fetched.append(start + d)
+            computed.append(max(computed[-1] if computed else 0, fetched[-1]) + c)
+        return computed[-1] if computed else 0
+    return end(banks) - end(len(tiles) + 1)
 
 
 def tile_banks(width_bits: int, bank_words: int) -> int:

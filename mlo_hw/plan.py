@@ -24,7 +24,8 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
 The two LayerNorm phases of a layer (per block, when tiled) start during the last weight tile before each: the plan
 carries the cycles they add beyond the matrices (:func:`mlo_hw.perf.layernorm_visible_cycles`, ``folding.ln_lanes``
 lanes) beside the bound, and ``expected_cycles`` (bound plus LayerNorm plus, tiled, the block transfers no compute
-hides) is what ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the matrices'
+hides, plus the weight tiles the tile buffer's banks hold back: :func:`mlo_hw.perf.tile_stream_stall`) is what
+``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the matrices'
 roofline.
 """
 
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .config import PARTS, ConfigError
 from .perf import (bram36, buffer_group, layer_bound, layernorm_visible_cycles, matrix_costs, onchip_memories,
-                   tile_banks, weight_tile_words)
+                   tile_banks, tile_stream_stall, weight_tile_words)
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
@@ -82,12 +83,14 @@ class Plan:
     # tiled: per layer, the block transfers that no compute hides (every store, and a layer's first X_0 and Q_0 loads;
     # the other loads run beside the stores or the heads: docs/tiling.md)
     serial_transfer_cycles: int = 0
+    # per layer: the weight tiles' fetches the tile buffer's banks hold back (:func:`mlo_hw.perf.tile_stream_stall`)
+    tile_stall_cycles: int = 0
 
     @property
     def expected_cycles(self) -> int:
-        """The bound plus the LayerNorm phases and the unhidden block transfers of every layer: what the engine's run
-        should take."""
-        return self.cycles + self.layers * (self.layernorm_cycles + self.serial_transfer_cycles)
+        """The bound plus the LayerNorm phases, the unhidden block transfers and the tile buffer's stalls of every
+        layer: what the engine's run should take."""
+        return self.cycles + self.layers * (self.layernorm_cycles + self.serial_transfer_cycles + self.tile_stall_cycles)
 
     @property
     def bram36(self) -> float:
@@ -190,6 +193,34 @@ def _tiled_phases(cfg, block: int, cross: bool | None = None) -> tuple:
     return first, pass1, attention, rest
 
 
+def _phase_matrices(cfg, cross: bool) -> tuple:
+    """A tiled layer's weight matrices by phase, in the order the engine streams them: pass 1's, the attention's raw
+    tiles (a head's K_h and V_h^T, twice for a decoder layer's cross-attention block), the rest's."""
+    heads = cfg.model.heads
+    if cross:
+        return ("xk", "xv", "q", "k", "v"), 4 * heads, ("o", "xq", "xo", "ffn_up", "ffn_down")
+    return ("q", "k", "v"), 2 * heads, ("o", "ffn_up", "ffn_down")
+
+
+def _tile_stall(cfg, block: int | None) -> int:
+    """Per layer, the cycles the tile buffer's banks add to its weight-tile stream (:func:`perf.tile_stream_stall`):
+    tiled at ``block`` rows (every block's pass 1, then every block's heads and the rest), or on chip (None)."""
+    f, lanes, beat = cfg.folding, cfg.mac_lanes, cfg.axi_data_bytes
+    s, dh = cfg.seq_padded, cfg.head_dim
+    costs = {c.matrix: c for c in matrix_costs(cfg, s if block is None else block)}
+    tiles = lambda names: [(costs[n].compute, costs[n].dma) for n in names for _ in range(costs[n].tiles)]  # noqa: E731
+    bank_words = weight_tile_words(cfg)
+    if block is None:
+        stream = tiles(m.name for m in cfg.matrices)
+    else:
+        bank_words = max(bank_words, s * dh // (f.pe * f.simd))
+        pass1, raw, rest = _phase_matrices(cfg, cfg.seq2seq)
+        raw_tile = (block * s * dh // lanes, -(-s * dh // beat))
+        t = s // block
+        stream = t * tiles(pass1) + t * ([raw_tile] * raw + tiles(rest))
+    return tile_stream_stall(stream, tile_banks(8 * f.pe * f.simd, bank_words))
+
+
 def _tiled_layer_cycles(cfg, block: int, cross: bool | None = None) -> int:
     (first, _), (pass1, _), (attention, _), (rest, _) = _tiled_phases(cfg, block, cross)
     blocks = cfg.seq_padded // block
@@ -223,7 +254,7 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc, -(-(aw + 3 * block * m.hidden) // cfg.axi_data_bytes))
+                cfg.image_layers, enc, -(-(aw + 3 * block * m.hidden) // cfg.axi_data_bytes), _tile_stall(cfg, block))
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -232,7 +263,7 @@ def _onchip_plan(cfg, budget: float) -> Plan:
     per_layer = layer_bound(cfg)
     return Plan("on-chip", s, 1, budget, _buffers(onchip_memories(cfg)), 0, layout(cfg).layer_bytes, 0, 0, io,
                 per_layer, cfg.model.layers * per_layer + io // beat, beat, cfg.target.clock_mhz,
-                layernorm_visible_cycles(cfg), cfg.model.layers)
+                layernorm_visible_cycles(cfg), cfg.model.layers, tile_stall_cycles=_tile_stall(cfg, None))
 
 
 @dataclass(frozen=True)
@@ -324,7 +355,10 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
     if p.serial_transfer_cycles:
         lines += ["", f"Block transfers no compute hides (the stores, a layer's first loads; not in the bound): "
                       f"{p.serial_transfer_cycles} cycles per layer."]
-    lines += ["", f"Expected (bound, LayerNorm and those transfers): {p.expected_cycles} cycles per run."]
+    if p.tile_stall_cycles:
+        lines += ["", f"Weight tiles the tile buffer's banks hold back (a long tile after short ones streams in behind "
+                      f"them alone; not in the bound): {p.tile_stall_cycles} cycles per layer."]
+    lines += ["", f"Expected (bound, LayerNorm, those transfers and stalls): {p.expected_cycles} cycles per run."]
     return lines
 
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from mlo_hw.config import ConfigError, config_from_dict, load_config, resolve_config_path
-from mlo_hw.perf import layer_bound, onchip_bram36
+from mlo_hw.perf import layer_bound, onchip_bram36, tile_stream_stall
 from mlo_hw.plan import block_choices, plan
 from mlo_hw.model.quantize import build_model
 from mlo_hw.model.tiled import layer_traffic, tiled_stack
@@ -104,3 +104,25 @@ def test_a_config_that_fits_no_way_is_rejected_with_the_numbers():
 def test_a_bad_budget_is_a_one_line_error(bad):
     with pytest.raises(ConfigError, match="target.bram36_budget"):
         _cfg("small", budget=bad)
+
+
+def test_tile_stream_stall_counts_the_banks():
+    """A long tile after short ones streams in while only they compute: with two banks its fetch starts once the tile
+    two before it is computed (worked by hand: fetches end at 1, 2, 4, 9; computes at 3, 5, 7, 17, not 15); with four
+    banks, or no long tile, nothing."""
+    tiles = [(2, 1)] * 3 + [(8, 4)]
+    assert tile_stream_stall(tiles, 2) == 2
+    assert tile_stream_stall(tiles, 4) == 0
+    assert tile_stream_stall([(2, 1)] * 6, 2) == 0
+
+
+@pytest.mark.parametrize("tile_rows, measured", [(32, 0), (64, 16720)])
+def test_tile_stall_matches_the_measured_run(tile_rows, measured):
+    """bert_tiny's model at PE 8 x SIMD 16 (B = 32): at tile_rows 64 the tile buffer has two banks (four at 32), and FFN
+    down's first tile (32 KiB, 4,096 beats) streams in behind FFN up's last (2,048 cycles). ``python bench/cycles.py``
+    (2026-11-27, ideal memory) measured FFN_DOWN's DMA stalls over both layers: 16,720 at tile_rows 64, 0 at 32."""
+    raw = yaml.safe_load(resolve_config_path("bert_tiny").read_text())
+    raw["folding"] = {"pe": 8, "simd": 16, "tile_rows": tile_rows, "ln_lanes": 1}
+    p = plan(config_from_dict(raw, "plan_test"))
+    assert p.mode == "tiled" and p.block == 32
+    assert abs(p.layers * p.tile_stall_cycles - measured) <= 0.03 * measured
