@@ -54,9 +54,10 @@ class ResultWriter(wiring.Component):
         ``chan_word``: the first channel's word in a row (a head's columns for PV); ``base``: WORK's word
         offset for ROWS8; ``tiles``: a weight matrix, whose writer moves to the next tile's channels by
         itself after ``vectors * tile_rows / pe`` beats (jobs overlap). ``start`` and ``cfg`` are registered on
-        the way in: every counter restarts in the cycle after ``start`` (from a register, not from the decode
-        that starts the writer), in which ``count`` reads 0 and no beat may arrive (the MVAU's first result of a
-        job comes many cycles after its command).
+        the way in: every counter but ``count`` restarts in the cycle after ``start`` (from a register, not from
+        the decode that starts the writer), and no beat may arrive in that cycle (the MVAU's first result of a
+        job comes many cycles after its command); ``count`` is cleared by ``start`` itself (its few flip-flops), so it
+        reads 0 from the cycle after ``start``.
         ``i``: the result beats (``ready`` is always 1).
         ``rows``: a write of ``simd`` int16 lanes (``addr``, ``data``, per-lane ``en``) for ROWS16;
         ``banks``: one byte-lane write per WORK bank for ROWS8, K and VT (bank-local ``addr``).
@@ -89,8 +90,7 @@ class ResultWriter(wiring.Component):
         words = lambda cols: cols // simd      # noqa: E731
         cfg = Signal.like(self.cfg)
         started, given = delayed(m, self.start, 1, "started"), delayed(m, self.cfg, 1, "given")
-        count = Signal.like(self.count)
-        m.d.comb += self.count.eq(Mux(started, 0, count))
+        count = self.count
         nf = Signal(range(self.max_beats + 1))                 # channel group within the vector
         cw = Signal(range(self.max_words + 1))                 # channel word within the row
         cl = Signal(range(simd))                               # first lane of the group within the word
@@ -113,6 +113,8 @@ class ResultWriter(wiring.Component):
             m.d.comb += [b.addr.eq(banks_q[i].addr), b.data.eq(banks_q[i].data), b.en.eq(banks_en[i * simd:(i + 1) * simd])]
         with m.If(wrote):
             m.d.sync += count.eq(count + 1)
+        with m.If(self.start):          # ``count`` alone restarts from ``start`` itself: the sequencer compares it,
+            m.d.sync += count.eq(0)     # and a multiplexer from ``started`` in front of it deepened those paths
         rep = self.i.payload.bytes.replicate(simd // pe)
         addr = row + chan_word + cw
         # ROWS8's ``cfg.base + row + chan_word``, kept in a register beside the counters (stepped with ``row`` and
@@ -156,7 +158,7 @@ class ResultWriter(wiring.Component):
                                  chan_word.eq(chan_word + words(tr)), vt_base.eq(vt_base + nfg * words(S)),
                                  row_base.eq(cfg.base + chan_word + words(tr))]
         with m.If(started):
-            m.d.sync += [cfg.eq(given), count.eq(0), nf.eq(0), cw.eq(0), cl.eq(0), row.eq(0), tile.eq(0),
+            m.d.sync += [cfg.eq(given), nf.eq(0), cw.eq(0), cl.eq(0), row.eq(0), tile.eq(0),
                          chan_word.eq(given.chan_word), k_bank.eq(0), k_row.eq(0), vt_base.eq(0), vt_nf.eq(0),
                          sw.eq(0), sl.eq(0), row_base.eq(given.base + given.chan_word)]
         return m
