@@ -40,8 +40,8 @@ Interface (clock domain ``sync``):
 
 Throughput: one PE x SIMD step per cycle whenever ``x`` has data (only needed in folds ``nf == 0``)
 and the output buffer has room: no bubbles between folds, vectors or jobs. A job of ``V`` vectors
-takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``14 + ceil(log2(simd))``, plus
-``pe / requant_lanes`` with a shared requantizer: 25 for bert_tiny's 8 x 8 with one requant lane) from its
+takes ``V * row_folds * col_folds`` cycles plus :attr:`MVAU.latency` (``15 + ceil(log2(simd))``, plus
+``pe / requant_lanes`` with a shared requantizer: 26 for bert_tiny's 8 x 8 with one requant lane) from its
 command handshake to its last output handshake (without backpressure). Backpressure on ``o`` stalls issue, never drops:
 the pipeline after issue runs freely and its results land in an output FIFO that issue never
 overfills (issue only goes ahead while FIFO level + results in flight < FIFO depth; that count is
@@ -469,15 +469,15 @@ class Requantizer(wiring.Component):
         ``numerics.requant(acc + bias, mult, shift, bits)`` with ``bits = RES_BITS`` when ``wide`` else
         ``act_bits``, sign-extended; raw mode: ``acc`` (bias 0, mult 1, shift 0, no saturation).
     Timing: ``result`` holds the set presented :attr:`latency` cycles earlier. With ``pe`` lanes (``groups =
-    1``) a free-running pipeline, one set a cycle, latency 6 (acc + bias, product M, product P, shift, round,
-    saturate); ``valid`` is not used. With fewer lanes a set is held and its ``groups = pe / requant_lanes``
+    1``) a free-running pipeline, one set a cycle, latency 7 (acc + bias, the multiplier's operand copies, product M,
+    product P, shift, round, saturate); ``valid`` is not used. With fewer lanes a set is held and its ``groups = pe / requant_lanes``
     groups of channels pass the lanes one a cycle; a set may follow the previous one ``groups`` cycles later
     at the earliest (the MVAU's result beats are ``col_folds >= groups`` cycles apart: :meth:`MVAUParams.command`
-    checks it), latency ``6 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product, as two
+    checks it), latency ``7 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product, as two
     partial products, each registered at its multiplier, summed in the P stage: :func:`split_product`).
     """
 
-    CORE_LATENCY = 6
+    CORE_LATENCY = 7
 
     @staticmethod
     def latency_of(p: MVAUParams) -> int:
@@ -544,21 +544,24 @@ class Requantizer(wiring.Component):
         m.d.sync += [ctl[j].eq(ctl[j - 1]) for j in range(1, self.CORE_LATENCY + 1)]
         raw0 = ctl0.raw
         total = [Signal(signed(p.sum_bits), name=f"sum{c}") for c in range(n)]
-        # the multiplier in a register per partial product (one register feeding both multipliers of a lane was
-        # 3.5 ns of wire in front of one of them on bert_tiny's ECP5 route); both kept, as opt_merge folds a copy
-        # without the mark into one with it
+        factor = [Signal(unsigned(p.mult_bits), name=f"factor{c}", reset_less=True) for c in range(n)]
+        # The multiplier's operands pass two registers: ``acc + bias`` and the factor where they are made, then copies
+        # of their own at the multiplier (kept: opt_merge folds a copy without the mark into one with it), a copy per
+        # partial product for the factor. With one register between the adder and the multiplier, the placer put it
+        # by the adder: 3.1-3.6 ns of wire to the MULT18X18D, the critical path of five of the last dozen ECP5 routes
+        # (bert_tiny_auto at 2244104 seed 1: ``sum0`` -> MULT18X18D -> ``rq0_mlo``, 8.78 ns).
         split = split_parts(p.sum_bits, True) == 2
         scaled = []
         for c in range(n):
-            m.d.sync += total[c].eq(acc[c] + Mux(raw0, 0, bias[c]))
-            factor = Mux(raw0, 1, mult[c])
-            scale = kept_copy(m, factor, f"mult{c}", unsigned(p.mult_bits))
-            scale_high = kept_copy(m, factor, f"mult_high{c}", unsigned(p.mult_bits)) if split else None
-            scaled.append(split_product(m, total[c], scale, f"rq{c}", scale_high))
+            m.d.sync += [total[c].eq(acc[c] + Mux(raw0, 0, bias[c])), factor[c].eq(Mux(raw0, 1, mult[c]))]
+            operand = kept_copy(m, total[c], f"sum_at_mult{c}")
+            scale = kept_copy(m, factor[c], f"mult{c}")
+            scale_high = kept_copy(m, factor[c], f"mult_high{c}") if split else None
+            scaled.append(split_product(m, operand, scale, f"rq{c}", scale_high))
         # rshift_round(v, s) = floor((floor(2v / 2**s) + 1) / 2) for every s >= 0 (raw: s = 0).
         halved = [Signal(signed(len(scaled[c]) + 1), name=f"rs{c}") for c in range(n)]
         for c in range(n):
-            m.d.sync += halved[c].eq((scaled[c] << 1) >> ctl[3].shift)
+            m.d.sync += halved[c].eq((scaled[c] << 1) >> ctl[4].shift)
         # The rounding adds only over the low ``kept`` bits of ``halved``, enough for the raw result (2 acc) and
         # for a saturation test at RES_BITS; a ``halved`` beyond them (``over``) saturates by its sign. A carry
         # chain of ``kept`` bits, not of the product's width.
@@ -569,7 +572,7 @@ class Requantizer(wiring.Component):
         for c in range(n):
             m.d.sync += [rounded[c].eq((halved[c][:kept].as_signed() + 1) >> 1),
                          over[c].eq(~fits_signed(halved[c], kept)), negative[c].eq(halved[c][-1])]
-        wide, raw = ctl[5].wide, ctl[5].raw
+        wide, raw = ctl[6].wide, ctl[6].raw
         lo_out = Mux(wide, -(1 << (nx.RES_BITS - 1)), -(1 << (p.act_bits - 1)))
         hi_out = Mux(wide, (1 << (nx.RES_BITS - 1)) - 1, (1 << (p.act_bits - 1)) - 1)
         out = [Signal(signed(p.acc_bits), name=f"rq_out{c}") for c in range(n)]
@@ -590,8 +593,9 @@ class MVAU(wiring.Component):
 
     # Register stages from issue to the output FIFO write, not counting the SIMD adder tree:
     # buffer/weight read, MAC input registers, operand registers (DSP A/B), product (DSP M), DSP P, lane split,
-    # accumulator, acc + bias, requant product (M), requant product (P), shift, round, saturate.
-    FIXED_STAGES = 13
+    # accumulator, acc + bias, the requant multiplier's operand copies, requant product (M), requant product (P),
+    # shift, round, saturate.
+    FIXED_STAGES = 14
     FIFO_LATENCY = 1        # SyncFIFO: a write is readable the next cycle
 
     def __init__(self, params: MVAUParams):
