@@ -73,6 +73,7 @@ async def jobs_overlap_without_overwriting(dut):
     dut.clear.value = 1
     await RisingEdge(dut.clk)
     dut.clear.value = 0
+    await RisingEdge(dut.clk)       # the clear takes effect from a register, in this cycle: nothing else may come
     for t in range(8):
         state["tile"] = t
         dut.latch.value = 1
