@@ -150,7 +150,7 @@ class Sequencer:
         self.goto(f"{o.name}_TILE_WAIT")
 
     def abandon(self):
-        # the blocks are reset (in the next cycle) and at the next start; the AXI masters drain what is in flight
+        # the blocks are reset (two cycles later, from registers) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
         self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.x_pending.eq(0),
