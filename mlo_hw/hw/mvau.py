@@ -547,8 +547,8 @@ class Requantizer(wiring.Component):
         # The multiplier's operands pass two registers: ``acc + bias`` and the factor where they are made, then copies
         # of their own at the multiplier (kept: opt_merge folds a copy without the mark into one with it), a copy per
         # partial product for the factor. With one register between the adder and the multiplier, the placer put it
-        # by the adder: 3.1-3.6 ns of wire to the MULT18X18D, the critical path of five of the last dozen ECP5 routes
-        # (bert_tiny_auto at 2244104 seed 1: ``sum0`` -> MULT18X18D -> ``rq0_mlo``, 8.78 ns).
+        # by the adder: 3.1-3.6 ns of wire to the MULT18X18D, the critical path of five routes of bert_tiny and
+        # bert_tiny_auto since 7562d43 (at 2244104 seed 1: ``sum0`` -> MULT18X18D -> ``rq0_mlo``, 8.78 ns).
         # ``acc + bias`` (33 bits) is summed in halves at the multipliers' split (``SPLIT_BITS``): the low half with its
         # carry, the high half without and with a carry; the copy at the multiplier takes the high half the carry
         # chooses. No carry chain longer than the low half's (the whole one was 11 levels deep on the XC7A35T).
