@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .model.weight_image import layout
 
-__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
+__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_bank_words", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
            "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
            "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
@@ -131,6 +131,13 @@ def weight_tile_words(cfg) -> int:
     return max(sec.tile_rows * sec.cols for sec in layout(cfg).sections if sec.tile_rows) // (f.pe * f.simd)
 
 
+def tile_bank_words(cfg, tiled: bool) -> int:
+    """MVAU weight words of a tile-buffer bank: the largest weight tile (:func:`weight_tile_words`), and in the
+    DRAM-tiled engine also a head's K_h or V_h^T (``S x dh`` bytes)."""
+    words = weight_tile_words(cfg)
+    return max(words, cfg.seq_padded * cfg.head_dim // (cfg.folding.pe * cfg.folding.simd)) if tiled else words
+
+
 def tile_stream_stall(tiles: list[tuple[int, int]], banks: int) -> int:
     """Cycles the tile buffer's ``banks`` add to a stream of weight tiles, each ``(compute, dma)``, beyond the sum of
     their ``max(compute, dma)``: a tile's fetch starts when the tile before has been fetched and the tile ``banks``
@@ -178,7 +185,7 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
     s, h = g.seq, g.hidden
     word = 8 * g.simd
     beat = cfg.memory.axi_data_bits
-    tile_words = weight_tile_words(cfg)
+    tile_words = tile_bank_words(cfg, tiled=False)
     param_bytes = ParamGeometry.from_config(cfg).slot_bytes       # one layer's small sections
     softmax = Softmax.memory_shapes(s, cfg.acc_bits(g.head_dim), g.softmax_lanes, g.softmax_interval)   # g.softmax
     return {

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .config import PARTS, ConfigError
 from .perf import (bram36, buffer_group, layer_bound, layernorm_visible_cycles, matrix_costs, onchip_memories,
-                   tile_banks, tile_stream_stall, weight_tile_words)
+                   tile_bank_words, tile_banks, tile_stream_stall)
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
@@ -123,7 +123,7 @@ def tiled_memories(cfg, block: int) -> dict[str, tuple[int, int]]:
     simd, pe, s, h = f.simd, f.pe, cfg.seq_padded, m.hidden
     word = 8 * simd
     work_bytes = max(2 * block * h, block * max(h, m.intermediate))
-    bank_words = max(weight_tile_words(cfg), s * cfg.head_dim // (pe * simd))
+    bank_words = tile_bank_words(cfg, tiled=True)
     out = {"x": (nx.RES_BITS * simd, 2 * block * h // simd), "y": (nx.RES_BITS * simd, 2 * block * h // simd),
            **({"r": (nx.RES_BITS * simd, block * h // simd)} if m.norm == "pre" else {}),
            "p": (word, block * s // simd),
@@ -169,7 +169,7 @@ def _tiled_phases(cfg, block: int, cross: bool | None = None) -> tuple:
     """A layer's phases at ``block`` rows, each (cycles, DRAM bytes): pass 1 of the first block (with the small
     sections), of another block, the attention and the rest of a block; an encoder-decoder's decoder layer's
     (``cross``, default ``cfg.seq2seq``) with pass 0 and the cross-attention block."""
-    s, h, heads, dh = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, cfg.head_dim
+    s, h, dh = cfg.seq_padded, cfg.model.hidden, cfg.head_dim
     lanes, beat = cfg.mac_lanes, cfg.axi_data_bytes
     lay = layout(cfg)
     costs = {c.matrix: c for c in matrix_costs(cfg, block)}     # per tile: compute at ``block`` vectors, DMA
@@ -180,17 +180,11 @@ def _tiled_phases(cfg, block: int, cross: bool | None = None) -> tuple:
         dram = sum(lay[mm].bytes for mm in matrices) + raw_tiles * s * dh + act_bytes
         return max(tiles, -(-dram // beat)), dram
     small = sum(lay[n].bytes for n in SMALL_SECTIONS)
-    if cfg.seq2seq if cross is None else cross:       # a decoder layer: pass 0 (the memory's cross K, V) joins pass 1; the cross block the rest
-        pass1 = phase(("xk", "xv", "q", "k", "v"), 0, 9 * block * h)
-        attention = phase((), 4 * heads, block * h)
-        rest = phase(("o", "xq", "xo", "ffn_up", "ffn_down"), 0, 4 * block * h)
-        first = phase(("xk", "xv", "q", "k", "v"), 0, 9 * block * h + small)
-        return first, pass1, attention, rest
-    pass1 = phase(("q", "k", "v"), 0, 5 * block * h)
-    attention = phase((), 2 * heads, block * h)
-    rest = phase(("o", "ffn_up", "ffn_down"), 0, 4 * block * h)
-    first = phase(("q", "k", "v"), 0, 5 * block * h + small)
-    return first, pass1, attention, rest
+    cross = cfg.seq2seq if cross is None else cross     # a decoder layer: pass 0 (the memory's cross K, V) joins pass 1
+    pass1_matrices, raw_tiles, rest_matrices = _phase_matrices(cfg, cross)
+    pass1_act = (9 if cross else 5) * block * h
+    return (phase(pass1_matrices, 0, pass1_act + small), phase(pass1_matrices, 0, pass1_act),
+            phase((), raw_tiles, block * h), phase(rest_matrices, 0, 4 * block * h))
 
 
 def _phase_matrices(cfg, cross: bool) -> tuple:
@@ -209,16 +203,14 @@ def _tile_stall(cfg, block: int | None) -> int:
     s, dh = cfg.seq_padded, cfg.head_dim
     costs = {c.matrix: c for c in matrix_costs(cfg, s if block is None else block)}
     tiles = lambda names: [(costs[n].compute, costs[n].dma) for n in names for _ in range(costs[n].tiles)]  # noqa: E731
-    bank_words = weight_tile_words(cfg)
     if block is None:
         stream = tiles(m.name for m in cfg.matrices)
     else:
-        bank_words = max(bank_words, s * dh // (f.pe * f.simd))
         pass1, raw, rest = _phase_matrices(cfg, cfg.seq2seq)
         raw_tile = (block * s * dh // lanes, -(-s * dh // beat))
         t = s // block
         stream = t * tiles(pass1) + t * ([raw_tile] * raw + tiles(rest))
-    return tile_stream_stall(stream, tile_banks(8 * f.pe * f.simd, bank_words))
+    return tile_stream_stall(stream, tile_banks(8 * f.pe * f.simd, tile_bank_words(cfg, tiled=block is not None)))
 
 
 def _tiled_layer_cycles(cfg, block: int, cross: bool | None = None) -> int:

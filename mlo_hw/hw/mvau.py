@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Cat, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -83,7 +83,7 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 from .buffers import NO_COLLISION
-from .pipeline import fits_signed, kept_copy
+from .pipeline import fits_signed, kept_copy, split_sum
 
 __all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
@@ -549,20 +549,13 @@ class Requantizer(wiring.Component):
         # partial product for the factor. With one register between the adder and the multiplier, the placer put it
         # by the adder: 3.1-3.6 ns of wire to the MULT18X18D, the critical path of five routes of bert_tiny and
         # bert_tiny_auto since 7562d43 (at 2244104 seed 1: ``sum0`` -> MULT18X18D -> ``rq0_mlo``, 8.78 ns).
-        # ``acc + bias`` (33 bits) is summed in halves at the multipliers' split (``SPLIT_BITS``): the low half with its
-        # carry, the high half without and with a carry; the copy at the multiplier takes the high half the carry
-        # chooses. No carry chain longer than the low half's (the whole one was 11 levels deep on the XC7A35T).
+        # ``acc + bias`` (33 bits) is a ``pipeline.split_sum``: its halves summed side by side, the carry choosing in the
+        # second register (the one at the multiplier): no carry chain of the whole width (11 levels on the XC7A35T).
         split = split_parts(p.sum_bits, True) == 2
-        lo_bits, hi_bits = SPLIT_BITS, p.sum_bits - SPLIT_BITS
         scaled = []
         for c in range(n):
-            a, b = Signal(signed(p.sum_bits), name=f"addend{c}"), Signal(signed(p.sum_bits), name=f"bias_or_0_{c}")
-            lo = Signal(lo_bits + 1, name=f"sum_lo{c}", reset_less=True)
-            hi = [Signal(hi_bits, name=f"sum_hi{c}_{k}", reset_less=True) for k in range(2)]
-            m.d.comb += [a.eq(acc[c]), b.eq(Mux(raw0, 0, bias[c]))]
-            m.d.sync += [lo.eq(a[:lo_bits] + b[:lo_bits]), hi[0].eq(a[lo_bits:] + b[lo_bits:]),
-                         hi[1].eq(a[lo_bits:] + b[lo_bits:] + 1), factor[c].eq(Mux(raw0, 1, mult[c]))]
-            operand = kept_copy(m, Cat(lo[:lo_bits], Mux(lo[lo_bits], hi[1], hi[0])).as_signed(), f"sum_at_mult{c}")
+            m.d.sync += factor[c].eq(Mux(raw0, 1, mult[c]))
+            operand = split_sum(m, acc[c], Mux(raw0, 0, bias[c]), f"sum_at_mult{c}", p.sum_bits).as_signed()
             scale = kept_copy(m, factor[c], f"mult{c}")
             scale_high = kept_copy(m, factor[c], f"mult_high{c}") if split else None
             scaled.append(split_product(m, operand, scale, f"rq{c}", scale_high))
