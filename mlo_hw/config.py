@@ -125,12 +125,16 @@ class Folding:
     :func:`mlo_hw.perf.layernorm_visible_cycles`); 1..``simd``: one buffer read port of ``simd`` pairs a cycle
     feeds them all, so more lanes would only wait. The default 2 is what the engine had before the field existed
     (the resource calibration of ``folding: auto`` is at 2; each lane costs LUTs, DSPs and block RAM,
-    ``docs/synthesis.md``); ``folding: auto`` chooses it with the rest.
+    ``docs/synthesis.md``); ``folding: auto`` chooses it with the rest. ``ln_width`` elements a cycle each lane
+    takes and gives (1, 2, 4, ..: a power of two dividing ``simd``, with ``ln_lanes * ln_width <= simd``): a lane's row
+    takes ``hidden / ln_width`` cycles (its statistics still 50 a row) for ``ln_width`` times a lane's multipliers
+    (DSPs) and its output pipeline, but no second set of its serial units, queues and row gather.
     """
     pe: int = 8
     simd: int = 8
     tile_rows: int = 8
     ln_lanes: int = 2
+    ln_width: int = 1
 
 
 @dataclass(frozen=True)
@@ -327,9 +331,13 @@ def _validate(cfg: Config):
         _require(k % f.simd == 0, f"folding.simd: {f.simd} does not divide {what}={k}")
         _require(k % f.pe == 0, f"folding.pe: {f.pe} does not divide {what}={k}")
     _require(f.tile_rows % f.pe == 0, f"folding.tile_rows: {f.tile_rows} is not a multiple of folding.pe={f.pe}")
-    _require(1 <= f.ln_lanes <= f.simd,
-             f"folding.ln_lanes: expected 1..{f.simd} (folding.simd: one read port feeds the LayerNorm lanes "
-             f"{f.simd} pairs a cycle and a lane takes one, so more lanes only wait), got {f.ln_lanes}")
+    _require(f.ln_width >= 1 and f.ln_width & (f.ln_width - 1) == 0 and f.simd % f.ln_width == 0,
+             f"folding.ln_width: expected a power of two dividing folding.simd={f.simd} (a LayerNorm lane takes "
+             f"that many pairs of a {f.simd}-pair word a cycle), got {f.ln_width}")
+    _require(1 <= f.ln_lanes <= f.simd // f.ln_width,
+             f"folding.ln_lanes: expected 1..{f.simd // f.ln_width} (folding.simd / folding.ln_width: one read port "
+             f"feeds the LayerNorm lanes {f.simd} pairs a cycle and a lane takes {f.ln_width}, so more lanes only "
+             f"wait), got {f.ln_lanes}")
     for what, k in (("model.hidden", m.hidden), ("model.intermediate", m.intermediate)):
         _require(k % f.tile_rows == 0, f"folding.tile_rows: {f.tile_rows} does not divide {what}={k}")
     _require(mem.axi_data_bits in (32, 64, 128, 256, 512),
@@ -395,7 +403,7 @@ def config_from_dict(raw: Any, name: str = "config") -> Config:
         raise ConfigError("model: missing; required")
     auto = _folding_is_auto(raw.get("folding"))
     sections = {key: _build(key, cls, raw.get(key)) for key, cls in _SECTIONS.items() if key != "folding"}
-    sections["folding"] = Folding(1, 1, 1, 1) if auto else _build("folding", Folding, raw.get("folding"))
+    sections["folding"] = Folding(1, 1, 1, 1, 1) if auto else _build("folding", Folding, raw.get("folding"))
     hierarchy = raw.get("loop_body_hierarchy", [["encoder", "encoder.layer.0"]])
     if not isinstance(hierarchy, list) or not all(isinstance(g, list) for g in hierarchy):
         raise ConfigError("loop_body_hierarchy: expected a list of lists of scope names, "
@@ -416,7 +424,8 @@ def _folding_is_auto(raw: Any) -> bool:
     if raw == "auto":
         return True
     if raw is not None and not isinstance(raw, dict):
-        raise ConfigError(f"folding: expected a mapping with pe, simd, tile_rows, ln_lanes or 'auto', got {raw!r}")
+        raise ConfigError(f"folding: expected a mapping with pe, simd, tile_rows, ln_lanes, ln_width or 'auto', "
+                          f"got {raw!r}")
     return False
 
 

@@ -44,7 +44,7 @@ def report(cfg, rtl_note: str) -> str:
              f"Numerics: int{cfg.numerics.weight_bits} weights, int{cfg.numerics.act_bits} matrix inputs, "
              f"int{nx.RES_BITS} residual stream (DRAM input and output).  ",
              f"Folding: PE {f.pe} x SIMD {f.simd} = {cfg.mac_lanes} MAC lanes, {f.tile_rows} rows per weight tile, "
-             f"{f.ln_lanes} LayerNorm lane{'s' if f.ln_lanes > 1 else ''}"
+             f"{f.ln_lanes} LayerNorm lane{'s' if f.ln_lanes > 1 else ''} of {f.ln_width} element{'s' if f.ln_width > 1 else ''} a cycle"
              f"{' (chosen by folding: auto)' if search_of(cfg) else ''}.  ",
              f"Memory: AXI {cfg.memory.axi_data_bits}-bit, bursts up to {cfg.memory.max_burst_beats} beats.  ",
              f"Target: {cfg.target.part} ({cfg.target.board}) at {cfg.target.clock_mhz:g} MHz.", "",

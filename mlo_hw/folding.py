@@ -1,4 +1,5 @@
-"""``folding: auto``: an analytic design-space exploration that picks pe, simd, tile_rows and ln_lanes for a config.
+"""``folding: auto``: an analytic design-space exploration that picks pe, simd, tile_rows, ln_lanes and ln_width for a
+config.
 
 ``python -m mlo_hw.folding --config CONFIG`` prints the ranking (the elaborate report carries it too).
 
@@ -10,17 +11,19 @@ elaborate report (:func:`format_search`).
 
 For every legal (pe, simd, tile_rows) (the rules of ``config._validate`` and of the engine's geometry,
 checked by running them) it takes the plan the rest of the tool chain would take (:func:`mlo_hw.plan.plan`:
-on chip or DRAM-tiled, every DRAM byte counted), and for every LayerNorm lane count of :func:`ln_lane_choices`
-the plan's expected cycles (the bound plus the LayerNorm phases, which overlap no matrix, the block transfers no
+on chip or DRAM-tiled, every DRAM byte counted), and for every LayerNorm lane count and width of
+:func:`ln_lane_choices` the plan's expected cycles (the bound plus the LayerNorm phases, which overlap no matrix, the block transfers no
 compute hides and the tile buffer's stalls: :attr:`mlo_hw.plan.Plan.expected_cycles`) give inferences per second at ``target.clock_mhz``; it estimates the
 engine's resources:
 
 - DSP48E1: the MAC array at two int8 lanes per DSP (one per lane when PE is 1: nothing to pack), the PE
   requantization multipliers (``acc + bias``, 33 bits, times the 16-bit multiplier: two DSP48E1 each, as
-  yosys maps them), :data:`LN_LANE_DSP` a LayerNorm lane and ``2 x pe`` for the softmax (``pe`` lanes).
+  yosys maps them), :data:`LN_LANE_DSP` a LayerNorm lane and element of its width and ``2 x pe`` for the softmax
+  (``pe`` lanes).
 - LUT (slice LUTs: logic + LUTRAM, what the part's LUT count covers): a linear model in MAC lanes, PE, SIMD
   and the plan's mode, calibrated against yosys ``synth_xilinx`` figures of engines with two LayerNorm lanes
-  (:data:`LUT_MODEL`), plus :func:`ln_lane_luts` for each LayerNorm lane beyond two (less for fewer).
+  (:data:`LUT_MODEL`), plus :func:`ln_lane_luts` for each LayerNorm lane beyond two (less for fewer) and
+  :data:`LN_WIDTH_LUT` for each element of a lane's width beyond one.
 - BRAM36: the plan's buffers (counted by width and depth, with the memories of every LayerNorm lane beyond two)
   plus the block RAMs yosys adds outside them (the two default lanes' LayerNorm memories but one, FIFO memories),
   calibrated per mode (:data:`BRAM_EXTRA`).
@@ -42,7 +45,7 @@ from dataclasses import dataclass
 
 from .config import PARTS, ConfigError, Folding
 
-__all__ = ["AUTO", "MARGIN", "TIE", "LN_LANE_DSP", "LN_LANE_LUT", "LUT_MODEL", "BRAM_EXTRA", "Candidate",
+__all__ = ["AUTO", "MARGIN", "TIE", "LN_LANE_DSP", "LN_LANE_LUT", "LN_WIDTH_LUT", "LUT_MODEL", "BRAM_EXTRA", "Candidate",
            "candidate_foldings", "ln_lane_choices", "search_of", "dsp_estimate", "ln_lane_dsp", "ln_lane_luts",
            "lut_estimate", "evaluate", "explore", "choose", "format_search", "main"]
 
@@ -69,6 +72,12 @@ LN_LANE_DSP = {128: 4, 384: 5}
 # gains and biases in distributed RAM) 1,803 + 308 LUTRAM = 2,111; minilm_l6 (SIMD 32, hidden 384) 2,467.5 + 684 =
 # 3,151.5; docs/synthesis.md.
 LN_LANE_LUT = {"base": 1764.2, "simd": 43.35}
+
+# Slice LUTs of each element of a LayerNorm lane's width beyond one (``folding.ln_width``: the element's residual add,
+# square, sums and output pipeline; the lane's serial units, queues and row gather are not repeated): bert_tiny_auto
+# (8 x 16 tiled, tile_rows 32, one lane) synthesized at width 1 and 2 (python -m mlo_hw.synth --pnr none, 2026-11-27,
+# the same code): 16,569 and 17,115 slice LUTs.
+LN_WIDTH_LUT = 546.0
 
 # Slice LUTs (LUT + LUTRAM) = base + per MAC lane + per PE + per SIMD + (tiled plans) the DRAM block movers, for an
 # engine of two LayerNorm lanes (every synthesis below; :func:`ln_lane_luts` for each lane more or less).
@@ -130,16 +139,22 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def ln_lane_choices(cfg) -> list[int]:
-    """LayerNorm lane counts worth trying for ``cfg``'s folding: 1 up to ``simd`` (the read port feeds no more,
-    ``config._validate``) and to the padded sequence (a lane per row at most); uneven counts share the rows out
+def ln_lane_choices(cfg) -> list[tuple[int, int]]:
+    """(lanes, width) of the LayerNorm worth trying for ``cfg``'s folding: widths of a power of two up to where a
+    row's beats reach the lane's statistics time (``hidden / width >= LN_ROW_CYCLES_MIN`` cycles: a wider lane waits
+    on its mean unit), lane counts from 1 while ``lanes x width <= simd`` (the read port feeds no more,
+    ``config._validate``) and up to the padded sequence (a lane per row at most); uneven counts share the rows out
     unevenly, which the lanes handle (``LayerNormLanes``)."""
-    return list(range(1, min(cfg.folding.simd, cfg.seq_padded) + 1))
+    from .perf import LN_ROW_CYCLES_MIN
+    f = cfg.folding
+    widths = [w for w in (1 << i for i in range(f.simd.bit_length()))
+              if f.simd % w == 0 and (w == 1 or cfg.model.hidden // w >= LN_ROW_CYCLES_MIN)]
+    return [(n, w) for w in widths for n in range(1, min(f.simd // w, cfg.seq_padded) + 1)]
 
 
 def candidate_foldings(cfg) -> list[Folding]:
     """(pe, simd, tile_rows) with pe and simd dividing hidden, intermediate and the head size and tile_rows a
-    multiple of both dividing hidden and intermediate (``ln_lanes`` 1: :func:`explore` tries
+    multiple of both dividing hidden and intermediate (``ln_lanes`` and ``ln_width`` 1: :func:`explore` tries
     :func:`ln_lane_choices` on each); the finer rules are left to :func:`evaluate`."""
     m = cfg.model
     width = math.gcd(m.hidden, m.intermediate, cfg.head_dim)
@@ -148,7 +163,7 @@ def candidate_foldings(cfg) -> list[Folding]:
     for pe in _divisors(width):
         for simd in _divisors(width):
             unit = math.lcm(pe, simd)
-            out += [Folding(pe, simd, t, 1) for t in range(unit, rows + 1, unit) if rows % t == 0]
+            out += [Folding(pe, simd, t, 1, 1) for t in range(unit, rows + 1, unit) if rows % t == 0]
     return out
 
 
@@ -160,12 +175,13 @@ def dsp_estimate(cfg) -> int:
     requant = p.requant_lanes * split_parts(p.sum_bits, True)              # (acc + bias) * mult, split_product
     # a lane: (max - s) * mult (split_product of the score_bits-wide distance) and e * rcp
     softmax = EngineGeometry.from_config(cfg).softmax_lanes * (split_parts(cfg.acc_bits(cfg.head_dim), False) + 1)
-    layernorm = ln_lane_dsp(cfg) * cfg.folding.ln_lanes
+    layernorm = ln_lane_dsp(cfg) * cfg.folding.ln_lanes * cfg.folding.ln_width
     return mac + requant + layernorm + softmax
 
 
 def ln_lane_dsp(cfg) -> int:
-    """DSP48E1 of one LayerNorm lane at ``cfg``'s hidden size (:data:`LN_LANE_DSP`; beyond 384, as at 384)."""
+    """DSP48E1 of one LayerNorm lane of width 1 at ``cfg``'s hidden size (:data:`LN_LANE_DSP`; beyond 384, as at
+    384); each element of a lane's width has as many."""
     return next((n for h, n in sorted(LN_LANE_DSP.items()) if cfg.model.hidden <= h), max(LN_LANE_DSP.values()))
 
 
@@ -182,7 +198,8 @@ def lut_estimate(cfg, mode: str) -> int:
     requant_lanes = MVAUParams.from_config(cfg).requant_lanes
     return round(k["base"] + k["lane"] * f.pe * f.simd + k["pe"] * f.pe + k["simd"] * f.simd
                  + k["softmax_lane"] * (softmax_lanes - 1) + k["requant_lane"] * (requant_lanes - f.pe)
-                 + (k["tiled"] if mode == "tiled" else 0.0) + (f.ln_lanes - 2) * ln_lane_luts(cfg))
+                 + (k["tiled"] if mode == "tiled" else 0.0) + (f.ln_lanes - 2) * ln_lane_luts(cfg)
+                 + f.ln_lanes * (f.ln_width - 1) * LN_WIDTH_LUT)
 
 
 def _with_folding(cfg, folding: Folding):
@@ -210,8 +227,9 @@ def evaluate(cfg) -> Candidate | None:
 
 
 def _with_ln_lanes(cfg) -> list:
-    """``cfg`` at each LayerNorm lane count of :func:`ln_lane_choices`."""
-    return [_with_folding(cfg, dataclasses.replace(cfg.folding, ln_lanes=n)) for n in ln_lane_choices(cfg)]
+    """``cfg`` at each LayerNorm lane count and width of :func:`ln_lane_choices`."""
+    return [_with_folding(cfg, dataclasses.replace(cfg.folding, ln_lanes=n, ln_width=w))
+            for n, w in ln_lane_choices(cfg)]
 
 
 def _headroom_used(c: Candidate, part: dict, bram_budget: float) -> float:
@@ -267,13 +285,14 @@ def format_search(cfg, rows: int = 6) -> list[str]:
     part = PARTS[cfg.part_family]
     fit = [c for c in ranked if c.fits]
     lines = [f"`folding: auto` (mlo_hw.folding) chose PE {cfg.folding.pe} x SIMD {cfg.folding.simd}, tile_rows "
-             f"{cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} of {len(ranked)} legal foldings ({len(fit)} "
+             f"{cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} x ln_width {cfg.folding.ln_width} of "
+             f"{len(ranked)} legal foldings ({len(fit)} "
              f"within the estimated budget: DSP {part['DSP']} x {MARGIN['DSP']:g}, LUT {part['LUT']} x {MARGIN['LUT']:g}, BRAM36 the plan's "
              f"budget x {MARGIN['BRAM36']:g}; within {TIE:.0%} of the fastest, on-chip plans and headroom first). "
              "Estimates, not synthesis figures (cycles: the plan's bound plus the LayerNorm phases and the unhidden block transfers); the faster "
              "foldings that do not fit follow the fitting ones.", "",
-             "| rank | PE | SIMD | tile_rows | LN lanes | MAC lanes | plan | cycles | inferences/s | DSP | LUT | BRAM36 "
-             "| fits |",
+             "| rank | PE | SIMD | tile_rows | LN lanes x width | MAC lanes | plan | cycles | inferences/s | DSP | LUT "
+             "| BRAM36 | fits |",
              "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     faster, shapes = [], set()
     for c in ranked:            # the faster foldings that do not fit, one row per PE x SIMD
@@ -284,7 +303,8 @@ def format_search(cfg, rows: int = 6) -> list[str]:
     for i, c in enumerate(shown):
         rank = ranked.index(c) + 1
         plan = c.mode if c.mode == "on-chip" else f"tiled B={c.block}"
-        lines.append(f"| {rank} | {c.folding.pe} | {c.folding.simd} | {c.folding.tile_rows} | {c.folding.ln_lanes} "
+        lines.append(f"| {rank} | {c.folding.pe} | {c.folding.simd} | {c.folding.tile_rows} "
+                     f"| {c.folding.ln_lanes} x {c.folding.ln_width} "
                      f"| {c.lanes} | {plan} "
                      f"| {c.cycles} | {c.inferences_per_s:.1f} | {c.dsp} | {c.lut} | {c.bram36:g} | "
                      f"{'yes' if c.fits else 'no'} |")
@@ -303,7 +323,8 @@ def _main(argv=None) -> int:
     lines = format_search(cfg, args.rows)
     print(f"# folding: {cfg.name} on {cfg.target.part}")
     print("\n".join(lines) if lines else f"the folding is given by hand: PE {cfg.folding.pe} x SIMD "
-          f"{cfg.folding.simd}, tile_rows {cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes} "
+          f"{cfg.folding.simd}, tile_rows {cfg.folding.tile_rows}, ln_lanes {cfg.folding.ln_lanes}, "
+          f"ln_width {cfg.folding.ln_width} "
           "(write folding: auto to explore)")
     return 0
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .model.weight_image import layout
 
-__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_bank_words", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN",
+__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_bank_words", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN", "layernorm_row_tail",
            "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
            "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
@@ -70,16 +70,26 @@ LN_ROW_LATENCY = 119
 LN_ROW_CYCLES_MIN = 50
 
 
+def layernorm_row_tail(cfg) -> int:
+    """Cycles of a LayerNorm lane's last row from its first input to its last output: its input, statistics and
+    output pass, ``2 hidden / ln_width + LN_ROW_LATENCY`` (and the elements' sums of squares added at ``ln_width`` >
+    1: :func:`~mlo_hw.hw.layernorm.row_sums_delay`)."""
+    from .hw.layernorm import row_sums_delay
+    width = cfg.folding.ln_width
+    return 2 * (cfg.model.hidden // width) + LN_ROW_LATENCY + row_sums_delay(width)
+
+
 def layernorm_cycles(cfg, rows: int | None = None) -> int:
     """Cycles of one LayerNorm phase over ``rows`` token rows (default ``seq_padded``) with ``folding.ln_lanes``
-    lanes (:class:`~mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes`): lane i starts ``i * hidden / simd`` cycles
-    late (the FIFOs fill one after another from one read port); a lane takes a row every ``max(hidden, 50)``
-    cycles after its first; the last row's input, statistics and output pass follow:
-    ``(n - 1) hidden / simd + (ceil(rows / n) - 1) max(hidden, 50) + 2 hidden + LN_ROW_LATENCY``."""
+    lanes of ``folding.ln_width`` elements a cycle (:class:`~mlo_hw.hw.engine.layernorm_lanes.LayerNormLanes`): lane
+    i starts ``i * hidden / simd`` cycles late (the FIFOs fill one after another from one read port); a lane takes a
+    row every ``max(hidden / ln_width, 50)`` cycles after its first; the last row's :func:`layernorm_row_tail`
+    follows: ``(n - 1) hidden / simd + (ceil(rows / n) - 1) max(hidden / ln_width, 50) + tail``."""
     rows = cfg.seq_padded if rows is None else rows
     h, n = cfg.model.hidden, min(cfg.folding.ln_lanes, rows)
     per_lane = -(-rows // n)
-    return (n - 1) * (h // cfg.folding.simd) + (per_lane - 1) * max(h, LN_ROW_CYCLES_MIN) + 2 * h + LN_ROW_LATENCY
+    return ((n - 1) * (h // cfg.folding.simd) + (per_lane - 1) * max(h // cfg.folding.ln_width, LN_ROW_CYCLES_MIN)
+            + layernorm_row_tail(cfg))
 
 
 def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
@@ -87,7 +97,7 @@ def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
     Each starts during the last weight tile of the matrix before it, which writes a row every ``tile_rows / pe``
     times ``cols / simd`` cycles (O: ``hidden`` columns; FFN down: ``intermediate``), so a phase shows its
     :func:`layernorm_cycles` less that tile's time after its first row, and at least its last row's input,
-    statistics and output (``2 hidden + LN_ROW_LATENCY``). Without the overlap (``tile_rows / pe`` not a power of
+    statistics and output (:func:`layernorm_row_tail`). Without the overlap (``tile_rows / pe`` not a power of
     two: the sequencer counts a tile's rows with a shift) the phases start after the matrix. A post-LN layer's LN1
     also runs behind FFN up, which starts once the GELU table is in and reads each row once the lanes have written
     it: FFN up's first tile (a row every ``tile_rows / pe`` times ``hidden / simd`` cycles) hides it too, all but
@@ -114,7 +124,7 @@ def layernorm_phase_visible(cfg, cols: int, rows: int | None = None, next_cols: 
     full = layernorm_cycles(cfg, rows)
     shown = full
     if layernorm_overlaps(cfg):     # after the last row the tile before writes: that row's whole way through
-        shown = max(2 * cfg.model.hidden + LN_ROW_LATENCY, full - (rows - 1) * groups * (cols // f.simd))
+        shown = max(layernorm_row_tail(cfg), full - (rows - 1) * groups * (cols // f.simd))
     # the first tile of the matrix behind it takes a row every groups * next_cols / simd cycles: all but the last
     # row's hide the LayerNorm
     return max(0, shown - (rows - 1) * groups * (next_cols // f.simd))
@@ -197,32 +207,36 @@ def onchip_memories(cfg) -> dict[str, tuple[int, int]]:
         "weight_tiles": (8 * g.pe * g.simd, tile_banks(8 * g.pe * g.simd, tile_words) * tile_words),
         "params": (beat, 2 * param_bytes * 8 // beat),
         **{f"softmax_{k}": (w, d) for k, (w, d) in softmax.items() if d > LUTRAM_DEPTH},
-        **_layernorm_memories(h, cfg.folding.ln_lanes),
+        **_layernorm_memories(h, cfg.folding.ln_lanes, cfg.folding.ln_width),
         "mvau_vectors": (8 * g.simd, MVAUParams.from_config(cfg).max_col_folds),
     }
 
 
-def _layernorm_memories(h: int, lanes: int) -> dict[str, tuple[int, int]]:
-    """The LayerNorm lanes' block RAMs (:class:`~mlo_hw.hw.layernorm.LayerNorm`). Every lane's gain and bias memories
-    when they are deeper than ``PARAM_LUTRAM_DEPTH`` (shallower ones are distributed RAM); the row slots (``SLOTS``
-    rows of a power of two) of the first lane as the plan has always counted them and of each lane beyond two (the
-    second lane's is in ``folding.BRAM_EXTRA``, calibrated on syntheses at two lanes: a single lane is counted with
-    it, on the safe side). bench/synth_blocks.py --block layernorm_lanes: a lane adds 0.5 BRAM36 at hidden 128 and 2
-    at 384, as counted here."""
+def _layernorm_memories(h: int, lanes: int, width: int = 1) -> dict[str, tuple[int, int]]:
+    """The LayerNorm lanes' block RAMs (:class:`~mlo_hw.hw.layernorm.LayerNorm`, ``width`` elements a word). Every
+    lane's gain and bias memories (one per element of a beat) when they are deeper than ``PARAM_LUTRAM_DEPTH``
+    (shallower ones are distributed RAM); the row slots (``SLOTS`` rows of a power of two) of the first lane as the
+    plan has always counted them and of each lane beyond two (the second lane's is in ``folding.BRAM_EXTRA``,
+    calibrated on syntheses at two lanes: a single lane is counted with it, on the safe side).
+    bench/synth_blocks.py --block layernorm_lanes: a lane adds 0.5 BRAM36 at hidden 128 and 2 at 384, as counted
+    here."""
     from .hw.layernorm import PARAM_LUTRAM_DEPTH, SLOTS
-    out = {"layernorm_rows": (nx.RES_BITS + 1, SLOTS * h)}
+    beats, r_bits = h // width, width * (nx.RES_BITS + 1)
+    out = {"layernorm_rows": (r_bits, SLOTS * beats)}
     for i in range(lanes):
         if i >= 2:
-            out[f"layernorm_rows{i}"] = (nx.RES_BITS + 1, SLOTS << max(1, (h - 1).bit_length()))
+            out[f"layernorm_rows{i}"] = (r_bits, SLOTS << max(1, (beats - 1).bit_length()))
         if h > PARAM_LUTRAM_DEPTH:
-            out[f"layernorm_bias{i}"] = (32, h)
-            out[f"layernorm_gain{i}"] = (nx.LN_GAIN_BITS, h)
+            for j in range(width):
+                sub = f"{i}_{j}" if width > 1 else f"{i}"
+                out[f"layernorm_bias{sub}"] = (32, beats)
+                out[f"layernorm_gain{sub}"] = (nx.LN_GAIN_BITS, beats)
     return out
 
 
 def buffer_group(name: str) -> str:
     """The kind of a memory of :func:`onchip_memories` (``work3`` -> ``work``): what the plan tables sum over."""
-    return re.sub(r"\d+$", "", name)
+    return re.sub(r"[\d_]+$", "", name)
 
 
 def onchip_plan(cfg) -> dict[str, int]:

@@ -253,7 +253,7 @@ def build(cfg, backend: str = "axi_dram") -> Path:
         raise ValueError(f"backend: expected 'axi_dram' or 'litedram', got {backend!r}")
     sources["harness.cpp"] = (HDL / "harness.cpp").read_text()
     defines = (f"-DPE={mp.pe} -DACC_BITS={mp.acc_bits} -DSOFTMAX_LANES={EngineGeometry.from_config(cfg).softmax_lanes} "
-               f"-DLN_LANES={cfg.folding.ln_lanes} -DRES_BITS={RES_BITS}")
+               f"-DLN_LANES={cfg.folding.ln_lanes} -DLN_WIDTH={cfg.folding.ln_width} -DRES_BITS={RES_BITS}")
     flags = ["-O3", "--x-assign", "0", "--x-initial", "0", "-Wno-fatal", *(f"-Wno-{w}" for w in LINT_WAIVERS),
              "-CFLAGS", f"-O2 {defines}"]
     key = hashlib.sha256("\0".join([*sources.values(), *flags]).encode()).hexdigest()[:16]

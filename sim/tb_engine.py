@@ -100,8 +100,10 @@ class Monitor:
                 beat = int(sm_p.value)
                 self.probs.extend((layer, (beat >> (8 * lane)) & 0xFF) for lane in range(SOFTMAX_LANES))
             for lane, (ln_v, ln_r, ln_p) in enumerate(lns):
-                if ln_v.value and ln_r.value:
-                    self.ln.append((layer, ln_op, lane, signed(int(ln_p.value), RES_BITS)))
+                if ln_v.value and ln_r.value:          # a beat of folding.ln_width elements, channel order
+                    beat = int(ln_p.value)
+                    self.ln.extend((layer, ln_op, lane, signed(beat >> (RES_BITS * j), RES_BITS))
+                                   for j in range(CFG.folding.ln_width))
 
     def trace(self) -> Trace:
         """The records as sim/engine_check.py takes them."""

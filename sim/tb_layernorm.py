@@ -6,7 +6,8 @@ model of the config (both LayerNorms of layer 0) and from the seed (layer-like, 
 
 Params: ``config`` (name), ``seed``, ``rows`` (random rows per batch), ``corrupt`` (compare against an
 expectation made with shift + 1: the run must fail; the negative check of the test suite), ``rms`` (the block is
-an RMSNorm: ``numerics.layernorm(..., rms=True)``, the config's model made one).
+an RMSNorm: ``numerics.layernorm(..., rms=True)``, the config's model made one), ``width`` (elements a beat, 1 if
+absent).
 """
 import math
 import random
@@ -15,14 +16,16 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge
 
+from mlo_hw.hw.layernorm import row_sums_delay
 from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from runner import tb_params
-from streams import StreamSink, StreamSource, pack, start_clock_and_reset, to_signed
+from streams import StreamSink, StreamSource, pack, start_clock_and_reset, unpack
 
 RB = nx.RES_BITS
 LO, HI = -(1 << (RB - 1)), (1 << (RB - 1)) - 1          # int16 range
 GMAX = (1 << (nx.LN_GAIN_BITS - 1)) - 1
+WIDTH = tb_params().get("width", 1)     # elements a beat
 
 
 async def _load_params(dut, gain, bias):
@@ -51,10 +54,11 @@ async def _run(dut, a, b, p, rng, p_valid, p_ready, corrupt=False):
     await RisingEdge(dut.clk)
     src = StreamSource(dut, "i", rng, p_valid=p_valid)
     sink = StreamSink(dut, "o", rng, p_ready=p_ready)
-    cocotb.start_soon(src.send(pack(pair, RB) for pair in zip(np.ravel(a), np.ravel(b))))
+    pairs = [pack(pair, RB) for pair in zip(np.ravel(a), np.ravel(b))]
+    cocotb.start_soon(src.send(pack(pairs[i:i + WIDTH], 2 * RB) for i in range(0, len(pairs), WIDTH)))
     n = np.size(a)
-    raw = await sink.receive(n, timeout_cycles=400 * n + 2000)
-    got = [to_signed(v, RB) for v in raw]
+    raw = await sink.receive(n // WIDTH, timeout_cycles=400 * n + 2000)
+    got = [v for beat in raw for v in unpack(beat, WIDTH, RB)]
     want = expected(a, b, gain, bias, shift + (1 if corrupt else 0))
     await ClockCycles(dut.clk, 2)
     return got, want, sink
@@ -198,7 +202,9 @@ async def full_rate(dut):
     got, want, sink = await _run(dut, a, b, (gain, bias, 14), rng, 1.0, 1.0)
     _check(got, want, "full rate")
     first_out, span = sink.cycles[0], sink.cycles[-1] - sink.cycles[0] + 1
-    per_row = max(h, 52)    # the mean unit / row slot bound for short rows (see the LayerNorm docstring)
-    dut._log.info(f"layernorm H={h}: first output after {first_out} cycles, {count * h} outputs in {span} cycles")
-    assert span <= (count - 1) * per_row + h, f"{span} cycles for {count} rows of {h}: too slow"
-    assert first_out <= h + 110, f"first output after {first_out} cycles"
+    beats = h // WIDTH
+    per_row = max(beats, 52)    # the mean unit / row slot bound for short rows (see the LayerNorm docstring)
+    dut._log.info(f"layernorm H={h} width {WIDTH}: first output after {first_out} cycles, {count * h} outputs in "
+                  f"{span} cycles")
+    assert span <= (count - 1) * per_row + beats, f"{span} cycles for {count} rows of {h}: too slow"
+    assert first_out <= beats + 110 + row_sums_delay(WIDTH), f"first output after {first_out} cycles"

@@ -2,7 +2,8 @@
 (read ``read_latency`` cycles late), random gains/biases/shift through the broadcast parameter port, random ``ready`` on the
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
 maximum, rows made available a few at a time through ``avail`` (a read beyond it returns garbage), the taps (row r in
-lane r % lanes), ``rows_done`` (never a row not yet written whole; every row at the end), and a negative check."""
+lane r % lanes, a beat of ``width`` elements each), ``rows_done`` (never a row not yet written whole; every row at the
+end), and a negative check."""
 import math
 import random
 
@@ -16,6 +17,7 @@ from runner import tb_params
 
 P = tb_params()
 H, SIMD, MAX_ROWS, LANES = P["hidden"], P["simd"], P["max_rows"], P["lanes"]
+WIDTH = P.get("width", 1)      # elements a lane takes a cycle (a tap is a beat of them)
 RW, RB = H // SIMD, nx.RES_BITS
 LO, HI = -(1 << (RB - 1)), (1 << (RB - 1)) - 1
 GMAX = (1 << (nx.LN_GAIN_BITS - 1)) - 1
@@ -125,7 +127,8 @@ async def random_rows_under_backpressure(dut):
         got = np.array([sum((b.out[r * RW + c] for c in range(RW)), []) for r in range(rows)])
         bad = np.argwhere(got != want)
         assert len(bad) == 0, f"trial {trial}: {len(bad)} elements differ, first at {bad[0]}"
-        assert [b.taps.count(i) for i in range(LANES)] == [len(range(i, rows, LANES)) * H for i in range(LANES)], "taps"
+        assert [b.taps.count(i) for i in range(LANES)] == [len(range(i, rows, LANES)) * H // WIDTH
+                                                            for i in range(LANES)], "taps"
     # negative check: a one-off expectation is caught
     want[0, 0] += 1
     assert (got != want).any()

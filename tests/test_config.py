@@ -48,11 +48,15 @@ def test_derived_figures():
     (("folding", "simd"), 24, "folding.simd: 24 does not divide model.hidden=128"),
     (("folding", "pe"), 3, "folding.pe: 3 does not divide"),
     (("folding", "tile_rows"), 12, "folding.tile_rows: 12 is not a multiple of folding.pe=8"),
-    (("folding", "ln_lanes"), 0, "folding.ln_lanes: expected 1..8 (folding.simd: one read port"),
-    (("folding", "ln_lanes"), 9, "folding.ln_lanes: expected 1..8 (folding.simd: one read port"),
+    (("folding", "ln_lanes"), 0, "folding.ln_lanes: expected 1..8 (folding.simd / folding.ln_width: one read port"),
+    (("folding", "ln_lanes"), 9, "folding.ln_lanes: expected 1..8 (folding.simd / folding.ln_width: one read port"),
     (("folding", "ln_lanes"), -2, "folding.ln_lanes: expected 1..8"),
     (("folding", "ln_lanes"), 2.5, "folding.ln_lanes: expected an integer, got 2.5"),
     (("folding", "ln_lanes"), True, "folding.ln_lanes: expected an integer, got True"),
+    (("folding", "ln_width"), 3, "folding.ln_width: expected a power of two dividing folding.simd=8"),
+    (("folding", "ln_width"), 16, "folding.ln_width: expected a power of two dividing folding.simd=8"),
+    (("folding", "ln_width"), 0, "folding.ln_width: expected a power of two dividing folding.simd=8"),
+    (("folding", "ln_width"), "2", "folding.ln_width: expected an integer, got '2'"),
     (("memory", "axi_data_bits"), 48, "memory.axi_data_bits: expected 32, 64, 128, 256 or 512"),
     (("memory", "max_burst_beats"), 100, "memory.max_burst_beats: expected a power of two"),
     (("target", "part"), "xc7k325t", "target.part: unknown part"),
@@ -91,8 +95,28 @@ def test_ln_lanes_defaults_to_two_and_reaches_the_engine():
     cfg = config_from_dict(with_change(("folding", "ln_lanes"), 4))
     assert cfg.folding.ln_lanes == 4 and LayerNormLanes.from_config(cfg).lanes == 4
     assert Shape.cast(trace_members(cfg)["trace_ln_valid"].shape).width == 4
-    with pytest.raises(ValueError, match="lanes must be 1..simd=8"):
+    with pytest.raises(ValueError, match="lanes x width must be 1..simd=8"):
         LayerNormLanes(128, 8, 16, 9)
+
+
+def test_ln_width_defaults_to_one_and_reaches_the_engine():
+    """folding.ln_width: 1 when absent; a given width sizes the lanes' LayerNorms and the trace port, and bounds
+    ln_lanes (lanes x width <= simd)."""
+    from amaranth import Shape
+    from mlo_hw.hw.engine.layernorm_lanes import LayerNormLanes
+    from mlo_hw.hw.layer_engine import trace_members
+    from mlo_hw.hw.layernorm import LayerNorm
+    assert load_config("bert_tiny").folding.ln_width == 1
+    raw = with_change(("folding", "ln_width"), 2)
+    cfg = config_from_dict(raw)
+    assert cfg.folding.ln_width == 2 and LayerNormLanes.from_config(cfg).width == 2
+    assert LayerNorm.from_config(cfg).width == 2
+    assert Shape.cast(trace_members(cfg)["trace_ln_data"].shape).width == 2 * 2 * 16      # 2 lanes x 2 elements
+    raw["folding"]["ln_lanes"] = 5
+    with pytest.raises(ConfigError, match=r"^folding.ln_lanes: expected 1..4 \(folding.simd / folding.ln_width"):
+        config_from_dict(raw)
+    with pytest.raises(ValueError, match="lanes x width must be 1..simd=8"):
+        LayerNormLanes(128, 8, 16, 5, width=2)
 
 
 def test_bad_config_exits_nonzero_with_one_line(tmp_path):

@@ -31,8 +31,8 @@ def auto():
 def test_chosen_point_is_legal_and_ranked_first(auto):
     import dataclasses
     assert search_of(auto) and search_of(auto)[0].folding == auto.folding
-    assert dataclasses.replace(auto.folding, ln_lanes=1) in candidate_foldings(auto)
-    assert auto.folding.ln_lanes in ln_lane_choices(auto)
+    assert dataclasses.replace(auto.folding, ln_lanes=1, ln_width=1) in candidate_foldings(auto)
+    assert (auto.folding.ln_lanes, auto.folding.ln_width) in ln_lane_choices(auto)
     again = evaluate(auto)          # the folding passes config._validate, the engine geometry and the plan
     assert again is not None and again.fits
 
@@ -59,15 +59,30 @@ def test_layernorm_lanes_cost_resources_and_save_cycles():
     two, four = (evaluate(dataclasses.replace(cfg, folding=dataclasses.replace(cfg.folding, ln_lanes=n))) for n in (2, 4))
     assert four.dsp - two.dsp == 8 and abs(four.lut - two.lut - 2 * 2111) <= 2 and four.bram36 - two.bram36 == 1
     assert four.cycles < two.cycles and two.fits and not four.fits
-    assert ln_lane_choices(cfg) == [1, 2, 3, 4, 5, 6, 7, 8]
+    # widths 1 and 2: at 4 a row of 128 would take 32 cycles, less than a lane's statistics (50)
+    assert ln_lane_choices(cfg) == [(n, 1) for n in range(1, 9)] + [(n, 2) for n in range(1, 5)]
+
+
+def test_layernorm_width_costs_less_than_a_lane_and_saves_cycles(auto):
+    """bert_tiny_auto: a second element a cycle in its one LayerNorm lane costs 4 DSP48E1 and 546 slice LUTs (a second
+    lane: 2,458), and hides LN1 behind FFN up's first tile (a row every 32 cycles; 64 a row at width 2, 128 at 1), so
+    the search takes it."""
+    import dataclasses
+    one, two, lanes = (evaluate(dataclasses.replace(auto, folding=dataclasses.replace(auto.folding, ln_lanes=n,
+                                                                                       ln_width=w)))
+                       for n, w in ((1, 1), (1, 2), (2, 1)))
+    assert (auto.folding.ln_lanes, auto.folding.ln_width) == (1, 2)
+    assert two.dsp - one.dsp == 4 and two.lut - one.lut == 546 and lanes.lut - one.lut > 2000
+    assert one.cycles - two.cycles > 15000 and two.fits and not lanes.fits
 
 
 def test_auto_chooses_more_layernorm_lanes_where_they_pay():
-    """MiniLM on the XC7A200T: the LayerNorm phases are ~10 % of the bound at two lanes and the part has room."""
+    """MiniLM on the XC7A200T: the LayerNorm phases are ~10 % of the bound at two lanes of one element a cycle and
+    the part has room."""
     raw = _raw("minilm_l6", folding="auto")
     cfg = config_from_dict(raw)
     best = search_of(cfg)[0]
-    assert best.fits and cfg.folding.ln_lanes >= 4
+    assert best.fits and cfg.folding.ln_lanes * cfg.folding.ln_width >= 4      # elements a cycle, lanes or width
     assert all(c.inferences_per_s <= best.inferences_per_s / (1 - 0.02) for c in search_of(cfg) if c.fits)
 
 
@@ -102,7 +117,7 @@ def test_no_plan_in_bram_budget_is_one_line():
 
 @pytest.mark.parametrize("bad", ["fast", "AUTO", 3, True, [8, 8, 8]])
 def test_bad_folding_refused(bad):
-    with pytest.raises(ConfigError, match=r"^folding: expected a mapping with pe, simd, tile_rows, ln_lanes or 'auto'"):
+    with pytest.raises(ConfigError, match=r"^folding: expected a mapping with pe, simd, tile_rows, ln_lanes, ln_width or 'auto'"):
         config_from_dict(_raw(folding=bad))
 
 
@@ -128,23 +143,24 @@ def test_concrete_config_round_trips(auto):
     assert again.folding == auto.folding
 
 
-@pytest.mark.parametrize("pe, simd, tile_rows, ln_lanes, dsp, slice_luts, bram36", [
+@pytest.mark.parametrize("pe, simd, tile_rows, ln_lanes, ln_width, dsp, slice_luts, bram36", [
     # yosys synth_xilinx (python -m mlo_hw.synth --pnr none) of the engine of bert_tiny and of bert_tiny_auto's model
     # with the folding fixed, 2026-11-27 (the tile parameter latch a distributed RAM):
     # DSP = MVAU + requant (2 a lane) + LayerNorm (4 a lane) + softmax (3 a lane: its 23-bit distance is two
     # multipliers, mvau.split_parts); slice LUTs = LUT + LUTRAM
-    (8, 8, 8, 2, 45, 12064 + 2379, 48.0),     # 32 + 2 + 8 + 3: one requant lane, one softmax lane; on chip
-    (8, 16, 16, 2, 82, 15904 + 3056, 46.5),   # 64 + 4 + 8 + 6: two of each; tiled, B = 32
-    (8, 16, 16, 1, 78, 14058 + 2485, 46.0),
-    (8, 16, 32, 1, 78, 14075 + 2485, 46.0),   # bert_tiny_auto's choice
-    (8, 16, 32, 2, 82, 15914 + 3056, 46.5),
-    (8, 16, 64, 1, 78, 14052 + 2485, 46.0),   # tile_rows costs no LUTs since the latch is a RAM
+    (8, 8, 8, 2, 1, 45, 12064 + 2379, 48.0),     # 32 + 2 + 8 + 3: one requant lane, one softmax lane; on chip
+    (8, 16, 16, 2, 1, 82, 15904 + 3056, 46.5),   # 64 + 4 + 8 + 6: two of each; tiled, B = 32
+    (8, 16, 16, 1, 1, 78, 14058 + 2485, 46.0),
+    (8, 16, 32, 1, 1, 78, 14075 + 2485, 46.0),   # bert_tiny_auto's choice until it took a LayerNorm width of 2
+    (8, 16, 32, 2, 1, 82, 15914 + 3056, 46.5),
+    (8, 16, 64, 1, 1, 78, 14052 + 2485, 46.0),   # tile_rows costs no LUTs since the latch is a RAM
+    (8, 16, 32, 1, 2, 82, 14548 + 2567, 46.0),   # bert_tiny_auto's choice: one LayerNorm lane of two elements a cycle
 ])
-def test_estimates_match_synthesis(pe, simd, tile_rows, ln_lanes, dsp, slice_luts, bram36):
+def test_estimates_match_synthesis(pe, simd, tile_rows, ln_lanes, ln_width, dsp, slice_luts, bram36):
     import dataclasses
     from mlo_hw.config import Folding
     c = evaluate(dataclasses.replace(load_config(CONFIGS / "bert_tiny.yaml"),
-                                     folding=Folding(pe, simd, tile_rows, ln_lanes)))
+                                     folding=Folding(pe, simd, tile_rows, ln_lanes, ln_width)))
     assert c.dsp == dsp
     assert abs(c.lut - slice_luts) <= 0.02 * slice_luts
     assert bram36 <= c.bram36 <= bram36 + 1     # the estimate errs on the safe side

@@ -190,25 +190,28 @@ def test_dram_tiled_scratch_errors_stop_the_run_and_a_bad_scratch_base_is_refuse
         _check_output(cfg, sim, r, x, 64, cfg.model.layers)
 
 
-def _with_ln_lanes(cfg, lanes: int):
+def _with_ln_lanes(cfg, lanes: int, width: int = 1):
     import dataclasses
-    return dataclasses.replace(cfg, name=f"{cfg.name}_ln{lanes}",
-                               folding=dataclasses.replace(cfg.folding, ln_lanes=lanes))
+    return dataclasses.replace(cfg, name=f"{cfg.name}_ln{lanes}{f'x{width}' if width > 1 else ''}",
+                               folding=dataclasses.replace(cfg.folding, ln_lanes=lanes, ln_width=width))
 
 
-@pytest.mark.parametrize("name,lanes", [
-    pytest.param("small", 4, marks=pytest.mark.slow),           # as many lanes as the read port feeds (simd)
-    pytest.param("small", 1, marks=pytest.mark.slow), pytest.param("small", 3, marks=pytest.mark.slow),
-    pytest.param("small_tiled", 4, marks=pytest.mark.slow), pytest.param("bert_tiny_s32", 8, marks=pytest.mark.slow)])
-def test_layernorm_lanes_bit_exact_and_timed_at_other_lane_counts(name, lanes):
-    """folding.ln_lanes other than the default 2: the engine bit exact (LayerNorm outputs traced per lane) under
-    random stalls, and each LayerNorm phase (what shows after the matrix before it; LN1's, which FFN up runs
+@pytest.mark.parametrize("name,lanes,width", [
+    pytest.param("small", 4, 1, marks=pytest.mark.slow),        # as many lanes as the read port feeds (simd)
+    pytest.param("small", 1, 1, marks=pytest.mark.slow), pytest.param("small", 3, 1, marks=pytest.mark.slow),
+    pytest.param("small_tiled", 4, 1, marks=pytest.mark.slow),
+    pytest.param("bert_tiny_s32", 8, 1, marks=pytest.mark.slow),
+    ("small", 1, 2),                                            # folding.ln_width: two elements a cycle, one lane
+    pytest.param("bert_tiny_s32", 2, 2, marks=pytest.mark.slow), pytest.param("small", 1, 4, marks=pytest.mark.slow)])
+def test_layernorm_lanes_bit_exact_and_timed_at_other_lane_counts(name, lanes, width):
+    """folding.ln_lanes other than the default 2 and folding.ln_width above 1: the engine bit exact (LayerNorm outputs
+    traced per lane) under random stalls, and each LayerNorm phase (what shows after the matrix before it; LN1's, which FFN up runs
     behind, shows in FFN up) as long as mlo_hw.perf.layernorm_phase_visible says within 5 % (LN1 may also wait for
     its gains and biases, FFN up a few cycles a tile)."""
     from mlo_hw.hw.layer_engine import Op, with_seq_len
     from mlo_hw.perf import layernorm_phase_visible
     from mlo_hw.plan import plan
-    cfg = _with_ln_lanes(load_config("bert_tiny" if name.startswith("bert_tiny") else "small"), lanes)
+    cfg = _with_ln_lanes(load_config("bert_tiny" if name.startswith("bert_tiny") else "small"), lanes, width)
     if name == "small_tiled":           # two more lanes' row memories (1.5 BRAM36 with 4 lanes): blocks of 32 rows
         cfg = small_tiled_config(budget=10.5, base=cfg)    # at 10.5 (on chip from 11: the plan is checked below)
     elif name == "bert_tiny_s32":

@@ -11,17 +11,19 @@ from mlo_hw.synth import synth_verilog
 from sim.runner import lint, simulate, to_verilog
 
 
-def _verilog(cfg_name, rms=False):
-    top = f"layernorm_{cfg_name}{'_rms' if rms else ''}"
-    return to_verilog(LayerNorm(load_config(cfg_name).model.hidden, rms=rms), top), top
+def _verilog(cfg_name, rms=False, width=1):
+    top = f"layernorm_{cfg_name}{'_rms' if rms else ''}{f'_w{width}' if width > 1 else ''}"
+    return to_verilog(LayerNorm(load_config(cfg_name).model.hidden, rms=rms, width=width), top), top
 
 
-@pytest.mark.parametrize("cfg_name,rows,rms", [("small", 12, False), ("bert_tiny", 4, False),   # H = 32 and 128
-                                               ("small", 6, True)])     # RMSNorm (T5, Llama); its rows have means,
-def test_layernorm_bit_exact_under_backpressure(cfg_name, rows, rms):   # so a LayerNorm would fail it
-    v, top = _verilog(cfg_name, rms)
+@pytest.mark.parametrize("cfg_name,rows,rms,width", [
+    ("small", 12, False, 1), ("bert_tiny", 4, False, 1),    # H = 32 and 128
+    ("small", 6, True, 1),      # RMSNorm (T5, Llama); its rows have means, so a LayerNorm would fail it
+    ("bert_tiny", 4, False, 2), ("small", 6, False, 4)])    # 2 and 4 elements a beat (folding.ln_width)
+def test_layernorm_bit_exact_under_backpressure(cfg_name, rows, rms, width):
+    v, top = _verilog(cfg_name, rms, width)
     assert lint(v, top) == []
-    simulate(v, top, "tb_layernorm", {"config": cfg_name, "seed": 5, "rows": rows, "rms": rms})
+    simulate(v, top, "tb_layernorm", {"config": cfg_name, "seed": 5, "rows": rows, "rms": rms, "width": width})
 
 
 def test_layernorm_testbench_catches_a_wrong_result():
@@ -48,12 +50,16 @@ def test_layernorm_rejects_bad_parameters():
         LayerNorm(hidden=32, residual_bits=19)      # |a + b| would reach 2**19: outside LN_INPUT_BITS
     with pytest.raises(ValueError, match="residual_bits"):
         LayerNorm(hidden=32, residual_bits=1)
+    for width in (3, 0, 64):        # not a power of two; none; not dividing hidden
+        with pytest.raises(ValueError, match="width"):
+            LayerNorm(hidden=32 if width != 64 else 48, width=width)
     gc.collect()      # the rejected components' "never used" warnings fire here, filtered
 
 
-def test_layernorm_odd_hidden_in_amaranth_simulator():
+@pytest.mark.parametrize("width", [1, 2, 4])
+def test_layernorm_odd_hidden_in_amaranth_simulator(width):
     """H = 24 (not a power of two: the mean is a true division), full-range int16 inputs, random stalls,
-    Amaranth's simulator."""
+    Amaranth's simulator; 1, 2 and 4 elements a beat (``folding.ln_width``)."""
     import random
 
     import numpy as np
@@ -63,7 +69,7 @@ def test_layernorm_odd_hidden_in_amaranth_simulator():
     h, rows = 24, 6
     lo, hi = -(1 << (nx.RES_BITS - 1)), (1 << (nx.RES_BITS - 1)) - 1
     rng = random.Random(11)
-    dut = LayerNorm(hidden=h)
+    dut = LayerNorm(hidden=h, width=width)
     a = np.array([[rng.randint(lo, hi) for _ in range(h)] for _ in range(rows)])
     b = np.array([[rng.randint(lo, hi) for _ in range(h)] for _ in range(rows)])
     a[1], b[1] = 7, -3                                                   # zero variance
@@ -86,5 +92,6 @@ def test_layernorm_odd_hidden_in_amaranth_simulator():
         ctx.set(dut.param.en, 0)
 
     pairs = [{"a": int(x), "b": int(y)} for x, y in zip(a.ravel(), b.ravel())]
-    got = run_stream_test(dut, dut.i, pairs, dut.o, len(want), rng, setup=load_params)
-    assert got == want
+    beats = [pairs[i:i + width] for i in range(0, len(pairs), width)]
+    got = run_stream_test(dut, dut.i, beats, dut.o, len(want) // width, rng, setup=load_params)
+    assert [int(beat[j]) for beat in got for j in range(width)] == want

@@ -324,8 +324,8 @@ def trace_members(cfg) -> dict:
     of the tensors the engine produces on chip, for a harness that records them without looking inside.
     ``trace_mvau_*``: an MVAU result beat (``pe`` lanes of signed ``acc_bits``, lane 0 in the LSBs);
     ``trace_probs_*``: a softmax output beat (``softmax_lanes`` uint8 probabilities of consecutive keys, lane 0
-    in the LSBs); ``trace_ln_*``: per LayerNorm lane (``folding.ln_lanes`` of them), an output element
-    (int16, lane i in bits 16i..16i+15), and ``trace_ln_op``, the LayerNorm it belongs to (LN1 starts during O's
+    in the LSBs); ``trace_ln_*``: per LayerNorm lane (``folding.ln_lanes`` of them), an output beat of
+    ``folding.ln_width`` int16 elements (channel order; lane i's in bits 16 w i .. with w the width), and ``trace_ln_op``, the LayerNorm it belongs to (LN1 starts during O's
     last tile and LN2 during FFN down's, so ``op`` may still name the matrix). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments.
     ``trace_collision``: an activation buffer's block RAM reads and writes one word at the same clock edge (their
@@ -334,7 +334,8 @@ def trace_members(cfg) -> dict:
     mp, lanes = MVAUParams.from_config(cfg), cfg.folding.ln_lanes
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
-            "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * nx.RES_BITS), "trace_ln_op": Out(Op),
+            "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * cfg.folding.ln_width * nx.RES_BITS),
+            "trace_ln_op": Out(Op),
             "trace_compute": Out(1), "trace_stall": Out(1), "trace_collision": Out(1),
             "trace_stale_op": Out(1)}
 

@@ -1,5 +1,5 @@
 """Residual add + integer LayerNorm, streaming, bit-exact with
-``numerics.layernorm(a + b, gain, bias, shift, bits=RES_BITS)``.
+``numerics.layernorm(a + b, gain, bias, shift, bits=RES_BITS)``, ``width`` elements a beat (1, 2, 4, ..).
 
 Both inputs of the residual add are on the same per-tensor scale, so the add is a plain ``a + b``
 (int16 + int16, no multipliers) and the output is int16, the residual stream's width.
@@ -8,7 +8,7 @@ A row passes four units in order, each working on a different row at the same ti
 one of ``SLOTS`` row slots (the residual sums r and per-slot statistics) from its first input to
 its last output; a slot's phase says which unit owns it::
 
-    phase 0 ingest:  r = a + b per beat; store r; S = sum(r), Q = sum(r*r)      (in LayerNorm itself)
+    phase 0 ingest:  r = a + b per element; store r; S = sum(r), Q = sum(r*r)   (in LayerNorm itself)
     phase 1 mean:    m = floor((32*S + H) / (2*H))          (serial division)
                      D = sum((16r - m)**2) = 256*Q - m*(32*S - H*m)   (serial multiplication)
                                                                                  (MeanVariance)
@@ -37,9 +37,10 @@ from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
-from .pipeline import fits_signed
+from .pipeline import delayed, fits_signed, split_sum
 
-__all__ = ["PARAM_LUTRAM_DEPTH", "LayerNorm", "ParamWriteSignature", "pair_layout", "MeanVariance", "InverseStd", "NormaliseOutput"]
+__all__ = ["PARAM_LUTRAM_DEPTH", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
+           "MeanVariance", "InverseStd", "NormaliseOutput"]
 
 SLOTS = 4                       # rows in flight (a power of two: the slot pointers wrap)
 SHIFT_BITS = 6                  # runtime output shift 0..63
@@ -51,10 +52,23 @@ OUT_STAGES = 9                  # NormaliseOutput's pipeline: memory read to out
 PART_BITS = 17                  # d << k splits into a 17-bit unsigned low part and a signed high part
 
 
+def row_sums_delay(width: int) -> int:
+    """Cycles a row's sum of squares Q takes beyond its last beat's accumulation at ``width`` elements a beat: none
+    at 1; else a cycle and two per level of the tree (:func:`~mlo_hw.hw.pipeline.split_sum`) that adds the elements'
+    own sums."""
+    return 0 if width == 1 else 1 + 2 * (width.bit_length() - 1)
+
+
 def pair_layout(residual_bits: int = nx.RES_BITS) -> data.StructLayout:
     """One input beat: the residual source ``a`` (LSBs) and the branch output ``b``, both signed
     ``residual_bits`` on the same scale."""
     return data.StructLayout({"a": signed(residual_bits), "b": signed(residual_bits)})
+
+
+def beat_layout(width: int = 1, residual_bits: int = nx.RES_BITS) -> data.ArrayLayout:
+    """One input beat of a :class:`LayerNorm` of ``width`` elements a beat: ``width`` :func:`pair_layout` pairs,
+    the lowest channel in the LSBs."""
+    return data.ArrayLayout(pair_layout(residual_bits), width)
 
 
 class ParamWriteSignature(wiring.Signature):
@@ -66,11 +80,13 @@ class ParamWriteSignature(wiring.Signature):
 
 
 class _Widths:
-    """Every width of the block, derived from ``hidden`` and ``residual_bits`` (module docstring)."""
+    """Every width of the block, derived from ``hidden``, ``residual_bits`` and the elements a beat ``width``
+    (module docstring)."""
 
-    def __init__(self, h: int, rb: int):
-        self.h, self.rb = h, rb
-        self.idx_bits = max(1, (h - 1).bit_length())
+    def __init__(self, h: int, rb: int, width: int = 1):
+        self.h, self.rb, self.width = h, rb, width
+        self.beats = h // width                                       # beats a row
+        self.idx_bits = max(1, (self.beats - 1).bit_length())         # a beat's index in its row
         self.slot_bits = (SLOTS - 1).bit_length()
         self.r_bits = rb + 1                                          # r = a + b, signed
         self.r_abs = 1 << rb                                          # |r| <= 2**rb (a = b = -2**(rb-1))
@@ -243,161 +259,182 @@ class NormaliseOutput(wiring.Component):
 
     Interface:
         ``slot`` (out): the row slot read next; ``pending`` (in): that slot is in phase 3.
-        ``rows`` (read port, the unit drives ``addr``, ``en``; read latency 1): r of channel ``c`` of
-        slot ``s`` at address ``Cat(c, s)`` (``idx_bits`` + slot bits).
+        ``rows`` (read port, the unit drives ``addr``, ``en``; read latency 1): beat ``c`` (r of channels
+        ``c * width ..``) of slot ``s`` at address ``Cat(c, s)`` (``idx_bits`` + slot bits).
         ``mean``, ``k``, ``e``, ``inv`` (in): the per-slot statistics of the earlier phases.
-        ``param``: :class:`ParamWriteSignature` write port of the gain and bias memories.
-        ``shift`` (in): the output shift. ``o``: stream of signed(residual_bits), in channel order.
+        ``param``: :class:`ParamWriteSignature` write port of the gain and bias memories (one per element of a
+        beat: channel ``c`` in memory ``c % width``, word ``c // width``).
+        ``shift`` (in): the output shift. ``o``: stream of ``width`` signed(residual_bits), in channel order.
         ``done`` (out): one cycle when the last beat of a row leaves ``o``; ``done_slot`` (out): its slot.
     Timing: a 9-stage (:data:`OUT_STAGES`) pipeline (memory read, 16r - m, << k, the two partial
     products of the multiplication by inv, their sum, >> e, times gain, plus bias, shift and saturate;
-    every multiplier output goes straight into a register) that takes one element per cycle from a
-    pending slot and stalls as a whole while ``o`` is valid and not ready; first beat of a row 9
-    cycles after ``pending``.
+    every multiplier output goes straight into a register), ``width`` elements side by side, that takes one
+    beat per cycle from a pending slot and stalls as a whole while ``o`` is valid and not ready; first beat of
+    a row 9 cycles after ``pending``.
     """
 
     def __init__(self, w: _Widths):
         self.w = w
         super().__init__({
             "slot": Out(w.slot_bits), "pending": In(1),
-            "rows": In(memory.ReadPort.Signature(addr_width=w.idx_bits + w.slot_bits, shape=signed(w.r_bits))),
+            "rows": In(memory.ReadPort.Signature(addr_width=w.idx_bits + w.slot_bits,
+                                                 shape=data.ArrayLayout(signed(w.r_bits), w.width))),
             "mean": In(w.slots(signed(w.d_bits))), "k": In(w.slots(w.k_shape)),
             "e": In(w.slots(range(w.root_bits + 1))), "inv": In(w.slots(unsigned(w.inv_bits))),
             "param": In(ParamWriteSignature(w.h)),
             "shift": In(SHIFT_BITS),
-            "o": Out(stream.Signature(signed(w.rb))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(w.rb), w.width))),
             "done": Out(1), "done_slot": Out(w.slot_bits),
         })
 
     def elaborate(self, platform):
         m = Module()
-        w, h, rb = self.w, self.w.h, self.w.rb
+        w, h, n = self.w, self.w.h, self.w.width
         style = {"ram_style": "distributed"} if h <= PARAM_LUTRAM_DEPTH else {}
-        m.submodules.gain = gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=h, init=[], attrs=style)
-        m.submodules.bias = bias = Memory(shape=signed(32), depth=h, init=[], attrs=style)
-
-        # ---- parameter writes ----------------------------------------------------------------------
-        gain_w, bias_w = gain.write_port(), bias.write_port()
+        # ---- parameter writes: channel c into element c % n's memories, word c // n --------------------
+        lanes = range(n)
+        elem_bits = (n - 1).bit_length()
         is_bias = self.param.addr >= h
-        m.d.comb += [gain_w.addr.eq(self.param.addr), gain_w.data.eq(self.param.data),
-                     gain_w.en.eq(self.param.en & ~is_bias),
-                     bias_w.addr.eq(self.param.addr - h), bias_w.data.eq(self.param.data),
-                     bias_w.en.eq(self.param.en & is_bias)]
+        chan = Signal.like(self.param.addr)
+        m.d.comb += chan.eq(Mux(is_bias, self.param.addr - h, self.param.addr))
+        gain_r, bias_r = [], []
+        for j in lanes:
+            gain = Memory(shape=signed(nx.LN_GAIN_BITS), depth=w.beats, init=[], attrs=style)
+            bias = Memory(shape=signed(32), depth=w.beats, init=[], attrs=style)
+            m.submodules[f"gain{j}" if n > 1 else "gain"] = gain
+            m.submodules[f"bias{j}" if n > 1 else "bias"] = bias
+            gain_w, bias_w = gain.write_port(), bias.write_port()
+            mine = self.param.en & (chan[:elem_bits] == j) if n > 1 else self.param.en
+            m.d.comb += [gain_w.addr.eq(chan[elem_bits:]), gain_w.data.eq(self.param.data), gain_w.en.eq(mine & ~is_bias),
+                         bias_w.addr.eq(chan[elem_bits:]), bias_w.data.eq(self.param.data), bias_w.en.eq(mine & is_bias)]
+            gain_r.append(gain.read_port())
+            bias_r.append(bias.read_port())
 
         # ---- the output pipeline, stalling on output backpressure ----------------------------------
         out_slot = self.slot
-        out_idx = Signal(range(h))
+        out_idx = Signal(range(w.beats))
         advance, take = Signal(), Signal()
-        rows_r, gain_r, bias_r = self.rows, gain.read_port(), bias.read_port()
+        rows_r = self.rows
         m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & self.pending),
-                     rows_r.addr.eq(Cat(out_idx, out_slot)), gain_r.addr.eq(out_idx), bias_r.addr.eq(out_idx),
-                     rows_r.en.eq(advance), gain_r.en.eq(advance), bias_r.en.eq(advance)]
+                     rows_r.addr.eq(Cat(out_idx, out_slot)), rows_r.en.eq(advance)]
+        m.d.comb += [p.addr.eq(out_idx) for p in gain_r + bias_r] + [p.en.eq(advance) for p in gain_r + bias_r]
         with m.If(take):
-            with m.If(out_idx == h - 1):
+            with m.If(out_idx == w.beats - 1):
                 m.d.sync += [out_idx.eq(0), out_slot.eq(out_slot + 1)]
             with m.Else():
                 m.d.sync += out_idx.eq(out_idx + 1)
         ometa = data.StructLayout({"valid": 1, "last": 1, "slot": w.slot_bits})
         o = [Signal(ometa, name=f"out_meta{j}") for j in range(OUT_STAGES + 1)]   # o[j]: stage j (o[-1]: the beat)
-        d2 = Signal(signed(w.d_bits), reset_less=True)            # the datapath: no reset
-        dk = Signal(signed(w.root_bits + 1), reset_less=True)
-        lo_bits = min(w.root_bits, PART_BITS)                    # dk * inv in two multiplier-sized parts
-        part_lo = Signal(signed(lo_bits + w.inv_bits + 1), reset_less=True)
-        part_hi = Signal(signed(w.root_bits + 1 - lo_bits + w.inv_bits), reset_less=True)
-        scaled = Signal(signed(w.root_bits + 1 + w.inv_bits), reset_less=True)
-        t = Signal(signed(w.t_bits), reset_less=True)
-        tg = Signal(signed(w.t_bits + nx.LN_GAIN_BITS), reset_less=True)
-        y0_bits = w.t_bits + nx.LN_GAIN_BITS + 1                 # t * gain + bias
-        y = Signal(signed(y0_bits + 2), reset_less=True)                        # ... + 2**(shift-1)
-        g = {j: Signal(signed(nx.LN_GAIN_BITS), name=f"gain{j}", reset_less=True) for j in range(2, 7)}
-        b = {j: Signal(signed(32), name=f"bias{j}", reset_less=True) for j in range(2, 6)}
-        # bias + half over two stages (the low half, then the high half with its carry): a short carry chain each
-        b_split = (y0_bits + 1) // 2
-        b6_lo = Signal(unsigned(b_split + 1), name="bias6_lo", reset_less=True)
-        b6_hi = Signal(signed(32 - b_split), name="bias6_hi", reset_less=True)
-        b7 = Signal(signed(y0_bits + 1), name="bias7", reset_less=True)
+        # the statistics and the shift, shared by the elements of a beat (no reset: they follow the input a cycle
+        # and two later, and a reset would join the decode at their flip-flops' reset pins)
         mean1, k1, k2 = (Signal(signed(w.d_bits), reset_less=True), Signal(w.k_shape, reset_less=True),
                           Signal(w.k_shape, name="k2", reset_less=True))
         inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}", reset_less=True) for j in (2, 3)}
         e = {j: Signal(range(w.root_bits + 1), name=f"e{j}", reset_less=True) for j in range(2, 6)}
+        y0_bits = w.t_bits + nx.LN_GAIN_BITS + 1                 # t * gain + bias
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
-        # (no reset: they follow the input a cycle and two later, and a reset would join the decode at their
-        # flip-flops' reset pins)
         shift = Signal(range(y0_bits + 1), reset_less=True)
         half = Signal(unsigned(y0_bits), reset_less=True)   # 2**(shift-1): rshift_round's rounding term, for the bias
         m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
                      half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
         with m.If(advance):
-            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == h - 1), o[1].slot.eq(out_slot),
+            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == w.beats - 1), o[1].slot.eq(out_slot),
                          mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
             m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, OUT_STAGES + 1)]
-            m.d.sync += [g[j].eq(g[j - 1]) for j in range(3, 7)] + [b[j].eq(b[j - 1]) for j in range(3, 6)]
             m.d.sync += [inv[3].eq(inv[2])] + [e[j].eq(e[j - 1]) for j in range(3, 6)]
-            # stage 1 -> 2: d = 16r - m, straight from the row memory (the slot's mean and k were selected a
-            # stage earlier; its inv and e ride along, selected here: no slot mux in front of the multiplier)
-            m.d.sync += [d2.eq((rows_r.data << nx.LN_MEAN_FRAC_BITS) - mean1), k2.eq(k1),
-                         g[2].eq(gain_r.data), b[2].eq(bias_r.data),
-                         inv[2].eq(self.inv[o[1].slot]), e[2].eq(self.e[o[1].slot])]
+            # the slot's inv and e ride along, selected at stage 1 -> 2: no slot mux in front of the multiplier
+            m.d.sync += [k2.eq(k1), inv[2].eq(self.inv[o[1].slot]), e[2].eq(self.e[o[1].slot])]
+        for j in lanes:
+            self._element(m, w, j, advance, rows_r.data[j], gain_r[j].data, bias_r[j].data, mean1, k2, inv[3],
+                          e[5], shift, half, y0_bits)
+        m.d.comb += [self.o.valid.eq(o[-1].valid), self.done.eq(self.o.valid & self.o.ready & o[-1].last),
+                     self.done_slot.eq(o[-1].slot)]
+        return m
+
+    def _element(self, m, w, j, advance, r, gain, bias, mean1, k2, inv3, e5, shift, half, y0_bits):
+        """Element ``j`` of a beat through stages 2..9, from its row memory word ``r``, gain and bias (read at
+        stage 1) to ``o.payload[j]``."""
+        rb = w.rb
+
+        def reg(shape, name):          # the datapath: no reset
+            return Signal(shape, name=f"{name}_{j}" if w.width > 1 else name, reset_less=True)
+        d2, dk = reg(signed(w.d_bits), "d2"), reg(signed(w.root_bits + 1), "dk")
+        lo_bits = min(w.root_bits, PART_BITS)                    # dk * inv in two multiplier-sized parts
+        part_lo = reg(signed(lo_bits + w.inv_bits + 1), "part_lo")
+        part_hi = reg(signed(w.root_bits + 1 - lo_bits + w.inv_bits), "part_hi")
+        scaled = reg(signed(w.root_bits + 1 + w.inv_bits), "scaled")
+        t, tg = reg(signed(w.t_bits), "t"), reg(signed(w.t_bits + nx.LN_GAIN_BITS), "tg")
+        y = reg(signed(y0_bits + 2), "y")                        # ... + 2**(shift-1)
+        g = {i: reg(signed(nx.LN_GAIN_BITS), f"gain{i}") for i in range(2, 7)}
+        b = {i: reg(signed(32), f"bias{i}") for i in range(2, 6)}
+        # bias + half over two stages (the low half, then the high half with its carry): a short carry chain each
+        b_split = (y0_bits + 1) // 2
+        b6_lo, b6_hi = reg(unsigned(b_split + 1), "bias6_lo"), reg(signed(32 - b_split), "bias6_hi")
+        b7 = reg(signed(y0_bits + 1), "bias7")
+        with m.If(advance):
+            m.d.sync += [g[i].eq(g[i - 1]) for i in range(3, 7)] + [b[i].eq(b[i - 1]) for i in range(3, 6)]
+            # stage 1 -> 2: d = 16r - m, straight from the row memory (the slot's mean and k selected a stage earlier)
+            m.d.sync += [d2.eq((r << nx.LN_MEAN_FRAC_BITS) - mean1), g[2].eq(gain), b[2].eq(bias)]
             # stage 2 -> 3: d << k (|d << k| <= s, so it fits root_bits + 1)
             m.d.sync += dk.eq(d2 << k2)
             # stage 3 -> 4: times the reciprocal, two partial products registered at their multipliers
-            m.d.sync += [part_lo.eq(dk[:lo_bits] * inv[3]), part_hi.eq(dk[lo_bits:].as_signed() * inv[3])]
+            m.d.sync += [part_lo.eq(dk[:lo_bits] * inv3), part_hi.eq(dk[lo_bits:].as_signed() * inv3)]
             # stage 4 -> 5: their sum
             m.d.sync += scaled.eq(part_lo + (part_hi << lo_bits))
             # stage 5 -> 6: t = floor(. / 2**e), |t| <= 2**15
-            m.d.sync += [t.eq(scaled >> e[5]), b6_lo.eq(b[5][:b_split] + half[:b_split]), b6_hi.eq(b[5][b_split:])]
+            m.d.sync += [t.eq(scaled >> e5), b6_lo.eq(b[5][:b_split] + half[:b_split]), b6_hi.eq(b[5][b_split:])]
             # stage 6 -> 7: times the gain (registered at the multiplier), the bias's high half; stage 7 -> 8: bias and
             # rounding half
             m.d.sync += [tg.eq(t * g[6]), b7.eq(Cat(b6_lo[:b_split], b6_hi + half[b_split:] + b6_lo[b_split]))]
             m.d.sync += y.eq(tg + b7)
             # stage 8 -> 9 (the output register): shift, saturate (in range: the bits above the
             # output's sign bit all equal the sign)
-            shifted = Signal.like(y)
+            shifted = Signal.like(y, name=f"shifted_{j}" if w.width > 1 else "shifted")
             m.d.comb += shifted.eq(y >> shift)
             lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
-            m.d.sync += self.o.payload.eq(Mux(fits_signed(shifted, rb), shifted[:rb], Mux(shifted[-1], lo, hi)))
-        m.d.comb += [self.o.valid.eq(o[-1].valid), self.done.eq(self.o.valid & self.o.ready & o[-1].last),
-                     self.done_slot.eq(o[-1].slot)]
-        return m
+            m.d.sync += self.o.payload[j].eq(Mux(fits_signed(shifted, rb), shifted[:rb], Mux(shifted[-1], lo, hi)))
 
 
 class LayerNorm(wiring.Component):
-    """Residual add and LayerNorm over rows of ``hidden`` channels, one element per beat.
+    """Residual add and LayerNorm over rows of ``hidden`` channels, ``width`` elements per beat.
 
     Interface:
-        ``i``: stream of :func:`pair_layout` beats (a, b), channel 0 first; ``hidden`` beats make a
-        row (rows are counted, no framing signal).
+        ``i``: stream of :func:`beat_layout` beats, ``width`` pairs (a, b) of consecutive channels, channel 0
+        first; ``hidden / width`` beats make a row (rows are counted, no framing signal).
         ``a`` and ``b`` are signed ``residual_bits`` (16) on one shared scale; the block adds them.
-        ``o``: stream of signed(residual_bits), the normalised row in channel order, saturated.
+        ``o``: stream of ``width`` signed(residual_bits), the normalised row in channel order, saturated.
         ``shift`` (0..63): output shift; hold it stable while rows are in flight.
         ``param``: :class:`ParamWriteSignature` write port for the per-channel gain and bias; the
         output pass reads them per element, so load them before the phase's first row (a write
         while rows are in flight changes the outputs not yet produced).
-    Throughput: one element per cycle in and out in steady state when ``hidden >= 52`` (the mean
-    unit takes 50 cycles per row, the scale unit 47..49, each overlapped with other rows; for H = 50..51
+    Throughput: one beat per cycle in and out in steady state when ``hidden / width >= 52`` (the mean
+    unit takes 50 cycles per row, the scale unit 47..49, each overlapped with other rows; for 50..51 beats
     the four row slots are the bound); shorter rows run at one row per 50 cycles (measured: 8 rows of
-    32 in 382 cycles, 0.67 elements per cycle; 375 when the mean unit took 49). Latency: from a
+    32 in 382 cycles, 0.67 elements per cycle; 375 when the mean unit took 49). At ``width`` > 1 a row's sum of
+    squares takes :func:`row_sums_delay` cycles more (the elements' sums added). Latency (at ``width`` 1): from a
     row's last input to its first output ~108 cycles (first output 140 cycles after the first input
     at H = 32, 237 at H = 128: measured 135 and 232 with a 6-stage output pipeline, plus its 3 new stages,
     the mean unit's carry cycle and the scale unit's k register). The matrix-vector unit produces the branch
     output b at ``pe * simd / cols`` per cycle (0.5 for the O projection of bert_tiny and small,
     less for FFN down), so the block never holds it back.
     Storage: r ``SLOTS * hidden * 17`` bits (``residual_bits + 1``), gain ``hidden * 18``, bias
-    ``hidden * 32`` bits. DSP: r*r, (d << k) * inv, t * gain (the residual add is an adder).
+    ``hidden * 32`` bits. DSP per element of a beat: r*r, (d << k) * inv, t * gain (the residual add is an adder).
 
     LayerNorm holds the row slots (their phase, r, S and Q) and does the ingest itself; the later
     phases are :class:`MeanVariance`, :class:`InverseStd` and :class:`NormaliseOutput`.
     """
 
-    def __init__(self, hidden: int, residual_bits: int = nx.RES_BITS, rms: bool = False):
+    def __init__(self, hidden: int, residual_bits: int = nx.RES_BITS, rms: bool = False, width: int = 1):
         if hidden < 1:
             raise ValueError(f"LayerNorm: hidden must be >= 1, got {hidden}")
+        if width < 1 or width & (width - 1) or hidden % width:
+            raise ValueError(f"LayerNorm: width must be a power of two dividing hidden={hidden}, got {width}")
         if not 2 <= residual_bits <= nx.LN_INPUT_BITS - 2:       # |a + b| <= 2**residual_bits < 2**19
             raise ValueError(f"LayerNorm: residual_bits must be 2..{nx.LN_INPUT_BITS - 2}, got {residual_bits}")
-        self.hidden, self.residual_bits, self.rms = hidden, residual_bits, rms
+        self.hidden, self.residual_bits, self.rms, self.width = hidden, residual_bits, rms, width
         super().__init__({
-            "i": In(stream.Signature(pair_layout(residual_bits))),
-            "o": Out(stream.Signature(signed(residual_bits))),
+            "i": In(stream.Signature(beat_layout(width, residual_bits))),
+            "o": Out(stream.Signature(data.ArrayLayout(signed(residual_bits), width))),
             "shift": In(SHIFT_BITS),
             "param": In(ParamWriteSignature(hidden)),
         })
@@ -405,56 +442,76 @@ class LayerNorm(wiring.Component):
     @classmethod
     def from_config(cls, cfg) -> "LayerNorm":
         """H = ``cfg.model.hidden``, the residual stream's width ``numerics.RES_BITS``, RMSNorm if
-        ``model.rmsnorm``."""
-        return cls(hidden=cfg.model.hidden, rms=cfg.model.rmsnorm)
+        ``model.rmsnorm``, ``folding.ln_width`` elements a beat."""
+        return cls(hidden=cfg.model.hidden, rms=cfg.model.rmsnorm, width=cfg.folding.ln_width)
 
     def elaborate(self, platform):
         m = Module()
-        w = _Widths(self.hidden, self.residual_bits)
-        h, rb, idx_bits = w.h, w.rb, w.idx_bits
+        w = _Widths(self.hidden, self.residual_bits, self.width)
+        n, rb, idx_bits = w.width, w.rb, w.idx_bits
 
         phase = Signal(data.ArrayLayout(2, SLOTS))
         # the datapath's registers have no reset (the phases and the valid bits say what they hold): fewer flip-flops
         # on the block's flush
         row_sum = Signal(w.slots(signed(w.sum_bits)), reset_less=True)
         row_sq = Signal(w.slots(unsigned(w.sq_bits)), reset_less=True)
-        m.submodules.rows = rows = Memory(shape=signed(w.r_bits), depth=SLOTS << idx_bits, init=[])
+        m.submodules.rows = rows = Memory(shape=data.ArrayLayout(signed(w.r_bits), n), depth=SLOTS << idx_bits,
+                                          init=[])
         m.submodules.mean_var = mean_var = MeanVariance(w, self.rms)
         m.submodules.inv_std = inv_std = InverseStd(w)
         m.submodules.norm_out = output = NormaliseOutput(w)
 
         # ---- phase 0: ingest; r, S and Q (a fixed pipeline behind the input handshake) -------------
         in_slot = Signal(w.slot_bits)
-        in_idx = Signal(range(h))
+        in_idx = Signal(range(w.beats))
         m.d.comb += self.i.ready.eq(phase[in_slot] == 0)
         meta = data.StructLayout({"valid": 1, "first": 1, "last": 1, "addr": idx_bits + w.slot_bits})
-        a1 = Signal(meta)
-        pair = Signal(pair_layout(rb), reset_less=True)
+        a1 = Signal(meta, name="a1")
+        beat = Signal(beat_layout(n, rb), reset_less=True)
         with m.If(self.i.valid & self.i.ready):
-            with m.If(in_idx == h - 1):
+            with m.If(in_idx == w.beats - 1):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1)]
             with m.Else():
                 m.d.sync += in_idx.eq(in_idx + 1)
         m.d.sync += [a1.valid.eq(self.i.valid & self.i.ready), a1.first.eq(in_idx == 0),
-                     a1.last.eq(in_idx == h - 1), a1.addr.eq(Cat(in_idx, in_slot)), pair.eq(self.i.payload)]
-        # stage 1: the residual sum, stored
-        r = Signal(signed(w.r_bits))
-        m.d.comb += r.eq(pair.a + pair.b)
+                     a1.last.eq(in_idx == w.beats - 1), a1.addr.eq(Cat(in_idx, in_slot)), beat.eq(self.i.payload)]
+        # stage 1: the residual sums, stored
+        r = Signal(data.ArrayLayout(signed(w.r_bits), n))
+        m.d.comb += [r[j].eq(beat[j].a + beat[j].b) for j in range(n)]
         rows_w = rows.write_port()
         m.d.comb += [rows_w.addr.eq(a1.addr), rows_w.data.eq(r), rows_w.en.eq(a1.valid)]
-        a2, a3 = Signal(meta), Signal(meta)
-        r2, r3 = Signal.like(r, reset_less=True), Signal.like(r, reset_less=True)
-        sq3 = Signal(unsigned((w.r_abs * w.r_abs).bit_length()), reset_less=True)
-        m.d.sync += [a2.eq(a1), r2.eq(r), a3.eq(a2), r3.eq(r2), sq3.eq(r2 * r2)]
-        # stage 3: row sums
-        acc_s, acc_q = Signal(signed(w.sum_bits), reset_less=True), Signal(unsigned(w.sq_bits), reset_less=True)
-        tot_s, tot_q = Signal.like(acc_s), Signal.like(acc_q)
-        m.d.comb += [tot_s.eq(Mux(a3.first, 0, acc_s) + r3), tot_q.eq(Mux(a3.first, 0, acc_q) + sq3)]
+        # stage 2: r registered; stage 3: its squares (at the multipliers) and the beat's sum of r. The row sums
+        # accumulate from stage 3: S the beats' sums, Q each element's squares on its own (a multiply-accumulate, as at
+        # one element a beat: no adder of the squares in front of the accumulator's carry chain)
+        sq_shape = unsigned((w.r_abs * w.r_abs).bit_length())
+        r2 = Signal.like(r, name="r2", reset_less=True)
+        s3 = Signal(signed(w.r_bits + (n - 1).bit_length()), name="r3" if n == 1 else "beat_sum3", reset_less=True)
+        sq3 = [Signal(sq_shape, name=f"sq3_{j}" if n > 1 else "sq3", reset_less=True) for j in range(n)]
+        m.d.sync += [r2.eq(r), s3.eq(sum(r2[j] for j in range(n)))] + [sq3[j].eq(r2[j] * r2[j]) for j in range(n)]
+        a2, a3 = Signal(meta, name="a2"), Signal(meta, name="a3")
+        m.d.sync += [a2.eq(a1), a3.eq(a2)]
+        acc_s = Signal(signed(w.sum_bits), reset_less=True)
+        acc_q = [Signal(unsigned(w.sq_bits), name=f"acc_q{j}" if n > 1 else "acc_q", reset_less=True) for j in range(n)]
+        tot_s, tot_q = Signal.like(acc_s), [Signal.like(q, name=f"tot_{q.name}") for q in acc_q]
+        m.d.comb += [tot_s.eq(Mux(a3.first, 0, acc_s) + s3)]
+        m.d.comb += [t.eq(Mux(a3.first, 0, q) + sq) for t, q, sq in zip(tot_q, acc_q, sq3)]
         a3_slot = a3.addr[idx_bits:]
         with m.If(a3.valid):
-            m.d.sync += [acc_s.eq(tot_s), acc_q.eq(tot_q)]
+            m.d.sync += [acc_s.eq(tot_s)] + [q.eq(t) for q, t in zip(acc_q, tot_q)]
             with m.If(a3.last):
-                m.d.sync += [row_sum[a3_slot].eq(tot_s), row_sq[a3_slot].eq(tot_q), phase[a3_slot].eq(1)]
+                m.d.sync += row_sum[a3_slot].eq(tot_s)
+                if n == 1:
+                    m.d.sync += [row_sq[a3_slot].eq(tot_q[0]), phase[a3_slot].eq(1)]
+        if n > 1:
+            # Q: the elements' sums added in a tree of split sums (their registers follow the accumulators in every
+            # cycle), stored row_sums_delay(n) cycles after the row's last beat joined them
+            level = acc_q
+            while len(level) > 1:
+                level = [split_sum(m, level[i], level[i + 1], f"row_sq_{len(level)}_{i}", w.sq_bits)
+                         for i in range(0, len(level), 2)]
+            ended = delayed(m, Cat(a3.valid & a3.last, a3_slot), row_sums_delay(n), "row_end")
+            with m.If(ended[0]):
+                m.d.sync += [row_sq[ended[1:]].eq(level[0]), phase[ended[1:]].eq(1)]
 
         # ---- phase 1: mean, then the variance sum -------------------------------------------------
         m.d.comb += [mean_var.pending.eq(phase[mean_var.slot] == 1),

@@ -22,7 +22,7 @@
 // and exit status 4, an op register that is not its sequencer state's (trace_stale_op) with "stale_op cycle=N
 // layer=L op=O" and exit status 5; a bad script line exits with status 2.
 //
-// Widths come from the build (-D): PE, ACC_BITS, SOFTMAX_LANES, LN_LANES, RES_BITS.
+// Widths come from the build (-D): PE, ACC_BITS, SOFTMAX_LANES, LN_LANES, LN_WIDTH, RES_BITS.
 #include "Vsim_top.h"
 #include "Vsim_top__Dpi.h"
 #include "svdpi.h"
@@ -111,11 +111,13 @@ static void sample() {
         }
     }
     for (int i = 0; i < LN_LANES; i++) {
-        if (bits(top->trace_ln_valid, i, 1)) {
-            tr_ln.push_back(layer);
-            tr_ln.push_back(top->trace_ln_op);      // the LayerNorm's own: it may overlap the matrix before it
-            tr_ln.push_back(i);
-            tr_ln.push_back(sext(bits(top->trace_ln_data, i * RES_BITS, RES_BITS), RES_BITS));
+        if (bits(top->trace_ln_valid, i, 1)) {      // a beat of LN_WIDTH elements, a record each, in channel order
+            for (int j = 0; j < LN_WIDTH; j++) {
+                tr_ln.push_back(layer);
+                tr_ln.push_back(top->trace_ln_op);  // the LayerNorm's own: it may overlap the matrix before it
+                tr_ln.push_back(i);
+                tr_ln.push_back(sext(bits(top->trace_ln_data, (i * LN_WIDTH + j) * RES_BITS, RES_BITS), RES_BITS));
+            }
         }
     }
 }

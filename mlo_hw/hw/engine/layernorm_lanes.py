@@ -2,9 +2,9 @@
 
 The engine's two LayerNorms (LN1: a = X, b = Y -> Y; LN2: a = Y, b = X -> X) read two buffers word by word
 side by side and write one of them back in place (a row is read whole before its output overwrites it). One
-:class:`~mlo_hw.hw.layernorm.LayerNorm` takes one element a cycle and needs a while for each row's statistics,
-so ``lanes`` of them (the config's ``folding.ln_lanes``) work on alternate rows (row r in lane r % lanes), each
-fed from a one-row FIFO.
+:class:`~mlo_hw.hw.layernorm.LayerNorm` takes ``width`` elements a cycle (the config's ``folding.ln_width``) and
+needs a while for each row's statistics, so ``lanes`` of them (``folding.ln_lanes``) work on alternate rows (row r
+in lane r % lanes), each fed from a one-row FIFO.
 """
 
 from __future__ import annotations
@@ -38,25 +38,29 @@ class LayerNormLanes(wiring.Component):
         first when several words are complete; ``written``: words written since ``start``; ``rows_done``: rows
         ``0 .. rows_done - 1`` are written whole (a register, a cycle behind their last word's write), so that
         the matrix after the LayerNorm may read them while it runs.
-        ``taps``: each lane's output handshake and element (for a tracing testbench).
+        ``taps``: each lane's output handshake and beat of ``width`` elements (for a tracing testbench).
 
     Timing: the reader delivers one word (``simd`` pairs) a cycle while the current row's lane FIFO has room;
-    each lane takes one element a cycle and emits one a cycle once its row's statistics are done (a row's
-    first output about hidden + 110 cycles after its first input; rows overlap inside a lane when hidden >= 52,
-    :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts ``i * hidden / simd`` cycles after ``start`` (its
-    FIFO fills after lane i - 1's), so ``rows`` rows take about ``(lanes - 1) hidden / simd + (ceil(rows / lanes)
-    - 1) max(hidden, 49) + 2 hidden + 117`` cycles in the engine (:func:`mlo_hw.perf.layernorm_cycles`). The
-    single read port bounds the lanes: ``lanes`` elements a cycle are taken, ``simd`` delivered, so
-    ``lanes <= simd`` (checked; more would wait on the port), and the lanes' words leave on ``w`` at
-    ``lanes / simd`` a cycle, within its one a cycle. Backpressure on ``w`` stalls the lanes without losing a
-    word. The engine resets the whole component on a soft reset.
+    each lane takes ``width`` elements a cycle and emits as many a cycle once its row's statistics are done (a row's
+    first output about hidden / width + 110 cycles after its first input; rows overlap inside a lane when
+    hidden / width >= 52, :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts ``i * hidden / simd`` cycles
+    after ``start`` (its FIFO fills after lane i - 1's), so ``rows`` rows take about ``(lanes - 1) hidden / simd +
+    (ceil(rows / lanes) - 1) max(hidden / width, 50) + 2 hidden / width + 119`` cycles in the engine
+    (:func:`mlo_hw.perf.layernorm_cycles`). The single read port bounds the lanes: ``lanes * width`` elements a cycle
+    are taken, ``simd`` delivered, so ``lanes * width <= simd`` (checked; more would wait on the port), and the
+    lanes' words leave on ``w`` at ``lanes * width / simd`` a cycle, within its one a cycle. Backpressure on ``w``
+    stalls the lanes without losing a word. The engine resets the whole component on a soft reset.
     """
 
-    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int, rms: bool = False, read_latency: int = 1):
-        if not 1 <= lanes <= simd:
-            raise ValueError(f"LayerNormLanes: lanes must be 1..simd={simd} (one read port of simd pairs a cycle "
-                             f"feeds them), got {lanes}")
+    def __init__(self, hidden: int, simd: int, max_rows: int, lanes: int, rms: bool = False, read_latency: int = 1,
+                 width: int = 1):
+        if width < 1 or simd % width:
+            raise ValueError(f"LayerNormLanes: width must divide simd={simd}, got {width}")
+        if not 1 <= lanes * width <= simd:
+            raise ValueError(f"LayerNormLanes: lanes x width must be 1..simd={simd} (one read port of simd pairs a "
+                             f"cycle feeds them), got {lanes} x {width}")
         self.hidden, self.simd, self.max_rows, self.lanes, self.rms = hidden, simd, max_rows, lanes, rms
+        self.width = width
         self.read_latency = read_latency
         self.row_words = hidden // simd
         max_words = max_rows * self.row_words
@@ -68,18 +72,20 @@ class LayerNormLanes(wiring.Component):
             "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
             "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)),
-            "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb, lanes)})),
+            "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb * width, lanes)})),
         })
 
     @classmethod
     def from_config(cls, cfg, read_latency: int = 1) -> "LayerNormLanes":
-        """The engine's: ``folding.ln_lanes`` lanes, up to ``seq_padded`` rows."""
+        """The engine's: ``folding.ln_lanes`` lanes of ``folding.ln_width`` elements a cycle, up to ``seq_padded``
+        rows."""
         return cls(cfg.model.hidden, cfg.folding.simd, cfg.seq_padded, cfg.folding.ln_lanes, cfg.model.rmsnorm,
-                   read_latency)
+                   read_latency, cfg.folding.ln_width)
 
     def elaborate(self, platform):
         m = Module()
-        rb, simd, rw, n = nx.RES_BITS, self.simd, self.row_words, self.lanes
+        rb, simd, rw, n, width = nx.RES_BITS, self.simd, self.row_words, self.lanes, self.width
+        beats = simd // width          # a lane's beats a word
         max_words = self.max_rows * rw
         # the counters and the reader restart a cycle after ``start``, from a register: ``start`` is the sequencer's
         # decode, and their resets are spread over the lanes (``written`` and ``rows_done``, which the sequencer
@@ -97,12 +103,12 @@ class LayerNormLanes(wiring.Component):
         lanes_out, fifos = [], []
         for i in range(n):
             m.submodules[f"fifo{i}"] = fifo = SyncFIFOBuffered(width=2 * rb * simd, depth=max(rw, 2))
-            m.submodules[f"pairs{i}"] = pairs = Serializer(simd, 2 * rb)
-            m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden, rms=self.rms)
+            m.submodules[f"pairs{i}"] = pairs = Serializer(beats, 2 * rb * width)
+            m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden, rms=self.rms, width=width)
             # two-element queues on either side of the lane: its handshakes end at their level registers, not in
             # the serializer's word enables or the gather's (the lane sits apart from both on the die)
-            m.submodules[f"pairs_q{i}"] = pairs_q = SyncFIFO(width=2 * rb, depth=2)
-            m.submodules[f"out_q{i}"] = out_q = SyncFIFO(width=rb, depth=2)
+            m.submodules[f"pairs_q{i}"] = pairs_q = SyncFIFO(width=2 * rb * width, depth=2)
+            m.submodules[f"out_q{i}"] = out_q = SyncFIFO(width=rb * width, depth=2)
             m.d.comb += [pairs.i.valid.eq(fifo.r_rdy), pairs.i.payload.eq(fifo.r_data), fifo.r_en.eq(pairs.i.ready),
                          ln.param.addr.eq(self.param.addr), ln.param.data.eq(self.param.data),
                          ln.param.en.eq(self.param.en), ln.shift.eq(self.shift)]
@@ -134,7 +140,7 @@ class LayerNormLanes(wiring.Component):
         m.d.comb += self.w.valid.eq(full.any())
         for i, (ln_o, q) in enumerate(lanes_out):
             word = Signal(rb * simd, name=f"word{i}")
-            idx = Signal(range(max(simd, 2)), name=f"idx{i}")
+            idx = Signal(range(max(beats, 2)), name=f"idx{i}")
             addr = Signal.like(self.w.payload.addr, name=f"addr{i}")
             wcol = Signal(range(max(rw, 2)), name=f"col{i}")
             leave = first[i] & self.w.ready
@@ -147,8 +153,8 @@ class LayerNormLanes(wiring.Component):
                 with m.If(wcol == rw - 1):
                     m.d.sync += [wcol.eq(0), addr.eq(addr + 1 + (n - 1) * rw), nxt[i].eq(nxt[i] + n)]
             with m.If(q.valid & q.ready):
-                m.d.sync += [word.word_select(idx, rb).eq(q.payload), idx.eq(idx + 1)]
-                with m.If(idx == simd - 1):
+                m.d.sync += [word.word_select(idx, rb * width).eq(q.payload), idx.eq(idx + 1)]
+                with m.If(idx == beats - 1):
                     m.d.sync += [idx.eq(0), full[i].eq(1)]
             with m.If(restart):
                 m.d.sync += [full[i].eq(0), idx.eq(0), wcol.eq(0), addr.eq(i * rw), nxt[i].eq(i)]
