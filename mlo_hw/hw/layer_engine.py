@@ -38,7 +38,8 @@ at every transition (so it is the state's op in every cycle, with no decode in f
               V transposed in PE banks by channel (V^T rows are the weight words for P.V)
     per head  SCORES: Q_h . K_h^T raw -> softmax (mask; a beat's pe keys in groups of softmax_lanes, the
               MVAU's rate) -> P [S, S] uint8
-              PV: P . V_h requantized (ctx_mult, ctx_shift, zero bias) -> CTX
+              PV: P . V_h requantized (ctx_mult, ctx_shift, zero bias) -> CTX, started once the scores are all in
+              the softmax (reading the rows of P it has written, ``p_behind``)
     O         CTX -> Y (int16);  LN1: LayerNorm(X + Y) -> Y (int16, in place)
     FFN_UP    Y (narrowed) -> GELU table -> F [S, I] (uint8);  FFN_DOWN: F -> X (int16);
     LN2       LayerNorm(Y + X) -> X (int16, in place): the next layer's input
@@ -459,6 +460,8 @@ class LayerEngine(wiring.Component):
         d.ln_avail = Signal(range(ln_words + 1), name="ln_avail", init=ln_words)
         # post-LN: LN1 still runs while FFN up, started once the GELU table is in, reads the rows it has finished
         d.ln_behind = Signal(name="ln_behind")
+        # PV runs while the softmax still writes the last rows of P (once the MVAU's scores are all in the softmax)
+        d.p_behind = Signal(name="p_behind")
         m.d.comb += [self.op.eq(d.op), self.layer.eq(d.layer)]
         d.slot = d.layer[0]
         d.hdr = {f: Signal(32, name=f"hdr_{f}") for f in header_fields(cfg)}
@@ -652,8 +655,10 @@ class LayerEngine(wiring.Component):
                          softmax.shift.eq(Mux(d.cross_phase, d.hdr["x_softmax_shift"], d.hdr["softmax_shift"]))]
         else:
             m.d.comb += [softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
+        # the score beats the softmax has taken in the SCORES job (0 at its start): PV starts once they are all in
+        d.s_beats = Signal(range(R * S // pe + 1), name="s_beats")
         with m.If(step):
-            m.d.sync += key0.eq(Mux(key0 == S - pe, 0, key0 + pe))
+            m.d.sync += [key0.eq(Mux(key0 == S - pe, 0, key0 + pe)), d.s_beats.eq(d.s_beats + 1)]
         # probabilities: a beat is L bytes of a P word (L divides pe, which divides simd), written with its byte enables
         d.p_word = Signal(range(words(R * S) + 1), name="p_word")
         d.p_byte = Signal(range(simd), name="p_byte")
@@ -666,6 +671,9 @@ class LayerEngine(wiring.Component):
             m.d.sync += [d.p_count.eq(d.p_count + L), d.p_byte.eq(d.p_byte + L)]
             with m.If(d.p_byte == simd - L):
                 m.d.sync += [d.p_byte.eq(0), d.p_word.eq(d.p_word + 1)]
+        # PV behind the softmax (d.p_behind): its operand waits for the P words not written whole a cycle ago
+        p_written = delayed(m, d.p_word, 1, "p_written")
+        p_wait = d.p_behind & (d.operand.rd_addr >= p_written)
 
         # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
         # -> X (a row is read whole before its output overwrites it)
@@ -704,7 +712,7 @@ class LayerEngine(wiring.Component):
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
         ln_wait = d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden)) | ln_lanes.rd_en)
-        m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait)
+        m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait | p_wait)
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):
                 for name in ("x", "y"):

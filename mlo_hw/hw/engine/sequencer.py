@@ -153,7 +153,8 @@ class Sequencer:
         # the blocks are reset (two cycles later, from registers) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
-        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.x_pending.eq(0),
+        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.d.p_behind.eq(0),
+                          self.x_pending.eq(0),
                           self.vt_pending.eq(0)]
         self.goto("IDLE")
 
@@ -311,8 +312,9 @@ class Sequencer:
                 self.operand_command(0, g.words(S), g.words(S))
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += d.operand.start.eq(1)
-                m.d.sync += [d.issued.eq(0), d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0),
-                             d.key0.eq(0)]
+                m.d.sync += d.issued.eq(0)
+                if o == Op.SCORES:       # (PV starts while the softmax still writes P: behind_softmax)
+                    m.d.sync += [d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0), d.key0.eq(0), d.s_beats.eq(0)]
                 if not g.tiled:
                     a = d.attw.cfg
                     m.d.comb += [d.attw.start.eq(1), a.cols.eq(g.words(cols)), a.rows.eq(job_rows // g.pe),
@@ -326,7 +328,8 @@ class Sequencer:
             self.abort()
         with self.state(f"{o.name}_WAIT", o):
             m.d.comb += d.busy.eq(1)
-            done = (d.p_count == R * S) if o == Op.SCORES else (d.writer.count == self.expected)
+            # SCORES: every score beat is in the softmax (PV runs behind it: behind_softmax)
+            done = (d.s_beats == R * S // g.pe) if o == Op.SCORES else (d.writer.count == self.expected)
             if g.tiled and o == Op.PV:       # and the residual X_t's load (pending_transfers)
                 done &= ~d.mover.busy & ~self.x_pending
             with m.If(done):
@@ -412,6 +415,13 @@ class Sequencer:
             with m.Else():
                 m.d.sync += d.ln_op.eq(self.Op.LN1)
 
+    def behind_softmax(self):
+        """Outside the FSM, after it: ``d.p_behind`` (PV started once the MVAU's scores were all in the softmax; its
+        operand waits for the P words the softmax has not written) until the softmax has written every probability."""
+        m, d, g = self.m, self.d, self.g
+        with m.If(d.p_behind & (d.p_count == g.rows * g.seq) & ~d.abandon):
+            m.d.sync += d.p_behind.eq(0)
+
     def transfer_wait(self, name, o, then, until=None):
         """Wait for the mover (busy from the cycle after its start; ``until``: the busy to wait for, one side's, the
         other running on); an error ends the run (ERROR)."""
@@ -451,6 +461,7 @@ class Sequencer:
             self.layer_tail_states(after_layer)
         if not self.pre_ln:
             self.behind_layernorm()
+        self.behind_softmax()
         if g.tiled:
             self.pending_transfers()
         for name, sigs in self.next_ops.items():
@@ -838,7 +849,8 @@ class Sequencer:
         then ``after_layer()``; on chip also the output store after the last layer."""
         m, d, g, Op = self.m, self.d, self.g, self.Op
 
-        def to_pv():
+        def to_pv():              # while the softmax writes the last rows of P (behind_softmax)
+            m.d.sync += d.p_behind.eq(1)
             self.goto("PV_TILE_WAIT" if g.tiled else "PV_JOB")
 
         def to_ln1():
