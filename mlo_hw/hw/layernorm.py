@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
-from .pipeline import delayed, fits_signed, split_sum
+from .pipeline import delayed, fits_signed, kept_copy, split_sum
 
 __all__ = ["PARAM_LUTRAM_DEPTH", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
            "MeanVariance", "InverseStd", "NormaliseOutput"]
@@ -48,7 +48,7 @@ SHIFT_BITS = 6                  # runtime output shift 0..63
 # yosys honours for Xilinx and ECP5): at hidden 128 a lane's 32-bit biases would otherwise take a RAMB18 of their
 # own. Deeper ones are left to the tool (block RAM at hidden 384 and 768).
 PARAM_LUTRAM_DEPTH = 128
-OUT_STAGES = 9                  # NormaliseOutput's pipeline: memory read to output register
+OUT_STAGES = 11                 # NormaliseOutput's pipeline: memory read to output register
 PART_BITS = 17                  # d << k splits into a 17-bit unsigned low part and a signed high part
 
 
@@ -266,11 +266,12 @@ class NormaliseOutput(wiring.Component):
         beat: channel ``c`` in memory ``c % width``, word ``c // width``).
         ``shift`` (in): the output shift. ``o``: stream of ``width`` signed(residual_bits), in channel order.
         ``done`` (out): one cycle when the last beat of a row leaves ``o``; ``done_slot`` (out): its slot.
-    Timing: a 9-stage (:data:`OUT_STAGES`) pipeline (memory read, 16r - m, << k, the two partial
-    products of the multiplication by inv, their sum, >> e, times gain, plus bias, shift and saturate;
-    every multiplier output goes straight into a register), ``width`` elements side by side, that takes one
-    beat per cycle from a pending slot and stalls as a whole while ``o`` is valid and not ready; first beat of
-    a row 9 cycles after ``pending``.
+    Timing: an 11-stage (:data:`OUT_STAGES`) pipeline (memory read, 16r - m, << k, the multipliers' operands
+    copied at each multiplier, the two partial products of the multiplication by inv, their sum, >> e, t and the
+    gain copied at their multiplier, times gain, plus bias, shift and saturate; every multiplier's inputs and
+    output are registers beside it), ``width`` elements side by side, that takes one beat per cycle from a pending
+    slot and stalls as a whole while ``o`` is valid and not ready; first beat of a row 11 cycles after
+    ``pending``.
     """
 
     def __init__(self, w: _Widths):
@@ -330,7 +331,7 @@ class NormaliseOutput(wiring.Component):
         mean1, k1, k2 = (Signal(signed(w.d_bits), reset_less=True), Signal(w.k_shape, reset_less=True),
                           Signal(w.k_shape, name="k2", reset_less=True))
         inv = {j: Signal(unsigned(w.inv_bits), name=f"inv{j}", reset_less=True) for j in (2, 3)}
-        e = {j: Signal(range(w.root_bits + 1), name=f"e{j}", reset_less=True) for j in range(2, 6)}
+        e = {j: Signal(range(w.root_bits + 1), name=f"e{j}", reset_less=True) for j in range(2, 7)}
         y0_bits = w.t_bits + nx.LN_GAIN_BITS + 1                 # t * gain + bias
         # a shift >= y0_bits rounds every value to 0, as y0_bits does: clamp it to keep the adders short
         shift = Signal(range(y0_bits + 1), reset_less=True)
@@ -341,23 +342,26 @@ class NormaliseOutput(wiring.Component):
             m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == w.beats - 1), o[1].slot.eq(out_slot),
                          mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
             m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, OUT_STAGES + 1)]
-            m.d.sync += [inv[3].eq(inv[2])] + [e[j].eq(e[j - 1]) for j in range(3, 6)]
+            m.d.sync += [inv[3].eq(inv[2])] + [e[j].eq(e[j - 1]) for j in range(3, 7)]
             # the slot's inv and e ride along, selected at stage 1 -> 2: no slot mux in front of the multiplier
             m.d.sync += [k2.eq(k1), inv[2].eq(self.inv[o[1].slot]), e[2].eq(self.e[o[1].slot])]
         for j in lanes:
             self._element(m, w, j, advance, rows_r.data[j], gain_r[j].data, bias_r[j].data, mean1, k2, inv[3],
-                          e[5], shift, half, y0_bits)
+                          e[6], shift, half, y0_bits)
         m.d.comb += [self.o.valid.eq(o[-1].valid), self.done.eq(self.o.valid & self.o.ready & o[-1].last),
                      self.done_slot.eq(o[-1].slot)]
         return m
 
-    def _element(self, m, w, j, advance, r, gain, bias, mean1, k2, inv3, e5, shift, half, y0_bits):
-        """Element ``j`` of a beat through stages 2..9, from its row memory word ``r``, gain and bias (read at
+    def _element(self, m, w, j, advance, r, gain, bias, mean1, k2, inv3, e6, shift, half, y0_bits):
+        """Element ``j`` of a beat through stages 2..11, from its row memory word ``r``, gain and bias (read at
         stage 1) to ``o.payload[j]``."""
         rb = w.rb
 
+        def named(name):
+            return f"{name}_{j}" if w.width > 1 else name
+
         def reg(shape, name):          # the datapath: no reset
-            return Signal(shape, name=f"{name}_{j}" if w.width > 1 else name, reset_less=True)
+            return Signal(shape, name=named(name), reset_less=True)
         d2, dk = reg(signed(w.d_bits), "d2"), reg(signed(w.root_bits + 1), "dk")
         lo_bits = min(w.root_bits, PART_BITS)                    # dk * inv in two multiplier-sized parts
         part_lo = reg(signed(lo_bits + w.inv_bits + 1), "part_lo")
@@ -365,31 +369,37 @@ class NormaliseOutput(wiring.Component):
         scaled = reg(signed(w.root_bits + 1 + w.inv_bits), "scaled")
         t, tg = reg(signed(w.t_bits), "t"), reg(signed(w.t_bits + nx.LN_GAIN_BITS), "tg")
         y = reg(signed(y0_bits + 2), "y")                        # ... + 2**(shift-1)
-        g = {i: reg(signed(nx.LN_GAIN_BITS), f"gain{i}") for i in range(2, 7)}
-        b = {i: reg(signed(32), f"bias{i}") for i in range(2, 6)}
+        g = {i: reg(signed(nx.LN_GAIN_BITS), f"gain{i}") for i in range(2, 8)}
+        b = {i: reg(signed(32), f"bias{i}") for i in range(2, 7)}
         # bias + half over two stages (the low half, then the high half with its carry): a short carry chain each
         b_split = (y0_bits + 1) // 2
-        b6_lo, b6_hi = reg(unsigned(b_split + 1), "bias6_lo"), reg(signed(32 - b_split), "bias6_hi")
-        b7 = reg(signed(y0_bits + 1), "bias7")
+        b7_lo, b7_hi = reg(unsigned(b_split + 1), "bias7_lo"), reg(signed(32 - b_split), "bias7_hi")
+        b8, b9 = reg(signed(y0_bits + 1), "bias8"), reg(signed(y0_bits + 1), "bias9")
         with m.If(advance):
-            m.d.sync += [g[i].eq(g[i - 1]) for i in range(3, 7)] + [b[i].eq(b[i - 1]) for i in range(3, 6)]
+            m.d.sync += [g[i].eq(g[i - 1]) for i in range(3, 8)] + [b[i].eq(b[i - 1]) for i in range(3, 7)]
             # stage 1 -> 2: d = 16r - m, straight from the row memory (the slot's mean and k selected a stage earlier)
             m.d.sync += [d2.eq((r << nx.LN_MEAN_FRAC_BITS) - mean1), g[2].eq(gain), b[2].eq(bias)]
             # stage 2 -> 3: d << k (|d << k| <= s, so it fits root_bits + 1)
             m.d.sync += dk.eq(d2 << k2)
-            # stage 3 -> 4: times the reciprocal, two partial products registered at their multipliers
-            m.d.sync += [part_lo.eq(dk[:lo_bits] * inv3), part_hi.eq(dk[lo_bits:].as_signed() * inv3)]
-            # stage 4 -> 5: their sum
+            # stage 3 -> 4: each multiplier's operands, copies of their own beside it (KEEP: the route from dk's
+            # flip-flops to a MULT18X18D was a critical path of the ECP5 proxy)
+            dk_lo, dk_hi = kept_copy(m, dk[:lo_bits], named("dk_lo")), kept_copy(m, dk[lo_bits:], named("dk_hi"))
+            inv_lo, inv_hi = kept_copy(m, inv3, named("inv_lo")), kept_copy(m, inv3, named("inv_hi"))
+            # stage 4 -> 5: times the reciprocal, two partial products registered at their multipliers
+            m.d.sync += [part_lo.eq(dk_lo * inv_lo), part_hi.eq(dk_hi.as_signed() * inv_hi)]
+            # stage 5 -> 6: their sum
             m.d.sync += scaled.eq(part_lo + (part_hi << lo_bits))
-            # stage 5 -> 6: t = floor(. / 2**e), |t| <= 2**15
-            m.d.sync += [t.eq(scaled >> e5), b6_lo.eq(b[5][:b_split] + half[:b_split]), b6_hi.eq(b[5][b_split:])]
-            # stage 6 -> 7: times the gain (registered at the multiplier), the bias's high half; stage 7 -> 8: bias and
-            # rounding half
-            m.d.sync += [tg.eq(t * g[6]), b7.eq(Cat(b6_lo[:b_split], b6_hi + half[b_split:] + b6_lo[b_split]))]
-            m.d.sync += y.eq(tg + b7)
-            # stage 8 -> 9 (the output register): shift, saturate (in range: the bits above the
+            # stage 6 -> 7: t = floor(. / 2**e), |t| <= 2**15; the bias's low half with the rounding half
+            m.d.sync += [t.eq(scaled >> e6), b7_lo.eq(b[6][:b_split] + half[:b_split]), b7_hi.eq(b[6][b_split:])]
+            # stage 7 -> 8: t and the gain copied beside their multiplier; the bias's high half with its carry
+            t_k, g_k = kept_copy(m, t, named("t_k")), kept_copy(m, g[7], named("gain_k"))
+            m.d.sync += b8.eq(Cat(b7_lo[:b_split], b7_hi + half[b_split:] + b7_lo[b_split]))
+            # stage 8 -> 9: times the gain (registered at the multiplier); stage 9 -> 10: bias and rounding half
+            m.d.sync += [tg.eq(t_k * g_k), b9.eq(b8)]
+            m.d.sync += y.eq(tg + b9)
+            # stage 10 -> 11 (the output register): shift, saturate (in range: the bits above the
             # output's sign bit all equal the sign)
-            shifted = Signal.like(y, name=f"shifted_{j}" if w.width > 1 else "shifted")
+            shifted = Signal.like(y, name=named("shifted"))
             m.d.comb += shifted.eq(y >> shift)
             lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
             m.d.sync += self.o.payload[j].eq(Mux(fits_signed(shifted, rb), shifted[:rb], Mux(shifted[-1], lo, hi)))
@@ -480,28 +490,33 @@ class LayerNorm(wiring.Component):
         m.d.comb += [r[j].eq(beat[j].a + beat[j].b) for j in range(n)]
         rows_w = rows.write_port()
         m.d.comb += [rows_w.addr.eq(a1.addr), rows_w.data.eq(r), rows_w.en.eq(a1.valid)]
-        # stage 2: r registered; stage 3: its squares (at the multipliers) and the beat's sum of r. The row sums
-        # accumulate from stage 3: S the beats' sums, Q each element's squares on its own (a multiply-accumulate, as at
-        # one element a beat: no adder of the squares in front of the accumulator's carry chain)
+        # stage 2: r registered; stage 3: each element's copy beside its squarer (KEEP: the route from r's flip-flops
+        # to a MULT18X18D was a critical path of the ECP5 proxy) and the beat's sum of r; stage 4: the squares
+        # (registered at the multipliers). The row sums accumulate from stage 4: S the beats' sums, Q each element's
+        # squares on its own (a multiply-accumulate, as at one element a beat: no adder of the squares in front of
+        # the accumulator's carry chain)
         sq_shape = unsigned((w.r_abs * w.r_abs).bit_length())
         r2 = Signal.like(r, name="r2", reset_less=True)
         s3 = Signal(signed(w.r_bits + (n - 1).bit_length()), name="r3" if n == 1 else "beat_sum3", reset_less=True)
-        sq3 = [Signal(sq_shape, name=f"sq3_{j}" if n > 1 else "sq3", reset_less=True) for j in range(n)]
-        m.d.sync += [r2.eq(r), s3.eq(sum(r2[j] for j in range(n)))] + [sq3[j].eq(r2[j] * r2[j]) for j in range(n)]
-        a2, a3 = Signal(meta, name="a2"), Signal(meta, name="a3")
-        m.d.sync += [a2.eq(a1), a3.eq(a2)]
+        s4 = Signal.like(s3, name="r4" if n == 1 else "beat_sum4", reset_less=True)
+        m.d.sync += [r2.eq(r), s3.eq(sum(r2[j] for j in range(n))), s4.eq(s3)]
+        r3 = [kept_copy(m, r2[j], f"r3_{j}" if n > 1 else "r3_k") for j in range(n)]
+        sq4 = [Signal(sq_shape, name=f"sq4_{j}" if n > 1 else "sq4", reset_less=True) for j in range(n)]
+        m.d.sync += [sq4[j].eq(r3[j] * r3[j]) for j in range(n)]
+        a2, a3, a4 = Signal(meta, name="a2"), Signal(meta, name="a3"), Signal(meta, name="a4")
+        m.d.sync += [a2.eq(a1), a3.eq(a2), a4.eq(a3)]
         acc_s = Signal(signed(w.sum_bits), reset_less=True)
         acc_q = [Signal(unsigned(w.sq_bits), name=f"acc_q{j}" if n > 1 else "acc_q", reset_less=True) for j in range(n)]
         tot_s, tot_q = Signal.like(acc_s), [Signal.like(q, name=f"tot_{q.name}") for q in acc_q]
-        m.d.comb += [tot_s.eq(Mux(a3.first, 0, acc_s) + s3)]
-        m.d.comb += [t.eq(Mux(a3.first, 0, q) + sq) for t, q, sq in zip(tot_q, acc_q, sq3)]
-        a3_slot = a3.addr[idx_bits:]
-        with m.If(a3.valid):
+        m.d.comb += [tot_s.eq(Mux(a4.first, 0, acc_s) + s4)]
+        m.d.comb += [t.eq(Mux(a4.first, 0, q) + sq) for t, q, sq in zip(tot_q, acc_q, sq4)]
+        a4_slot = a4.addr[idx_bits:]
+        with m.If(a4.valid):
             m.d.sync += [acc_s.eq(tot_s)] + [q.eq(t) for q, t in zip(acc_q, tot_q)]
-            with m.If(a3.last):
-                m.d.sync += row_sum[a3_slot].eq(tot_s)
+            with m.If(a4.last):
+                m.d.sync += row_sum[a4_slot].eq(tot_s)
                 if n == 1:
-                    m.d.sync += [row_sq[a3_slot].eq(tot_q[0]), phase[a3_slot].eq(1)]
+                    m.d.sync += [row_sq[a4_slot].eq(tot_q[0]), phase[a4_slot].eq(1)]
         if n > 1:
             # Q: the elements' sums added in a tree of split sums (their registers follow the accumulators in every
             # cycle), stored row_sums_delay(n) cycles after the row's last beat joined them
@@ -509,7 +524,7 @@ class LayerNorm(wiring.Component):
             while len(level) > 1:
                 level = [split_sum(m, level[i], level[i + 1], f"row_sq_{len(level)}_{i}", w.sq_bits)
                          for i in range(0, len(level), 2)]
-            ended = delayed(m, Cat(a3.valid & a3.last, a3_slot), row_sums_delay(n), "row_end")
+            ended = delayed(m, Cat(a4.valid & a4.last, a4_slot), row_sums_delay(n), "row_end")
             with m.If(ended[0]):
                 m.d.sync += [row_sq[ended[1:]].eq(level[0]), phase[ended[1:]].eq(1)]
 
