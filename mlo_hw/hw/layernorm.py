@@ -37,6 +37,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
+from .mvau import SPLIT_BITS, split_product
 from .pipeline import delayed, fits_signed, kept_copy, split_sum
 
 __all__ = ["PARAM_LUTRAM_DEPTH", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
@@ -49,7 +50,6 @@ SHIFT_BITS = 6                  # runtime output shift 0..63
 # own. Deeper ones are left to the tool (block RAM at hidden 384 and 768).
 PARAM_LUTRAM_DEPTH = 128
 OUT_STAGES = 11                 # NormaliseOutput's pipeline: memory read to output register
-PART_BITS = 17                  # d << k splits into a 17-bit unsigned low part and a signed high part
 
 
 def row_sums_delay(width: int) -> int:
@@ -363,10 +363,7 @@ class NormaliseOutput(wiring.Component):
         def reg(shape, name):          # the datapath: no reset
             return Signal(shape, name=named(name), reset_less=True)
         d2, dk = reg(signed(w.d_bits), "d2"), reg(signed(w.root_bits + 1), "dk")
-        lo_bits = min(w.root_bits, PART_BITS)                    # dk * inv in two multiplier-sized parts
-        part_lo = reg(signed(lo_bits + w.inv_bits + 1), "part_lo")
-        part_hi = reg(signed(w.root_bits + 1 - lo_bits + w.inv_bits), "part_hi")
-        scaled = reg(signed(w.root_bits + 1 + w.inv_bits), "scaled")
+        lo_bits = min(w.root_bits, SPLIT_BITS)                   # dk * inv in two multiplier-sized parts
         t, tg = reg(signed(w.t_bits), "t"), reg(signed(w.t_bits + nx.LN_GAIN_BITS), "tg")
         y = reg(signed(y0_bits + 2), "y")                        # ... + 2**(shift-1)
         g = {i: reg(signed(nx.LN_GAIN_BITS), f"gain{i}") for i in range(2, 8)}
@@ -385,10 +382,9 @@ class NormaliseOutput(wiring.Component):
             # flip-flops to a MULT18X18D was a critical path of the ECP5 proxy)
             dk_lo, dk_hi = kept_copy(m, dk[:lo_bits], named("dk_lo")), kept_copy(m, dk[lo_bits:], named("dk_hi"))
             inv_lo, inv_hi = kept_copy(m, inv3, named("inv_lo")), kept_copy(m, inv3, named("inv_hi"))
-            # stage 4 -> 5: times the reciprocal, two partial products registered at their multipliers
-            m.d.sync += [part_lo.eq(dk_lo * inv_lo), part_hi.eq(dk_hi.as_signed() * inv_hi)]
-            # stage 5 -> 6: their sum
-            m.d.sync += scaled.eq(part_lo + (part_hi << lo_bits))
+            # stage 4 -> 5 -> 6: times the reciprocal (mvau.split_product: two partial products registered at their
+            # multipliers, then their sum; inside the advance, its registers stall with the pipeline)
+            scaled = split_product(m, Cat(dk_lo, dk_hi).as_signed(), inv_lo, named("scaled"), b_high=inv_hi)
             # stage 6 -> 7: t = floor(. / 2**e), |t| <= 2**15; the bias's low half with the rounding half
             m.d.sync += [t.eq(scaled >> e6), b7_lo.eq(b[6][:b_split] + half[:b_split]), b7_hi.eq(b[6][b_split:])]
             # stage 7 -> 8: t and the gain copied beside their multiplier; the bias's high half with its carry
