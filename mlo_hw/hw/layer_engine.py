@@ -567,7 +567,7 @@ class LayerEngine(wiring.Component):
         # the words not loaded yet
         d.load_wait = Signal(name="load_wait")
         loading = Mux(d.mover.wr.y, names.index("y"), names.index("x"))
-        m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & (operand.rd_addr >= d.mover.loaded))
+        m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & (operand.rd_head >= d.mover.loaded))
 
     def _mvau_results(self, m, d):
         """Each MVAU result beat to its consumer: scores to the softmax (a beat of ``pe`` keys as it comes), FFN up
@@ -673,7 +673,7 @@ class LayerEngine(wiring.Component):
                 m.d.sync += [d.p_byte.eq(0), d.p_word.eq(d.p_word + 1)]
         # PV behind the softmax (d.p_behind): its operand waits for the P words not written whole a cycle ago
         p_written = delayed(m, d.p_word, 1, "p_written")
-        p_wait = d.p_behind & (d.operand.rd_addr >= p_written)
+        p_wait = d.p_behind & (d.operand.rd_head >= p_written)
 
         # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
         # -> X (a row is read whole before its output overwrites it)
@@ -711,7 +711,7 @@ class LayerEngine(wiring.Component):
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
-        ln_wait = d.ln_behind & ((d.operand.rd_addr >= ln_lanes.rows_done * words(g.hidden)) | ln_lanes.rd_en)
+        ln_wait = d.ln_behind & ((d.operand.rd_head >= ln_lanes.rows_done * words(g.hidden)) | ln_lanes.rd_issue)
         m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait | p_wait)
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):

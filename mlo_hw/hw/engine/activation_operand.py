@@ -104,15 +104,18 @@ class ActivationOperand(wiring.Component):
         LN1's output's; an encoder-decoder's (``shift_sets`` 4) ``2 hidden / simd`` the cross Q input's, ``3 hidden /
         simd`` the memory's). A narrowed vector is ``hidden / simd`` words.
         ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) ``read_latency`` cycles later; ``hold``: no
-        read this cycle (the word at ``rd_addr`` is not written yet, or the buffer's read port is another's).
+        read decided this cycle (the word ``rd_head`` is not written yet, or the buffer's read port is another's in
+        the next cycle); ``rd_head``: the word the next read is of.
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
     Timing: ``start`` and ``cmd`` are registered (the sequencer decides ``start`` from the MVAU's command
-    handshake, and the reader's and column's resets are spread over the block), so the first read is two cycles
-    after ``start``; one word a cycle while ``o.ready``; a word leaves ``read_latency + 4`` cycles after its read
-    (the buffer, :class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s queue, then :class:`Narrow`'s three stages).
-    ``rd_addr`` and ``rd_en`` come from registers.
+    handshake, and the reader's and column's resets are spread over the block), so the first read is decided two
+    cycles after ``start`` and on ``rd_en`` three; one word a cycle while ``o.ready``; a word leaves
+    ``read_latency + 4`` cycles after its read (the buffer, :class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s
+    queue, then :class:`Narrow`'s three stages). ``rd_addr`` and ``rd_en`` are the read decided a cycle earlier,
+    registered (the reader's ``registered_request``): ``hold``, a comparison of ``rd_head`` in the engine, reaches
+    the reader's registers, not the buffers' read multiplexer.
     """
 
     def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
@@ -124,6 +127,7 @@ class ActivationOperand(wiring.Component):
             "start": In(1), "cmd": In(operand_command_layout(addr_bits, max_words, max_vectors, self.shift_words,
                                                              max_passes)),
             "rd_addr": Out(addr_bits), "rd_en": Out(1), "rd_data": In(nx.RES_BITS * simd), "hold": In(1),
+            "rd_head": Out(addr_bits),
             "shift": In(ShiftWriteSignature(self.shift_words, simd)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(8), simd))),
         })
@@ -132,7 +136,8 @@ class ActivationOperand(wiring.Component):
         m = Module()
         simd, row_words = self.simd, self.hidden // self.simd
         m.submodules.reader = reader = VectorReader(self.addr_bits, nx.RES_BITS * simd, self.max_words,
-                                                    self.max_vectors, self.max_passes, self.read_latency)
+                                                    self.max_vectors, self.max_passes, self.read_latency,
+                                                    registered_request=True)
         m.submodules.narrow = narrow = Narrow(simd)
         m.submodules.shifts = shifts = Memory(shape=unsigned(SHIFT_LANE_BITS * simd), depth=self.shift_words,
                                               init=[])
@@ -143,7 +148,8 @@ class ActivationOperand(wiring.Component):
         m.d.comb += [reader.start.eq(start), reader.base.eq(c.base), reader.stride.eq(c.stride),
                      reader.words.eq(c.words), reader.vectors.eq(c.vectors), reader.passes.eq(c.passes),
                      reader.hold.eq(self.hold),
-                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
+                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
+                     self.rd_head.eq(reader.head)]
         narrowed = Signal()
         shift_base = Signal.like(c.shift_base)
         col = Signal(range(max(row_words, 2)))                 # column word of the beat on offer

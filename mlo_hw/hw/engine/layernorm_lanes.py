@@ -27,11 +27,14 @@ class LayerNormLanes(wiring.Component):
 
     Interface:
         start (pulse): latches ``rows`` (1 .. ``max_rows``; hold it through the run) and restarts the counters
-        (from a register: the cycle after); the read begins two cycles after ``start``. ``shift``: the LayerNorm
+        (from a register: the cycle after); the first read is decided two cycles after ``start`` (on ``rd_en`` a
+        cycle later). ``shift``: the LayerNorm
         output shift (hold it during the run). ``param``: the gain/bias
         write port, broadcast to every lane (:class:`~mlo_hw.hw.layernorm.ParamWriteSignature`).
-        ``rd_addr``/``rd_en`` (from registers) -> ``rd_data`` ``read_latency`` cycles later: pair word j, row-major from word 0, ``hidden /
-        simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half. ``avail``: pair
+        ``rd_addr``/``rd_en`` (from registers: the read decided a cycle earlier, the reader's ``registered_request``)
+        -> ``rd_data`` ``read_latency`` cycles later; ``rd_issue``: a read is decided this cycle (on ``rd_en`` in the
+        next), for the engine to keep another reader of the same port off it; pair word j, row-major from word 0,
+        ``hidden / simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half. ``avail``: pair
         words ``0 .. avail - 1`` may be read (all when left undriven): the engine starts a LayerNorm while the
         matrix before it still writes its last tile's rows, and raises ``avail`` a row at a time.
         ``w``: a stream of ``{addr, data}`` word writes, row r's word c at ``r * hidden / simd + c``, lane 0
@@ -68,7 +71,7 @@ class LayerNormLanes(wiring.Component):
         super().__init__({
             "start": In(1), "rows": In(range(max_rows + 1)), "shift": In(SHIFT_BITS),
             "param": In(ParamWriteSignature(hidden)),
-            "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd),
+            "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd), "rd_issue": Out(1),
             "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
             "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)),
@@ -93,11 +96,11 @@ class LayerNormLanes(wiring.Component):
         restart = Signal()
         m.d.sync += restart.eq(self.start)
         m.submodules.reader = reader = VectorReader(len(self.rd_addr), 2 * rb * simd, max_words, 1,
-                                                    latency=self.read_latency)
+                                                    latency=self.read_latency, registered_request=True)
         m.d.comb += [reader.start.eq(restart), reader.base.eq(0), reader.stride.eq(0),
                      reader.words.eq(self.rows * rw), reader.vectors.eq(1),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
-                     reader.hold.eq(reader.addr >= self.avail)]
+                     self.rd_issue.eq(reader.issue), reader.hold.eq(reader.head >= self.avail)]
 
         # ---- rows to the lanes in turn: a row's words wait in its lane's FIFO, so the lanes work together
         lanes_out, fifos = [], []

@@ -22,50 +22,61 @@ class VectorReader(wiring.Component):
     Timing: ``addr`` and ``en`` come from registers (``o.ready`` reaches neither): a read is issued while the
     words in flight and queued leave room in a queue of ``latency + 2`` words, which keeps one word a cycle
     flowing. A word is on ``o`` ``latency + 1`` cycles after its read.
+
+    ``registered_request``: ``addr`` and ``en`` are the read decided a cycle earlier, registered (``hold`` and the
+    reader's state then reach only registers beside the reader, not the memory's address and enable multiplexer
+    across the die); a word is on ``o`` ``latency + 2`` cycles after it was decided, the queue one word deeper.
+    ``head`` is the word the reader reads next (what ``hold`` judges) and ``issue`` is high in the cycle a read is
+    decided (its ``en`` follows a cycle later): a caller that shares the memory's port between two such readers
+    keeps one off the port with the other's ``issue``. Without it ``head`` is ``addr`` and ``issue`` is ``en``.
     """
 
     def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
-                 latency: int = 1):
+                 latency: int = 1, registered_request: bool = False):
         self.max_words, self.max_vectors, self.max_passes = max_words, max_vectors, max_passes
-        self.word_bits, self.latency = word_bits, latency
+        self.word_bits, self.latency, self.registered_request = word_bits, latency, registered_request
         super().__init__({
             "start": In(1), "base": In(addr_bits), "stride": In(addr_bits),
             "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
             "passes": In(range(max_passes + 1), init=1), "hold": In(1),
             "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
+            "head": Out(addr_bits), "issue": Out(1),
             "o": Out(stream.Signature(word_bits)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        depth = self.latency + 2
+        latency = self.latency + self.registered_request     # from a read's decision to its data
+        depth = latency + 2
         m.submodules.queue = queue = SyncFIFO(width=self.word_bits, depth=depth)
         active = Signal()
         w = Signal(range(max(self.max_words, 2)))
         v = Signal(range(max(self.max_vectors, 2)))
-        row, base = Signal.like(self.addr), Signal.like(self.addr)
+        at, row, base = Signal.like(self.addr), Signal.like(self.addr), Signal.like(self.addr)
         words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
         passes, p = Signal.like(self.passes), Signal(range(max(self.max_passes, 2)))
-        flight = Signal(self.latency)                # bit i: a read issued i + 1 cycles ago
+        flight = Signal(latency)                     # bit i: a read decided i + 1 cycles ago
         owed = Signal(range(depth + 1))              # queue entries taken: words queued or in flight
-        issue = Signal()
+        issue = self.issue
         pop = queue.r_rdy & queue.r_en
-        m.d.comb += [issue.eq(active & ~self.hold & (owed != depth)), self.en.eq(issue),
+        m.d.comb += [issue.eq(active & ~self.hold & (owed != depth)), self.head.eq(at),
                      queue.w_en.eq(flight[-1]), queue.w_data.eq(self.data),
                      self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
                      self.busy.eq(active | (owed != 0))]
+        request = m.d.sync if self.registered_request else m.d.comb
+        request += [self.en.eq(issue), self.addr.eq(at)]
         m.d.sync += [flight.eq(Cat(issue, flight[:-1])), owed.eq(owed + issue - pop)]
         with m.If(issue):
-            m.d.sync += [w.eq(w + 1), self.addr.eq(self.addr + 1)]
+            m.d.sync += [w.eq(w + 1), at.eq(at + 1)]
             with m.If(w == words - 1):
-                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride), self.addr.eq(row + stride)]
+                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride), at.eq(row + stride)]
                 with m.If(v == vectors - 1):
-                    m.d.sync += [v.eq(0), row.eq(base), self.addr.eq(base), p.eq(p + 1)]
+                    m.d.sync += [v.eq(0), row.eq(base), at.eq(base), p.eq(p + 1)]
                     with m.If(p + 1 >= passes):
                         m.d.sync += active.eq(0)
         with m.If(self.start):
             m.d.sync += [active.eq(1), w.eq(0), v.eq(0), p.eq(0), row.eq(self.base), base.eq(self.base),
-                         self.addr.eq(self.base), words.eq(self.words), vectors.eq(self.vectors),
+                         at.eq(self.base), words.eq(self.words), vectors.eq(self.vectors),
                          stride.eq(self.stride), passes.eq(self.passes)]
         return m
 
