@@ -95,6 +95,7 @@ class Softmax(wiring.Component):
         ``mult`` (unsigned 16) and ``shift`` (0..63): the layer's softmax multiplier and shift; hold
         them stable while rows are in flight (they are registered here: a change reaches the exp unit a
         cycle later, long before a row's first word, which needs ``row / lanes`` input beats first).
+    ``i.ready`` comes from a register (a free row slot, judged a cycle ahead).
     Throughput: one beat (``lanes`` elements) per cycle in and out in steady state while every unit keeps
     up: ingest, exp and output take ``beats = row / lanes`` cycles a row, each divider
     ``DIVIDE_CYCLES = 19`` cycles a row. ``dividers`` defaults to ``ceil(19 / (beats * interval))`` and
@@ -205,12 +206,17 @@ class Softmax(wiring.Component):
         in_slot = Signal(s.slot_bits)
         in_idx = Signal(s.idx_bits)
         beat = self.i.payload
-        take = Signal()
+        take, last = Signal(), Signal()
         score_w = s.scores.write_port()
-        m.d.comb += [self.i.ready.eq(s.phase[in_slot] == Phase.FREE), take.eq(self.i.valid & self.i.ready),
+        # ``i.ready`` is a register, a cycle ahead: the slot that takes the next beat (the next slot when this beat
+        # ends a row) is free. Only ingest takes a free slot, so a free slot stays free; one freed in this cycle shows
+        # a cycle late. (The producer's word enables, across the die, see a register, not the phase multiplexer.)
+        m.d.comb += [take.eq(self.i.valid & self.i.ready), last.eq(in_idx == n - 1),
                      score_w.addr.eq(Cat(in_idx, in_slot)), score_w.data.eq(beat), score_w.en.eq(take)]
+        next_slot = (in_slot + 1)[:s.slot_bits]
+        m.d.sync += self.i.ready.eq(Mux(take & last, s.phase[next_slot] == Phase.FREE, s.phase[in_slot] == Phase.FREE))
         with m.If(take):
-            with m.If(in_idx == n - 1):
+            with m.If(last):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), s.phase[in_slot].eq(Phase.MAX)]
             with m.Else():
                 m.d.sync += in_idx.eq(in_idx + 1)
