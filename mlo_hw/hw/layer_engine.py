@@ -462,6 +462,7 @@ class LayerEngine(wiring.Component):
         d.ln_behind = Signal(name="ln_behind")
         # PV runs while the softmax still writes the last rows of P (once the MVAU's scores are all in the softmax)
         d.p_behind = Signal(name="p_behind")
+        d.scores_start = Signal(name="scores_start")        # a SCORES job starts (the sequencer's decode)
         m.d.comb += [self.op.eq(d.op), self.layer.eq(d.layer)]
         d.slot = d.layer[0]
         d.hdr = {f: Signal(32, name=f"hdr_{f}") for f in header_fields(cfg)}
@@ -671,6 +672,11 @@ class LayerEngine(wiring.Component):
             m.d.sync += [d.p_count.eq(d.p_count + L), d.p_byte.eq(d.p_byte + L)]
             with m.If(d.p_byte == simd - L):
                 m.d.sync += [d.p_byte.eq(0), d.p_word.eq(d.p_word + 1)]
+        # they restart a cycle after a SCORES job's start, from a register (the sequencer's state decode with the MVAU's
+        # command handshake is not at their resets; 9fb44e8's seed 3 on the ECP5-85F: p_byte, 8.01 ns): the job's first
+        # probability comes many cycles later, and nothing reads them before (p_behind is 0 until P.V starts)
+        with m.If(delayed(m, d.scores_start, 1, "p_restart")):
+            m.d.sync += [d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0)]
         # PV behind the softmax (d.p_behind): its operand waits for the P words not written whole a cycle ago
         p_written = delayed(m, d.p_word, 1, "p_written")
         p_wait = d.p_behind & (d.operand.rd_head >= p_written)

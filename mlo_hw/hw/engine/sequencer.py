@@ -313,8 +313,10 @@ class Sequencer:
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += d.operand.start.eq(1)
                 m.d.sync += d.issued.eq(0)
-                if o == Op.SCORES:       # (PV starts while the softmax still writes P: behind_softmax)
-                    m.d.sync += [d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0), d.key0.eq(0), d.s_beats.eq(0)]
+                if o == Op.SCORES:       # (PV starts while the softmax still writes P: behind_softmax; the P
+                    # counters restart a cycle later, d.p_restart)
+                    m.d.comb += d.scores_start.eq(1)
+                    m.d.sync += [d.key0.eq(0), d.s_beats.eq(0)]
                 if not g.tiled:
                     a = d.attw.cfg
                     m.d.comb += [d.attw.start.eq(1), a.cols.eq(g.words(cols)), a.rows.eq(job_rows // g.pe),
