@@ -184,6 +184,7 @@ class Softmax(wiring.Component):
             idx_bits=idx_bits, slot_bits=slot_bits,
             sum_shape=unsigned((self.row << nx.EXP_ONE_BITS).bit_length()),
             phase=Signal(data.ArrayLayout(Phase, self.slots)),
+            freeing=Signal(), freed_slot=Signal(slot_bits),        # the output unit frees a slot (a comb. signal)
             row_max=Signal(data.ArrayLayout(signed(w), self.slots)),
             scores=Memory(shape=score_layout(w, lanes), depth=depth, init=[]),
             exps=Memory(shape=data.ArrayLayout(unsigned(EXP_BITS), lanes), depth=depth, init=[]))
@@ -209,12 +210,14 @@ class Softmax(wiring.Component):
         take, last = Signal(), Signal()
         score_w = s.scores.write_port()
         # ``i.ready`` is a register, a cycle ahead: the slot that takes the next beat (the next slot when this beat
-        # ends a row) is free. Only ingest takes a free slot, so a free slot stays free; one freed in this cycle shows
-        # a cycle late. (The producer's word enables, across the die, see a register, not the phase multiplexer.)
+        # ends a row) is free or freed in this cycle; only ingest takes a free slot. (The producer's word enables,
+        # across the die, see a register, not the phase multiplexer.)
         m.d.comb += [take.eq(self.i.valid & self.i.ready), last.eq(in_idx == n - 1),
                      score_w.addr.eq(Cat(in_idx, in_slot)), score_w.data.eq(beat), score_w.en.eq(take)]
-        next_slot = (in_slot + 1)[:s.slot_bits]
-        m.d.sync += self.i.ready.eq(Mux(take & last, s.phase[next_slot] == Phase.FREE, s.phase[in_slot] == Phase.FREE))
+
+        def free(slot):
+            return (s.phase[slot] == Phase.FREE) | (s.freeing & (s.freed_slot == slot))
+        m.d.sync += self.i.ready.eq(Mux(take & last, free((in_slot + 1)[:s.slot_bits]), free(in_slot)))
         with m.If(take):
             with m.If(last):
                 m.d.sync += [in_idx.eq(0), in_slot.eq(in_slot + 1), s.phase[in_slot].eq(Phase.MAX)]
@@ -364,5 +367,6 @@ class Softmax(wiring.Component):
                 m.d.sync += self.o.payload[k].eq(Mux(shifted > top, top, shifted))
         m.d.comb += self.o.valid.eq(o[-1].valid)
         # the slot is free once its last probability has left
-        with m.If(self.o.valid & self.o.ready & o[-1].last):
-            m.d.sync += s.phase[o[-1].slot].eq(Phase.FREE)
+        m.d.comb += [s.freeing.eq(self.o.valid & self.o.ready & o[-1].last), s.freed_slot.eq(o[-1].slot)]
+        with m.If(s.freeing):
+            m.d.sync += s.phase[s.freed_slot].eq(Phase.FREE)
