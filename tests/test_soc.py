@@ -4,8 +4,10 @@ PYNQ-Z2 block design."""
 
 import contextlib
 import csv
+import dataclasses
 import functools
 import io
+import os
 import re
 import shutil
 from pathlib import Path
@@ -256,6 +258,133 @@ def test_uart_bridge_is_the_fallback(tmp_path):
     assert "UART bridge" in (out / "report.md").read_text()
 
 
+def _at_mhz(cfg, mhz):
+    """``cfg`` with its engine clock (``target.clock_mhz``) at ``mhz``."""
+    return dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, clock_mhz=mhz))
+
+
+def register_clocks(verilog: str) -> dict[str, set[str]]:
+    """Register -> the clocks of the ``always @(posedge clk)`` blocks of LiteX's ``verilog`` that assign it."""
+    out: dict[str, set[str]] = {}
+    for clk, body in re.findall(r"^always @\(posedge (\w+)\) begin\n(.*?)^end", verilog, re.S | re.M):
+        for reg in re.findall(r"^\s*(\w+)\s*<=", body, re.M):
+            out.setdefault(reg, set()).add(clk)
+    return out
+
+
+def check_crossings(verilog: str, engine_clk: str = "engine_clk", sys_clk: str = "sys_clk"):
+    """The engine's crossings between ``sys`` and its own clock are LiteX's asynchronous FIFOs (AsyncFIFO:
+    gray-coded write pointer ``graycounter0`` in the writing domain, read pointer ``graycounter1`` in the reading
+    one): AXILiteClockDomainCrossing's five channels for the registers (``*_cdc``: aw, w, ar from sys to the
+    engine; b, r back) and soc.AXIClockDomainCrossing's five for the DRAM path (``*_crossing``: aw, w, ar from
+    the engine to sys; b, r back); LiteDRAMAXI2Native's buffers run on sys (its port is a plain sys port: no
+    LiteDRAMNativePortCDC), the irq reaches sys through a MultiReg."""
+    clocks = register_clocks(verilog)
+
+    def fifo(name):
+        sides = []
+        for i in (0, 1):
+            regs = [r for r in clocks if re.fullmatch(rf"\w*_{name}_cdc_graycounter{i}_q", r)]
+            assert len(regs) == 1, (name, i, regs)
+            sides.append(clocks[regs[0]])
+        return sides
+
+    for ch in ("aw", "w", "ar"):
+        assert fifo(f"{ch}_cdc") == [{sys_clk}, {engine_clk}], ch
+        assert fifo(f"{ch}_crossing") == [{engine_clk}, {sys_clk}], ch
+    for ch in ("b", "r"):
+        assert fifo(f"{ch}_cdc") == [{engine_clk}, {sys_clk}], ch
+        assert fifo(f"{ch}_crossing") == [{sys_clk}, {engine_clk}], ch
+    assert not any("_cmd_cdc_" in r or "_wdata_cdc_" in r for r in clocks)
+    axi2native = {r: c for r, c in clocks.items() if re.search(r"_(read|write)_\w*buffer", r)}
+    assert len(axi2native) > 4 and all(c == {sys_clk} for c in axi2native.values()), axi2native
+    irq = instance_connections(verilog, "mlo_engine")["irq"]
+    sync = re.search(rf"^\s*(\w+multiregimpl\d+)_regs0 <= {irq};\n\s*\1_regs1 <= \1_regs0;", verilog, re.M)
+    assert sync and clocks[sync.group(1) + "_regs1"] == {sys_clk}, irq
+
+
+def test_engine_at_its_own_clock_crosses_into_sys_with_litex_blocks(tmp_path):
+    """The small config with its engine at 120 MHz on the Arty A7-35 (sys 100 MHz): the engine instance and its
+    up-converter on the engine domain's clock (the S7PLL's sixth output, 1200 / 10 MHz), the crossings LiteX's
+    asynchronous FIFOs, LiteDRAMAXI2Native on sys, sys and engine asynchronous clock groups in the XDC, both
+    clocks in the report, and the address map of the 100 MHz SoC; which has no second domain and no crossing."""
+    cfg = load_config("small")
+    board = SOC_BOARDS["arty_a7_35"]
+    reports = {}
+    for mhz in (100.0, 120.0):
+        at = soc.retarget(_at_mhz(cfg, mhz), board, explicit=True)
+        facts = soc.write_litex(at, board, tmp_path / f"{mhz:g}", "uart")
+        reports[mhz] = soc.report(at, board, facts, None)
+    v100, v120 = ((tmp_path / d / "gateware" / "mlo_soc.v").read_text() for d in ("100", "120"))
+    conn = check_engine_wired(v120, _ports())
+    assert conn["aclk"] == "engine_clk" and conn["aresetn"] == "(~engine_rst)"
+    assert instance_connections(v120, "mlo_axi_upsizer")["clk"] == "engine_clk"
+    check_upsizer_wired(v120, tmp_path / "120" / "gateware")
+    check_crossings(v120)
+    pll = re.search(r"^PLLE2_ADV #\((.*?)\n\)", v120, re.S | re.M).group(1)
+    assert re.search(r"\.CLKFBOUT_MULT\s*\(4'd12\)", pll) and re.search(r"\.CLKOUT5_DIVIDE\s*\(4'd10\)", pll)
+    xdc = (tmp_path / "120" / "gateware" / "mlo_soc.xdc").read_text()
+    assert ("set_clock_groups -group [get_clocks -include_generated_clocks -of [get_nets sys_clk]] "
+            "-group [get_clocks -include_generated_clocks -of [get_nets engine_clk]] -asynchronous") in xdc
+    assert "clocks: sys 100 MHz (LiteDRAM's controller, the bus, the bridge); engine 120 MHz" in reports[120.0]
+    assert "clocks: sys 100 MHz (LiteDRAM's controller, the bus) and the engine's 100 MHz are one" in reports[100.0]
+    rows = [[l for l in (tmp_path / d / "csr.csv").read_text().splitlines() if not l.startswith("#")]
+            for d in ("100", "120")]
+    assert rows[0] == rows[1] and any(r.startswith("csr_register,mlo_ev_status,") for r in rows[0])
+    # at the board's own clock: one domain, no crossing (the SoC as before)
+    conn = check_engine_wired(v100, _ports())
+    assert conn["aclk"] == "sys_clk" and "engine_clk" not in v100 and "_cdc_cdc_graycounter" not in v100
+    assert "get_nets engine_clk" not in (tmp_path / "100" / "gateware" / "mlo_soc.xdc").read_text()
+    with pytest.raises(AssertionError):
+        check_crossings(v100, engine_clk="sys_clk")
+
+
+def test_pll_refusal_runs_litex_solver_without_touching_the_pll():
+    """The Arty's S7PLL with its five outputs (sys 100, eth 25, sys4x 400 twice, idelay 200 MHz) makes 120 and
+    150 MHz beside them, not 125 (no VCO in 800..1600 MHz divides into 125 and 400); a full PLL and an
+    ECP5PLL's output range are refused too; the PLL itself keeps its outputs."""
+    import logging
+    from litex.soc.cores.clock import ECP5PLL, S7PLL
+    from migen import ClockDomain, Signal
+    logging.disable(logging.INFO)
+    try:
+        pll = S7PLL(speedgrade=-1)
+        pll.register_clkin(Signal(), 100e6)
+        for name, mhz in (("sys", 100), ("eth", 25), ("sys4x", 400), ("sys4x_dqs", 400), ("idelay", 200)):
+            pll.create_clkout(ClockDomain(name), mhz * 1e6)
+        assert soc.pll_refusal(pll, 120) is None and soc.pll_refusal(pll, 150) is None
+        assert "no VCO frequency in its 800..1600 MHz divides by whole numbers into 125 MHz and its other " \
+               "outputs, 100, 25, 400, 400, 200 MHz" == soc.pll_refusal(pll, 125)
+        assert soc.pll_refusal(pll, 121) is not None          # 120 is within LiteX's 1 %, not the engine's margin
+        assert pll.nclkouts == 5 and len(pll.clkouts) == 5
+        pll.create_clkout(ClockDomain("engine"), 120e6)
+        assert soc.pll_refusal(pll, 100).startswith("all 6 of its outputs are taken")
+        ecp5 = ECP5PLL()
+        ecp5.register_clkin(Signal(), 100e6)
+        ecp5.create_clkout(ClockDomain("sys2x_i"), 150e6)
+        ecp5.create_clkout(ClockDomain("init"), 25e6)
+        assert soc.pll_refusal(ecp5, 100) is None and soc.pll_refusal(ecp5, 120) is None
+        assert soc.pll_refusal(ecp5, 450) == "its outputs range over 3.125..400 MHz"
+        assert len(ecp5.clkouts) == 2
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_unmakeable_engine_clock_is_one_line_and_no_folder(tmp_path):
+    """``python -m mlo_hw.soc`` on a config whose engine clock the Arty's PLL cannot make beside its 100 MHz sys
+    clock (125 MHz): exit 2, one line naming target.clock_mhz and why, nothing written."""
+    import subprocess
+    import sys
+    text = (Path(soc.__file__).parent / "configs" / "small.yaml").read_text()
+    (tmp_path / "c125.yaml").write_text(text + "target: {board: arty_a7_35, clock_mhz: 125}\n")
+    before = _listing(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "mlo_hw.soc", "--config", "c125.yaml", "-o", "out"], cwd=tmp_path,
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(Path(soc.__file__).parents[1])))
+    check_refused(r.returncode, r.stderr, "error: target.clock_mhz: 125 MHz cannot be made by the Digilent Arty "
+                                          "A7-35's PLL (S7PLL) beside its 100 MHz sys clock: no VCO frequency")
+    assert r.stdout == "" and _listing(tmp_path) == before
+
+
 def test_ecp5_soc_writes_the_open_flow_scripts(tmp_path_factory):
     out = _write("ecpix5", tmp_path_factory)
     gw = out / "gateware"
@@ -322,6 +451,27 @@ def test_parse_nextpnr_takes_the_routed_figures():
     assert r["util"]["TRELLIS_COMB"] == (12345, 83640) and r["util"]["DP16KD"] == (30, 208)
     assert "TRELLIS_SLICE" not in r["util"]
     assert soc.parse_nextpnr("no timing here") == {"fmax": {}, "util": {}, "paths": {}}
+
+
+def test_routed_report_labels_the_sys_and_engine_clocks():
+    """After an ECPIX-5 build with the engine at 100 MHz beside the 75 MHz sys clock, report.md labels the sys
+    clock and the engine's (two clocks are constrained to 100 MHz: the engine's is the one named for it) and
+    gives both critical paths; without a name to tell them apart the engine's clock is left unlabelled."""
+    board = SOC_BOARDS["ecpix5"]
+    cfg = soc.retarget(load_config("small"), board, explicit=True)
+    facts = {"regions": {}, "bridge": "uart", "sys_mhz": 75.0, "engine_mhz": 100.0, "engine_domain": "engine"}
+    built = {"fmax": {"$glbnet$sys_clk": (80.0, 75.0, "PASS"), "$glbnet$clk100$TRELLIS_IO_IN": (400.0, 100.0, "PASS"),
+                      "$glbnet$engine_clk": (110.0, 100.0, "PASS")},
+             "util": {}, "paths": {"$glbnet$sys_clk": ["  a -> b"], "$glbnet$engine_clk": ["  c -> d"]}}
+    rep = soc.report(cfg, board, facts, built)
+    assert "clocks: sys 75 MHz (LiteDRAM's controller, the bus, the bridge); engine 100 MHz" in rep
+    assert "| $glbnet$sys_clk (sys: LiteDRAM, the bus) | 80.00 | 75.00 | PASS |" in rep
+    assert "| $glbnet$engine_clk (engine: the engine) | 110.00 | 100.00 | PASS |" in rep
+    assert "| $glbnet$clk100$TRELLIS_IO_IN | 400.00 | 100.00 | PASS |" in rep
+    assert "Critical path of the sys clock" in rep and "Critical path of the engine clock" in rep
+    built["fmax"]["$glbnet$crg_clkout"] = built["fmax"].pop("$glbnet$engine_clk")
+    assert soc.engine_clock(built, 100.0, "engine") is None
+    assert "(engine: the engine)" not in soc.report(cfg, board, facts, built)
 
 
 def test_pynq_z2_block_design_names_every_ip_address_clock_and_constraint(pynq_soc):
@@ -479,15 +629,17 @@ def test_ecp5_soc_elaborates_with_the_upsizer_in_yosys(tmp_path_factory):
 
 @pytest.mark.slow
 def test_ecp5_soc_reaches_a_bitstream_with_open_tools(tmp_path, capsys):
-    """The whole ECPIX-5 flow with PyPI's yosys, nextpnr-ecp5 and ecppack (48 minutes on 2 busy cores)."""
+    """The whole ECPIX-5 flow with PyPI's yosys, nextpnr-ecp5 and ecppack (48 minutes on 2 busy cores); the
+    small config's engine at its 100 MHz in a domain of its own beside the 75 MHz sys clock."""
     out = tmp_path / "ecp5"
     assert soc.main(["--config", "small", "--board", "ecpix5", "-o", str(out), "--build"]) == 0
     printed = capsys.readouterr().out
     bit = (out / "gateware" / "mlo_soc.bit").read_bytes()
     assert len(bit) > 100_000 and b"\xff\xff\xbd\xb3" in bit[:4096]       # the ECP5 preamble
     rep = (out / "report.md").read_text()
-    m = re.search(r"\| \S+ \(sys: the engine, LiteDRAM, the bus\) \| ([\d.]+) \| 75\.0\d \| (PASS|FAIL) \|", rep)
+    m = re.search(r"\| \S+ \(sys: LiteDRAM, the bus\) \| ([\d.]+) \| 75\.0\d \| (PASS|FAIL) \|", rep)
     assert m and float(m.group(1)) > 20, rep
+    assert len(re.findall(r"^\| \S+.* \| [\d.]+ \| 100\.00 \| (PASS|FAIL) \|$", rep, re.M)) >= 2, rep  # input, engine
     assert "| TRELLIS_COMB |" in rep and "| DP16KD |" in rep and "| MULT18X18D |" in rep
     assert "routed:" in printed
     print(rep)

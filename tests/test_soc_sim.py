@@ -1,9 +1,12 @@
 """The LiteX SoC simulated (mlo_hw.soc.write_sim, sim/soc_sim.py): the Arty A7 SoC's body (no CPU, LiteDRAM,
 the engine through DramPath, its registers and irq on the SoC bus, LiteX's UART bridge) with LiteDRAM's DFI
 model for the DDR3 PHY, under Verilator, reached by the runtime's LiteX backend through LiteX's own
-litex_server on a pseudo-terminal. Fast: the simulated SoC has the board SoC's address map. Slow: the
-LiteX backend through the simulated SoC agrees bit for bit with the golden backend."""
+litex_server on a pseudo-terminal. Fast: the simulated SoC has the board SoC's address map, also with the engine
+at a clock of its own. Slow: the LiteX backend through the simulated SoC agrees bit for bit with the golden
+backend, with the engine on sys (100 MHz) and at 120 MHz beside it (through the clock crossings)."""
 import csv
+import dataclasses
+import re
 import time
 
 import numpy as np
@@ -53,17 +56,46 @@ def test_the_simulated_soc_has_the_board_socs_address_map(tmp_path):
     assert sim_facts["dram_port_bits"] == 128 and sim_facts["upsizer"]
 
 
+def _at_mhz(cfg, mhz):
+    return dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, clock_mhz=mhz))
+
+
+def test_the_simulated_soc_with_the_engine_at_its_own_clock(tmp_path):
+    """write_sim with the engine at 120 MHz (sys 100): a second clock pad engine_clk clocks the engine instance
+    and its up-converter, its reset is sys's synchronised to it, the crossings are LiteX's and LiteDRAM's (as on
+    the board: tests/test_soc.py), and the address map is the 100 MHz simulation's."""
+    from mlo_hw import soc
+    from test_soc import check_crossings, instance_connections      # tests/ is on the path (rootdir-less tests)
+    cfg = load_config("small")
+    facts = soc.write_sim(_at_mhz(cfg, 120.0), tmp_path / "120")
+    soc.write_sim(cfg, tmp_path / "100")
+    assert (facts["sys_mhz"], facts["engine_mhz"], facts["engine_domain"]) == (100.0, 120.0, "engine")
+    v = (tmp_path / "120" / "gateware" / "mlo_soc.v").read_text()
+    assert re.search(r"^\s*input\s+(wire\s+)?engine_clk,?$", v, re.M)
+    # the domains' clocks are the pads' (LiteX names them apart: sys_clk_1 = sys_clk, engine_clk_1 = engine_clk)
+    clk = {pad: re.search(rf"^assign (\w+) = {pad};$", v, re.M).group(1) for pad in ("sys_clk", "engine_clk")}
+    conn = instance_connections(v, "mlo_engine")
+    assert conn["aclk"] == clk["engine_clk"] and conn["aresetn"] == "(~engine_rst)"
+    assert instance_connections(v, "mlo_axi_upsizer")["clk"] == clk["engine_clk"]
+    check_crossings(v, engine_clk=clk["engine_clk"], sys_clk=clk["sys_clk"])
+    assert _csr(tmp_path / "120" / "csr.csv") == _csr(tmp_path / "100" / "csr.csv")
+    assert "engine_clk" not in (tmp_path / "100" / "gateware" / "mlo_soc.v").read_text()
+
+
 @pytest.mark.slow
-def test_litex_backend_through_the_simulated_soc_gives_the_golden_bits(tmp_path):
+@pytest.mark.parametrize("engine_mhz", [100.0, 120.0], ids=["engine_on_sys", "engine_120mhz"])
+def test_litex_backend_through_the_simulated_soc_gives_the_golden_bits(tmp_path, engine_mhz):
     """The runtime's LiteX backend, LiteX's litex_server (--uart on the simulation's pty) and RemoteClient,
     LiteX's UART bridge, the SoC bus, LiteDRAM's controller on its DDR3 model and the engine: after the
     host's DDR3 init (sdram_init.py, as on a board), load_weights and run on 2 random inputs (one with fewer
-    tokens) give the golden backend's bits; the irq event reports the finished job."""
+    tokens) give the golden backend's bits; the irq event reports the finished job. With the engine on sys
+    (100 MHz) and at 120 MHz in its own domain (registers, DRAM port and irq through the clock crossings;
+    the simulation drives both clocks at their periods)."""
     from mlo_hw.elaborate import write_build
     from mlo_hw.model.quantize import build_model, random_inputs
     from mlo_hw.runtime import Accelerator
     from sim.soc_sim import SocSim
-    cfg = load_config("small")
+    cfg = _at_mhz(load_config("small"), engine_mhz)
     build = tmp_path / "small"
     build.mkdir()
     write_build(cfg, build)
@@ -93,6 +125,11 @@ def test_litex_backend_through_the_simulated_soc_gives_the_golden_bits(tmp_path)
     for g, w in zip(got, want):
         assert g.shape == w.shape and np.array_equal(g, w) and np.any(w != 0)
     assert ev == int(irq)          # the engine's irq as the mlo_ev event, read over the bridge
-    print(f"simulated SoC: build (or cache) {t_build:.1f} s; open, load_weights and 2 runs {t_run:.1f} s "
-          f"(engine runs {engine_cycles} cycles); the simulation ran {soc.cycles} cycles in {soc.seconds:.1f} s "
+    # the simulation drove the two clocks at their periods: engine_mhz / 100 engine cycles a sys cycle
+    assert (soc.sys_mhz, soc.engine_mhz) == (100.0, engine_mhz) and soc.cycles > 100_000
+    assert abs(soc.engine_cycles / soc.cycles - engine_mhz / 100.0) < 1e-4, (soc.engine_cycles, soc.cycles)
+    print(f"simulated SoC (engine {engine_mhz:g} MHz, sys {soc.sys_mhz:g} MHz): build (or cache) {t_build:.1f} s; "
+          f"open, load_weights and 2 runs {t_run:.1f} s "
+          f"(engine runs {engine_cycles} cycles); the simulation ran {soc.cycles} sys cycles "
+          f"({soc.engine_cycles} engine cycles) in {soc.seconds:.1f} s "
           f"({soc.cycles / soc.seconds / 1e3:.0f} kcycles/s)")
