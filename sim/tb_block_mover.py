@@ -92,6 +92,8 @@ class Bench:
                 ev["wr"] = 1
             if int(d.rd_en.value):
                 ev["rd"] = 1
+            if int(d.loaded.value):
+                ev["loaded"] = int(d.loaded.value)
             if int(d.start.value):
                 ev["start"] = 1
             if not self.active and any(k in ev for k in ("ar", "aw", "wr", "rd")):
@@ -189,7 +191,23 @@ class Bench:
         elif clean:
             assert fall - s <= TAIL, f"{job}: busy {fall - s - 1} cycles for a transfer that moves nothing"
         assert not self.violations, self.violations[:3]
+        if job.kind in LOADS:
+            self.check_loaded(job, t[s:])
         return fall - s - 1
+
+    @staticmethod
+    def check_loaded(job, trace):
+        """``loaded`` never counts a word before the load has written it whole (a Y word a buffer write, an X word
+        every two), and it counts up (a load of two or more words shows at least one)."""
+        writes, seen = 0, 0
+        for i, (_, ev) in enumerate(trace):
+            whole = writes if job.kind == Transfer.LOAD_Q else writes // 2
+            loaded = ev.get("loaded", 0)
+            assert loaded <= whole, f"{job}: loaded {loaded} in cycle {i} after {writes} buffer writes"
+            seen = max(seen, loaded)
+            writes += "wr" in ev
+        total = writes if job.kind == Transfer.LOAD_Q else writes // 2
+        assert total < 2 or seen > 0, f"{job}: {total} words written, loaded stayed 0"
 
     def events(self, what):
         return [ev[what] for _, ev in self.trace if what in ev]

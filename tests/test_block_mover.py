@@ -32,7 +32,8 @@ class MoverTop(wiring.Component):
     ``bd_addr`` of buffer ``bd_sel`` (0 X, 1 Y, 2 + b WORK bank b); ``bd_re`` reads X (``bd_rsel`` 0) or Y (1)
     at ``bd_addr``, the word on ``bd_rdata`` one cycle later. The backdoor is used only while the mover is idle, but
     for a store's WORK words poked while a load runs.
-    ``wr_valid`` and ``rd_en`` show the mover's buffer writes and reads (the testbench checks where they happen).
+    ``wr_valid`` and ``rd_en`` show the mover's buffer writes and reads (the testbench checks where they happen),
+    ``loaded`` the mover's count of buffer words a load has written whole.
     """
 
     def __init__(self, p: AxiParams, *, simd: int, pe: int, rows: int, hidden: int, max_runs: int):
@@ -48,7 +49,7 @@ class MoverTop(wiring.Component):
                    "start": In(1), "cancel": In(1), "clear": In(1), "kind": In(Transfer),
                    **{f: In(len(getattr(cmd, f))) for f in CMD_FIELDS},
                    "busy": Out(1), "load_busy": Out(1), "store_busy": Out(1), "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
-                   "wr_valid": Out(1), "rd_en": Out(1),
+                   "wr_valid": Out(1), "rd_en": Out(1), "loaded": Out(len(self.mover.loaded)),
                    "bd_we": In(1), "bd_sel": In(range(2 + pe)), "bd_addr": In(self.local_bits),
                    "bd_data": In(nx.RES_BITS * simd), "bd_re": In(1), "bd_rsel": In(1),
                    "bd_rdata": Out(nx.RES_BITS * simd)}
@@ -65,7 +66,8 @@ class MoverTop(wiring.Component):
                      *(getattr(mover.cmd, f).eq(getattr(self, f)) for f in CMD_FIELDS),
                      self.busy.eq(mover.busy), self.load_busy.eq(mover.load_busy),
                      self.store_busy.eq(mover.store_busy), self.error.eq(mover.error), self.error_addr.eq(mover.error_addr),
-                     self.error_code.eq(mover.error_code), self.wr_valid.eq(mover.wr.valid), self.rd_en.eq(mover.rd_en)]
+                     self.error_code.eq(mover.error_code), self.wr_valid.eq(mover.wr.valid), self.rd_en.eq(mover.rd_en),
+                     self.loaded.eq(mover.loaded)]
         route = Signal(Transfer)         # the store's kind
         with m.If(self.start & (self.kind != Transfer.LOAD_X) & (self.kind != Transfer.LOAD_Q)):
             m.d.sync += route.eq(self.kind)

@@ -76,7 +76,7 @@ class BlockMover(wiring.Component):
         (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so that a load may run beside
         the engine's other work. ``loaded``: the words of that buffer written whole since the load's start (a
         one-run load writes in address order from word 0: LOAD_Q a Y word a byte word, LOAD_X an X word every
-        two), a register, so that a reader may follow the load.
+        two), a register a cycle behind the writes, so that a reader may follow the load.
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
 
     Timing: ``start`` and ``cmd`` are registered on the way in (the command latch and the side's choice then start
@@ -175,12 +175,14 @@ class BlockMover(wiring.Component):
 
         # byte words since the load's start: held at 0 while no load runs (a load's side runs from the cycle after
         # it takes its command, and a run writes nothing before that)
+        # ``loaded`` follows them a cycle later (a reader waits a cycle longer; the command's kind and the halving are
+        # not in front of the operand's hold) and clears with them
         written = Signal(range(self.max_words + 1), name="load_written")
+        m.d.sync += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
         with m.If(self.wr.valid):
             m.d.sync += written.eq(written + 1)
         with m.If(~load_running):
-            m.d.sync += written.eq(0)
-        m.d.comb += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
+            m.d.sync += [written.eq(0), self.loaded.eq(0)]
 
         m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
                      self.reads_x.eq((cmd.kind == Transfer.STORE_X) & store_running),
