@@ -47,3 +47,71 @@ def _ready_follows_o_ready(registered_ready: bool) -> bool:
 def test_registered_ready_does_not_follow_o_ready():
     assert _ready_follows_o_ready(False)        # the plain serializer: ready with the last element's ready
     assert not _ready_follows_o_ready(True)
+
+
+@pytest.mark.parametrize("registered_request", [False, True])
+@pytest.mark.parametrize("latency", [1, 3])
+def test_vector_reader_streams_every_word_under_hold_and_backpressure(latency, registered_request):
+    """Random commands (words, vectors, stride, passes) through a memory answering ``latency`` cycles after ``en``,
+    ``hold`` while ``head`` is at or past a limit that rises at random (as the engine's waits judge it), random
+    ``o.ready``: every word in order, each pass, and none more. With ``registered_request``, ``en``/``addr`` are the
+    previous cycle's ``issue``/``head``; without it they are this cycle's."""
+    import random
+
+    from mlo_hw.hw.engine.vector_io import VectorReader
+    rng = random.Random(latency * 2 + registered_request)
+    mem = [rng.randrange(1 << 16) for _ in range(256)]
+    dut = VectorReader(8, 16, max_words=6, max_vectors=5, max_passes=3, latency=latency,
+                       registered_request=registered_request)
+    checked = {"words": 0, "delayed": 0}
+
+    async def bench(ctx):
+        requests, word = [(0, 0)] * (latency - 1), 0
+        last = (0, 0)                                     # (issue, head) of the cycle before
+        for trial in range(12):
+            words, vectors, passes = rng.randint(1, 6), rng.randint(1, 5), rng.randint(0, 3)
+            stride = rng.choice([words, words + rng.randint(1, 4)])
+            base = rng.randrange(256 - vectors * stride)
+            want = [mem[base + v * stride + w] for v in range(vectors) for w in range(words)] * max(passes, 1)
+            limit = base + rng.randrange(vectors * stride)
+            for name, value in (("base", base), ("stride", stride), ("words", words), ("vectors", vectors),
+                                ("passes", passes)):
+                ctx.set(getattr(dut, name), value)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            got = []
+            for _ in range(40 * len(want) + 50):
+                if rng.random() < 0.3:
+                    limit += rng.randint(1, 3)
+                ctx.set(dut.hold, ctx.get(dut.head) >= limit)
+                ready = rng.random() < 0.6
+                ctx.set(dut.o.ready, ready)
+                ctx.set(dut.data, word)
+                en, addr = ctx.get(dut.en), ctx.get(dut.addr)
+                if registered_request:          # the request is the decision of the cycle before
+                    assert (en, addr if en else 0) == (last[0], last[1] if last[0] else 0)
+                    checked["delayed"] += en
+                else:
+                    assert (en, addr) == (ctx.get(dut.issue), ctx.get(dut.head))
+                if ctx.get(dut.issue):
+                    assert ctx.get(dut.head) < limit, "a read decided while hold"
+                last = (ctx.get(dut.issue), ctx.get(dut.head))
+                requests.append((en, addr))
+                r_en, r_addr = requests.pop(0)
+                if ready and ctx.get(dut.o.valid):
+                    got.append(ctx.get(dut.o.payload))
+                await ctx.tick()
+                if r_en:
+                    word = mem[r_addr]
+                if len(got) == len(want) and not ctx.get(dut.busy):
+                    break
+            assert got == want, f"trial {trial}: {len(got)} of {len(want)} words, first difference at " \
+                                f"{next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), len(got))}"
+            checked["words"] += len(want)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert checked["words"] > 100 and (checked["delayed"] > 100 or not registered_request)
