@@ -278,8 +278,8 @@ class DramPath(_MigenModule):
     bridge's write path counts on the port's ``wdata.ready`` coming only after the write command, as the
     controller gives it, while the CDC's write-data FIFO takes data at once; its write-buffer count then wraps
     (the engine waits forever) or it answers the burst (B) before the command is sent (a later read can pass
-    the write). The small config through the simulated SoC with the engine at 120 MHz hung once and gave wrong
-    bits once in 8 sessions of 2 inferences that way (tests/test_soc_sim.py)."""
+    the write). The small config through the simulated SoC with the engine at 120 MHz hung that way once in
+    8 sessions (tests/test_soc_sim.py's slow test)."""
 
     def __init__(self, axi, crossbar, clock_domain: str = "sys"):
         from litedram.frontend.axi import LiteDRAMAXI2Native
