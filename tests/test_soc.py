@@ -378,8 +378,9 @@ def test_unmakeable_engine_clock_is_one_line_and_no_folder(tmp_path):
     text = (Path(soc.__file__).parent / "configs" / "small.yaml").read_text()
     (tmp_path / "c125.yaml").write_text(text + "target: {board: arty_a7_35, clock_mhz: 125}\n")
     before = _listing(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(Path(soc.__file__).parents[1]))        # the repository's mlo_hw
     r = subprocess.run([sys.executable, "-m", "mlo_hw.soc", "--config", "c125.yaml", "-o", "out"], cwd=tmp_path,
-                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(Path(soc.__file__).parents[1])))
+                       capture_output=True, text=True, env=env)
     check_refused(r.returncode, r.stderr, "error: target.clock_mhz: 125 MHz cannot be made by the Digilent Arty "
                                           "A7-35's PLL (S7PLL) beside its 100 MHz sys clock: no VCO frequency")
     assert r.stdout == "" and _listing(tmp_path) == before
