@@ -717,7 +717,13 @@ class LayerEngine(wiring.Component):
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
                                  b.w.en.eq((1 << simd) - 1)]
-        ln_wait = d.ln_behind & ((d.operand.rd_head >= ln_lanes.rows_done * words(g.hidden)) | ln_lanes.rd_issue)
+        # the lanes read Y in their turns (ln_turn: they wanted to read in the cycle before, a register), FFN up's
+        # operand in the others: neither reader's decision reaches the other's (the lanes' issue into the operand's
+        # hold was bert_tiny_auto's critical path at f849c36 on the ECP5-85F, seed 3, 8.36 ns)
+        ln_turn = Signal(name="ln_turn")
+        m.d.sync += ln_turn.eq(ln_lanes.rd_want)
+        m.d.comb += ln_lanes.rd_hold.eq(d.ln_behind & ~ln_turn)
+        ln_wait = d.ln_behind & ((d.operand.rd_head >= ln_lanes.rows_done * words(g.hidden)) | ln_turn)
         m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait | p_wait)
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_op == Op.LNX):

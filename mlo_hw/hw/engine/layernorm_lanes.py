@@ -32,8 +32,9 @@ class LayerNormLanes(wiring.Component):
         output shift (hold it during the run). ``param``: the gain/bias
         write port, broadcast to every lane (:class:`~mlo_hw.hw.layernorm.ParamWriteSignature`).
         ``rd_addr``/``rd_en`` (from registers: the read decided a cycle earlier, the reader's ``registered_request``)
-        -> ``rd_data`` ``read_latency`` cycles later; ``rd_issue``: a read is decided this cycle (on ``rd_en`` in the
-        next), for the engine to keep another reader of the same port off it; pair word j, row-major from word 0,
+        -> ``rd_data`` ``read_latency`` cycles later; ``rd_hold``: decide no read this cycle (another reader's turn
+        at a shared port); ``rd_want``: a read would be decided this cycle but for ``rd_hold`` (the engine gives the
+        port's turns from it, a cycle ahead); pair word j, row-major from word 0,
         ``hidden / simd`` words a row; pair i of a word in bits ``32 i ..`` with ``a`` in the low half. ``avail``: pair
         words ``0 .. avail - 1`` may be read (all when left undriven): the engine starts a LayerNorm while the
         matrix before it still writes its last tile's rows, and raises ``avail`` a row at a time.
@@ -71,7 +72,8 @@ class LayerNormLanes(wiring.Component):
         super().__init__({
             "start": In(1), "rows": In(range(max_rows + 1)), "shift": In(SHIFT_BITS),
             "param": In(ParamWriteSignature(hidden)),
-            "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd), "rd_issue": Out(1),
+            "rd_addr": Out(range(max(max_words, 2))), "rd_en": Out(1), "rd_data": In(2 * rb * simd),
+            "rd_hold": In(1), "rd_want": Out(1),
             "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
             "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)),
@@ -100,7 +102,8 @@ class LayerNormLanes(wiring.Component):
         m.d.comb += [reader.start.eq(restart), reader.base.eq(0), reader.stride.eq(0),
                      reader.words.eq(self.rows * rw), reader.vectors.eq(1),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
-                     self.rd_issue.eq(reader.issue), reader.hold.eq(reader.head >= self.avail)]
+                     self.rd_want.eq(reader.wants & (reader.head < self.avail)),
+                     reader.hold.eq((reader.head >= self.avail) | self.rd_hold)]
 
         # ---- rows to the lanes in turn: a row's words wait in its lane's FIFO, so the lanes work together
         lanes_out, fifos = [], []

@@ -29,6 +29,7 @@ class VectorReader(wiring.Component):
     ``head`` is the word the reader reads next (what ``hold`` judges) and ``issue`` is high in the cycle a read is
     decided (its ``en`` follows a cycle later): a caller that shares the memory's port between two such readers
     keeps one off the port with the other's ``issue``. Without it ``head`` is ``addr`` and ``issue`` is ``en``.
+    ``wants``: a read would be decided this cycle but for ``hold`` (the reader runs and its queue has room).
     """
 
     def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
@@ -40,7 +41,7 @@ class VectorReader(wiring.Component):
             "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
             "passes": In(range(max_passes + 1), init=1), "hold": In(1),
             "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
-            "head": Out(addr_bits), "issue": Out(1),
+            "head": Out(addr_bits), "issue": Out(1), "wants": Out(1),
             "o": Out(stream.Signature(word_bits)),
         })
 
@@ -59,7 +60,7 @@ class VectorReader(wiring.Component):
         owed = Signal(range(depth + 1))              # queue entries taken: words queued or in flight
         issue = self.issue
         pop = queue.r_rdy & queue.r_en
-        m.d.comb += [issue.eq(active & ~self.hold & (owed != depth)), self.head.eq(at),
+        m.d.comb += [self.wants.eq(active & (owed != depth)), issue.eq(self.wants & ~self.hold), self.head.eq(at),
                      queue.w_en.eq(flight[-1]), queue.w_data.eq(self.data),
                      self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
                      self.busy.eq(active | (owed != 0))]
