@@ -27,9 +27,10 @@ class VectorReader(wiring.Component):
     reader's state then reach only registers beside the reader, not the memory's address and enable multiplexer
     across the die); a word is on ``o`` ``latency + 2`` cycles after it was decided, the queue one word deeper.
     ``head`` is the word the reader reads next (what ``hold`` judges) and ``issue`` is high in the cycle a read is
-    decided (its ``en`` follows a cycle later): a caller that shares the memory's port between two such readers
-    keeps one off the port with the other's ``issue``. Without it ``head`` is ``addr`` and ``issue`` is ``en``.
-    ``wants``: a read would be decided this cycle but for ``hold`` (the reader runs and its queue has room).
+    decided (its ``en`` follows a cycle later). Without it ``head`` is ``addr`` and ``issue`` is ``en``.
+    ``wants``: a read would be decided this cycle but for ``hold`` (the reader runs and its queue has room); a caller
+    that shares the memory's port between two readers gives the turns from it a cycle ahead (the engine's LN1
+    behind FFN up), so that neither reader's decision reaches the other's.
     """
 
     def __init__(self, addr_bits: int, word_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
