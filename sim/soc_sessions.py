@@ -6,9 +6,11 @@ rare for one test run: the engine's own clock domain gave wrong bits in a few se
 
 Each session is what the slow test does: a fresh simulation (the Verilator build cached), the host's DDR3 init,
 ``load_weights``, then two runs on random inputs (all tokens, then ``1 + seed % seq_len``), each compared bit for bit
-with the golden backend. Prints a line a session (``ok`` or ``MISMATCH`` and the engine's cycles of each run, or
-``FAILED`` and the error of a session that did not finish), then ``sessions N wrong M``; exits 1 when a session gave
-wrong bits or failed.
+with the golden backend; after the runs the weights are read back and compared with the image (``--check-load``:
+right after ``load_weights`` too). Prints a line a session (``ok`` or ``MISMATCH`` and the engine's cycles of each
+run, or ``FAILED`` and the error of a session that did not finish), for a mismatch which values differ and whether
+the input and the weights read back intact, for changed weights where the bytes differ; then ``sessions N wrong M``
+(a session is wrong when a run's bits or the weights differ); exits 1 when a session was wrong or failed.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def main(argv=None) -> int:
 
     from mlo_hw.config import _validate, load_config
     from mlo_hw.elaborate import write_build
-    from mlo_hw.model.quantize import build_model, random_inputs
+    from mlo_hw.model.quantize import build_model, dram_bytes, random_inputs
     from mlo_hw.runtime import Accelerator
     from sim.soc_sim import SocSim
     ap = ArgumentParser(prog="sim/soc_sessions.py", description=__doc__.splitlines()[0])
@@ -36,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-mhz", type=float, help="the engine's clock (target.clock_mhz; default the config's)")
     ap.add_argument("--sessions", type=positive_int, default=20, help="sessions to run (default 20)")
     ap.add_argument("--seed", type=int, default=0, help="the first session's input seed (default 0)")
+    ap.add_argument("--check-load", action="store_true",
+                    help="read the weights back after load_weights too (slower; changes the session's timing)")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     if args.engine_mhz is not None:
@@ -58,17 +62,42 @@ def main(argv=None) -> int:
                 with Accelerator(build, backend="litex", host="127.0.0.1", port=soc.port,
                                  csr_csv=soc.csr_csv) as acc:
                     acc.load_weights()
-                    got = []
+                    image = bytes(acc.build.weights)
+                    loaded = acc.backend.read_dram(acc.weight_base, len(image)) if args.check_load else image
+                    got, checks = [], []
                     for x, t in runs:
                         got.append((acc.run(x, t, timeout=120), acc.profile().rows[0].cycles))
+                        # what the engine read: its input buffer (run's first), the weights (at the end)
+                        checks.append(acc.backend.read_dram(acc.act_bases[0], len(dram_bytes(x))) == dram_bytes(x))
+                    after = acc.backend.read_dram(acc.weight_base, len(image))
+                    weights_intact = after == image
+                    where = f"weights at {acc.weight_base:#x}, activations at " + \
+                        ", ".join(f"{b:#x}" for b in acc.act_bases) + f" ({acc.build.act_bytes} bytes)"
         except Exception as e:          # a session that fails is a finding, not the end of the count
             wrong += 1
             print(f"seed {seed}: FAILED {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
             continue
+        for when, got_w in (("after load_weights", loaded), ("after the runs", after)):
+            if got_w != image:
+                a, b = np.frombuffer(got_w, np.uint8), np.frombuffer(image, np.uint8)
+                bad = np.flatnonzero(a != b)
+                words = sorted(set((bad // 16).tolist()))
+                print(f"  {where}; weights {when}: {len(bad)} bytes differ in {len(words)} 16-byte words, offsets "
+                      f"{bad[0]:#x}..{bad[-1]:#x}, words {[hex(16 * w) for w in words[:8]]}; first word got "
+                      f"{a[16 * words[0]:16 * words[0] + 16].tobytes().hex()} want "
+                      f"{b[16 * words[0]:16 * words[0] + 16].tobytes().hex()}", flush=True)
         oks = [np.array_equal(g, w) for (g, _), w in zip(got, want)]
-        wrong += not all(oks)
+        wrong += not all(oks) or not weights_intact
         print(f"seed {seed}: " + " ".join(f"{'ok' if ok else 'MISMATCH'} {c}" for ok, (_, c) in zip(oks, got)),
               flush=True)
+        for i, ((g, _), w, (_, t)) in enumerate(zip(got, want, runs)):
+            if not oks[i]:
+                bad = np.argwhere(g != w)
+                print(f"  run {i} ({t} tokens): {len(bad)} of {g.size} values differ, tokens "
+                      f"{sorted(set(bad[:, 0].tolist()))[:12]}, columns {sorted(set(bad[:, 1].tolist()))[:12]}..., "
+                      f"max |diff| {int(np.abs(g.astype(int) - w.astype(int)).max())}; input read back "
+                      f"{'intact' if checks[i] else 'CHANGED'}, weights {'intact' if weights_intact else 'CHANGED'}",
+                      flush=True)
     print(f"sessions {args.sessions} wrong {wrong}")
     return 1 if wrong else 0
 
