@@ -671,14 +671,28 @@ OPS = [
 def run(bus):
     for name, value in OPS:
         getattr(bus.regs, name).write(value)
+    # The bridge's writes are posted (no answer). Read the last one back: its answer comes after every write
+    # above has reached the SoC, the controller back in hardware control, so that the host's DRAM writes on
+    # another connection (the runtime's) cannot arrive first; the DFI injector would still have the DRAM and
+    # the controller would drop them (a lost write reads back as zeros).
+    name, value = OPS[-1]
+    got = getattr(bus.regs, name).read()
+    if got != value:
+        raise RuntimeError(f"sdram_init: {{name}} reads {{got:#x}} after writing {{value:#x}} (a read that gets no "
+                           f"answer from litex_server reads 0)")
 
 
 if __name__ == "__main__":
+    import sys
     from litex.tools.litex_client import RemoteClient
     bus = RemoteClient(csr_csv="csr.csv")
     bus.open()
-    run(bus)
-    bus.close()
+    try:
+        run(bus)
+    except RuntimeError as e:
+        sys.exit(f"error: {{e}}")
+    finally:
+        bus.close()
 '''
 
 

@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--engine-mhz", type=float, help="the engine's clock (target.clock_mhz; default the config's)")
     ap.add_argument("--sessions", type=positive_int, default=20, help="sessions to run (default 20)")
     ap.add_argument("--seed", type=int, default=0, help="the first session's input seed (default 0)")
+    ap.add_argument("--bridge-timeout", type=float, default=30.0,
+                    help="seconds a read waits for litex_server (the LiteX backend's bridge_timeout; default 30)")
     ap.add_argument("--check-load", action="store_true",
                     help="read the weights back after load_weights too (slower; changes the session's timing)")
     args = ap.parse_args(argv)
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
             with SocSim(cfg) as soc:
                 soc.sdram_init()
                 with Accelerator(build, backend="litex", host="127.0.0.1", port=soc.port,
-                                 csr_csv=soc.csr_csv) as acc:
+                                 csr_csv=soc.csr_csv, bridge_timeout=args.bridge_timeout) as acc:
                     acc.load_weights()
                     image = bytes(acc.build.weights)
                     loaded = acc.backend.read_dram(acc.weight_base, len(image)) if args.check_load else image

@@ -3,10 +3,12 @@ golden model, computing from the weight image and the registers) and on the RTL 
 full-stack harness, driven command by command) give the same bits; the profile is the engine's counters
 and agrees with the harness's own per-phase record; a run that ends with ERROR or times out raises an
 error naming ERROR_CODE's fields and ERROR_ADDR or the STATUS bits; bad arguments are one line."""
+import contextlib
 import dataclasses
 import random
 import shutil
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -262,8 +264,9 @@ class _UartBridge:
     as ``socket://``; behind it, a golden backend's registers at ``regs_base`` and its DRAM at
     ``dram_bus_base`` (engine address ``dram_device_base``)."""
 
-    def __init__(self, build, regs_base, dram_bus_base, dram_device_base, dram_size):
+    def __init__(self, build, regs_base, dram_bus_base, dram_device_base, dram_size, slow_read=None):
         import threading
+        self.slow_read = slow_read          # (words, seconds): a read of at least ``words`` answers that late
         from mlo_hw.runtime.golden import GoldenBackend
         self.device = GoldenBackend()
         self.device.open(build)
@@ -298,22 +301,17 @@ class _UartBridge:
                 for i in range(n):
                     self._word(addr + i * step, int.from_bytes(data[4 * i:4 * i + 4], "big"))
             else:
+                if self.slow_read and n >= self.slow_read[0]:
+                    time.sleep(self.slow_read[1])
                 buf.write(b"".join(self._word(addr + i * step).to_bytes(4, "big") for i in range(n)))
                 buf.flush()
 
 
-def test_litex_backend_through_litex_server_and_the_uart_bridge_gives_the_golden_bits(small_build, golden):
-    """LiteX's own litex_server (UART bridge) and RemoteClient between the runtime and a device: the LiteX
-    backend's address map (registers at regs_base; engine DRAM address a at dram_bus_base + a -
-    dram_device_base) and word packing deliver the same bits as the golden backend; the device behind the
-    bridge is the golden model (a SoC's simulation is other work)."""
+@contextlib.contextmanager
+def _litex_server(bridge):
+    """LiteX's own ``litex_server --uart`` on ``bridge``'s socket; yields its TCP port."""
     import subprocess
     import sys
-    import time
-    pytest.importorskip("litex", reason="litex is not installed")
-    from mlo_hw.runtime.build import BuildFolder
-    regs_base, dram_bus_base, dram_device_base, dram_size = 0x8200_0000, 0x4000_0000, 0x1000_0000, 1 << 24
-    bridge = _UartBridge(BuildFolder.load(small_build), regs_base, dram_bus_base, dram_device_base, dram_size)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -327,6 +325,22 @@ def test_litex_backend_through_litex_server_and_the_uart_bridge_gives_the_golden
                 break
             except OSError:
                 time.sleep(0.1)
+        yield port
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_litex_backend_through_litex_server_and_the_uart_bridge_gives_the_golden_bits(small_build, golden):
+    """LiteX's own litex_server (UART bridge) and RemoteClient between the runtime and a device: the LiteX
+    backend's address map (registers at regs_base; engine DRAM address a at dram_bus_base + a -
+    dram_device_base) and word packing deliver the same bits as the golden backend; the device behind the
+    bridge is the golden model (a SoC's simulation is other work)."""
+    pytest.importorskip("litex", reason="litex is not installed")
+    from mlo_hw.runtime.build import BuildFolder
+    regs_base, dram_bus_base, dram_device_base, dram_size = 0x8200_0000, 0x4000_0000, 0x1000_0000, 1 << 24
+    bridge = _UartBridge(BuildFolder.load(small_build), regs_base, dram_bus_base, dram_device_base, dram_size)
+    with _litex_server(bridge) as port:
         cfg = golden.cfg
         x = _inputs(cfg, build_model(cfg)[1], 41, 1)[0]
         with Accelerator(small_build, backend="litex", host="127.0.0.1", port=port, regs_base=regs_base,
@@ -337,9 +351,34 @@ def test_litex_backend_through_litex_server_and_the_uart_bridge_gives_the_golden
             with pytest.raises(DeviceError, match=r"ERROR_CODE 0x4 \(bad_command\) ERROR_ADDR 0x1000[0-9a-f]{4} "
                                                   r"\(activation buffer 1, byte 4\) \[litex backend\]"):
                 acc.execute(acc.weight_base, acc.act_bases[0], acc.act_bases[1] + 4, 2, 8, 1.0)
-    finally:
-        server.kill()
-        server.wait()
+
+
+def test_litex_backend_a_late_answer_is_an_error_not_zeros(small_build, golden):
+    """RemoteClient's own read returns zeros when litex_server answers after its socket's 2 s (a simulated SoC
+    can take that long): the backend's reads wait bridge_timeout and then fail in one line, closing the
+    connection, instead of handing zeros (or, later, another read's words) to the run."""
+    pytest.importorskip("litex", reason="litex is not installed")
+    from mlo_hw.runtime.build import BuildFolder
+    regs_base, dram_bus_base, dram_size = 0x8200_0000, 0x4000_0000, 1 << 24
+    words = golden.build.act_bytes // 4                  # the output's read: the only one of that many words
+    bridge = _UartBridge(BuildFolder.load(small_build), regs_base, dram_bus_base, 0, dram_size,
+                         slow_read=(words, 1.5))
+    opts = dict(host="127.0.0.1", regs_base=regs_base, dram_bus_base=dram_bus_base, dram_size=dram_size)
+    with pytest.raises(BackendUnavailable, match=r"^litex backend: bridge_timeout: expected seconds > 0, got 0$"):
+        Accelerator(small_build, backend="litex", port=1234, bridge_timeout=0, **opts)
+    with _litex_server(bridge) as port:
+        cfg = golden.cfg
+        x = _inputs(cfg, build_model(cfg)[1], 42, 1)[0]
+        with Accelerator(small_build, backend="litex", port=port, bridge_timeout=0.5, **opts) as acc:
+            with pytest.raises(BackendUnavailable, match=rf"^litex backend: a read of {words} words at bus address "
+                                                         rf"0x4000[0-9a-f]{{4}} through litex_server at 127.0.0.1:"
+                                                         rf"{port} failed: no answer within 0.5 s \(bridge_timeout\); "
+                                                         r"the connection is closed$"):
+                acc.run(x, 8)
+            with pytest.raises(BackendUnavailable, match=r"^litex backend: no connection to litex_server at "):
+                acc.read("STATUS")
+        with Accelerator(small_build, backend="litex", port=port, **opts) as acc:    # the default waits long enough
+            assert np.array_equal(acc.run(x, 8), golden.run(x, 8))
 
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sentence_embedding.py"

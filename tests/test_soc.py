@@ -151,7 +151,7 @@ def test_vivado_soc_scripts_name_every_ip_address_clock_and_constraint(board, pa
     assert "csr_register,sdram_dfii_control" in csrs
     ns: dict = {"__name__": "sdram_init"}
     exec((out / "sdram_init.py").read_text(), ns)
-    written = []
+    written, read = [], []
 
     class Reg:
         def __init__(self, name):
@@ -160,13 +160,23 @@ def test_vivado_soc_scripts_name_every_ip_address_clock_and_constraint(board, pa
         def write(self, value):
             written.append((self.name, value))
 
+        def read(self):
+            read.append(self.name)
+            return next(v for n, v in reversed(written) if n == self.name) if not lose else 0
+
     class Regs:
         def __getattr__(self, name):
             assert f"csr_register,{name}," in csrs, name          # every CSR it writes exists in this SoC
             return Reg(name)
 
+    lose = False
     ns["run"](type("Bus", (), {"regs": Regs()})())
     assert written == ns["OPS"] and len(written) > 10
+    # the last write (hardware control back) is read back, so that every posted write has landed on return
+    assert read == ["sdram_dfii_control"] and written[-1][0] == "sdram_dfii_control"
+    lose = True
+    with pytest.raises(RuntimeError, match=r"^sdram_init: sdram_dfii_control reads 0x0 after writing 0x1 "):
+        ns["run"](type("Bus", (), {"regs": Regs()})())
     assert "| mlo | 0x30000000 | 0x1000 |" in (out / "report.md").read_text()
 
 

@@ -29,6 +29,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AxiParams, axi_read_master_members
 from .buffers import PARAM_SECTIONS, index_range, ParamGeometry, ParamStore, TileBuffer, TileGeometry
+from .pipeline import delayed
 from .weight_dma import ReadDma, command_layout
 from ..config import ConfigError
 from ..model.weight_image import SECTION_ORDER, layout
@@ -195,6 +196,10 @@ class LoopController(wiring.Component):
         addr = Signal(self.p.addr_bits, name="cmd_addr")
         renew, fresh, decoded, settled = Signal(), Signal(), Signal(), Signal()
         last_layer = Signal()       # layer == layers - 1, registered where the layer changes
+        # layer + 2 == layers, compared a cycle ahead: a layer's entries (every matrix and parameter section) take a
+        # cycle or more each, so the layer changes at most every other cycle and the comparison is current; no adder
+        # in front of last_layer
+        penultimate = delayed(m, self.layer + 2 == self.layers, 1, "penultimate_layer")
         m.d.sync += [offset.eq(e["offset"]), scratch.eq(e["scratch"]), per_head.eq(e["per_head"]), step.eq(e["step"]),
                      entry_base.eq(Mux(scratch, kv_base, layer_base) + offset),
                      within.eq(tile_off + Mux(per_head, head_off, 0)),
@@ -242,7 +247,7 @@ class LoopController(wiring.Component):
                             with m.If(entry == n - 1):
                                 m.d.sync += [entry.eq(0), self.layer.eq(self.layer + 1),
                                              layer_base.eq(layer_base + self.stride), kv_base.eq(kv_base + self.kv_stride),
-                                             last_layer.eq(self.layer + 2 == self.layers)]
+                                             last_layer.eq(penultimate)]
                                 with m.If(last_layer):
                                     m.next = "FINISH"
             with m.State("FINISH"):

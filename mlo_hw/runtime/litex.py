@@ -17,6 +17,14 @@ address map is a parameter, because it is the SoC's:
 
 Waiting polls STATUS (timeouts in wall time). ``litex`` is imported when the backend opens; it missing, or
 no ``litex_server`` listening, is one line (:class:`~mlo_hw.runtime.backend.BackendUnavailable`).
+
+Reads are RemoteClient's Etherbone records, sent and received here rather than through ``RemoteClient.read``:
+that returns zeros when ``litex_server`` does not answer within its socket's 2 s (and drops what arrives later,
+or leaves it for the next read, which then returns another read's words). A simulated SoC or a slow link can take
+that long: the runtime got zeros for an output or for weights read back, or a short answer. Here the socket waits
+``bridge_timeout`` seconds (default :data:`BRIDGE_TIMEOUT_S`); no answer in that time, or an answer of the wrong
+length, is one line (:class:`~mlo_hw.runtime.backend.BackendUnavailable`) and closes the connection (the stream
+of answers is out of step after it).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from .backend import Backend, BackendUnavailable
 __all__ = ["LiteXBackend"]
 
 CHUNK_WORDS = 255       # an Etherbone record counts its reads/writes in 8 bits
+BRIDGE_TIMEOUT_S = 30.0   # seconds a read waits for litex_server's answer (RemoteClient's own: 2)
 
 
 class LiteXBackend(Backend):
@@ -36,9 +45,12 @@ class LiteXBackend(Backend):
 
     def __init__(self, host: str = "localhost", port: int = 1234, csr_csv: str | None = None,
                  regs_base: int | None = None, regs_region: str = "mlo", dram_bus_base: int | None = None,
-                 dram_device_base: int = 0, dram_size: int | None = None):
+                 dram_device_base: int = 0, dram_size: int | None = None, bridge_timeout: float = BRIDGE_TIMEOUT_S):
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             raise BackendUnavailable(f"litex backend: port: expected a TCP port 1..65535, got {port!r}")
+        if isinstance(bridge_timeout, bool) or not isinstance(bridge_timeout, (int, float)) or not bridge_timeout > 0:
+            raise BackendUnavailable(f"litex backend: bridge_timeout: expected seconds > 0, got {bridge_timeout!r}")
+        self.bridge_timeout = float(bridge_timeout)
         super().__init__(dram_device_base, dram_size or 0)
         self.host, self.port, self.csr_csv = host, port, csr_csv
         self.regs_base, self.regs_region = regs_base, regs_region
@@ -74,6 +86,7 @@ class LiteXBackend(Backend):
             self.client = None
             raise BackendUnavailable(f"litex backend: cannot reach litex_server at {self.host}:{self.port} "
                                      f"({e.strerror or e}); start litex_server --udp or --uart first") from None
+        self.client.socket.settimeout(self.bridge_timeout)
         super().open(build)
 
     def close(self) -> None:
@@ -81,16 +94,50 @@ class LiteXBackend(Backend):
             self.client.close()
             self.client = None
 
+    def _client(self):
+        if self.client is None:
+            raise BackendUnavailable(f"litex backend: no connection to litex_server at {self.host}:{self.port} "
+                                     f"(closed, or closed by a failed read)")
+        return self.client
+
     # ---- DRAM: 32-bit words over the bridge -------------------------------------------------------
     def _bus(self, addr: int) -> int:
         return self.dram_bus_base + addr - self.dram_base
 
+    def _read(self, bus_addr: int, n: int) -> list[int]:
+        """``n`` (1..CHUNK_WORDS) words from ``bus_addr``: one Etherbone read record, its answer checked."""
+        from litex.tools.remote.etherbone import EtherbonePacket, EtherboneReads, EtherboneRecord
+        c = self._client()
+        addr_size = c.csr_bus_address_width // 8
+        record = EtherboneRecord(addr_size)
+        record.reads = EtherboneReads(addr_size=addr_size, addrs=[c.base_address + bus_addr + 4 * j for j in range(n)])
+        record.rcount = len(record.reads)
+        packet = EtherbonePacket(c.csr_bus_address_width)
+        packet.records = [record]
+        packet.encode()
+        try:
+            c.send_packet(c.socket, packet)
+            response = c.receive_packet(c.socket, addr_size)      # 0: timed out, or the connection closed
+        except OSError as e:
+            response, why = 0, str(e.strerror or e)
+        else:
+            why = f"no answer within {self.bridge_timeout:g} s (bridge_timeout)"
+        datas = []
+        if response != 0:
+            answer = EtherbonePacket(addr_width=c.csr_bus_address_width, init=response)
+            answer.decode()
+            datas = answer.records.pop().writes.get_datas() if answer.records else []
+            why = f"{len(datas)} words answered"
+        if len(datas) != n:
+            self.close()                # later answers would be out of step with their reads
+            raise BackendUnavailable(f"litex backend: a read of {n} words at bus address {bus_addr:#x} through "
+                                     f"litex_server at {self.host}:{self.port} failed: {why}; the connection is closed")
+        return datas
+
     def _read_words(self, bus_addr: int, count: int) -> list[int]:
         words = []
         for i in range(0, count, CHUNK_WORDS):
-            n = min(CHUNK_WORDS, count - i)
-            got = self.client.read(bus_addr + 4 * i, length=n)
-            words += list(got)
+            words += self._read(bus_addr + 4 * i, min(CHUNK_WORDS, count - i))
         return words
 
     def write_dram(self, addr: int, data: bytes) -> None:
@@ -103,7 +150,7 @@ class LiteXBackend(Backend):
         buf[head:head + len(data)] = data
         words = np.frombuffer(bytes(buf), "<u4").tolist()
         for i in range(0, len(words), CHUNK_WORDS):
-            self.client.write(self._bus(lo) + 4 * i, words[i:i + CHUNK_WORDS])
+            self._client().write(self._bus(lo) + 4 * i, words[i:i + CHUNK_WORDS])
 
     def read_dram(self, addr: int, n: int) -> bytes:
         head = addr % 4
@@ -113,7 +160,7 @@ class LiteXBackend(Backend):
 
     # ---- registers -------------------------------------------------------------------------------
     def write_reg(self, offset: int, value: int) -> None:
-        self.client.write(self.regs_base + offset, value & 0xFFFFFFFF)
+        self._client().write(self.regs_base + offset, value & 0xFFFFFFFF)
 
     def read_reg(self, offset: int) -> int:
-        return int(self.client.read(self.regs_base + offset))
+        return int(self._read(self.regs_base + offset, 1)[0])

@@ -31,8 +31,10 @@ class Narrow(wiring.Component):
     Stage 1 registers the input word (block RAM data arrive straight from the buffers); stage 2 the variable
     shift ``t = (2x) >> k`` (a mux tree per lane); stage 3 rounds and saturates into ``o``: the saturation is
     a range test on ``t``'s high bits and the rounding a 9-bit increment beside it, no comparator. Each stage
-    takes a word when it is empty or its successor takes one, so bubbles close up under backpressure:
-    ``i.ready = ~full1 | ~full2 | ~o.valid | o.ready``.
+    takes a word when it is empty or its successor takes one, so bubbles close up under backpressure. Stage 3
+    has a skid register beside ``o``: it takes a word whenever the skid is empty, and a word that arrives while
+    ``o`` is held goes to the skid (``o`` takes it back when ``o.ready``). So ``o.ready`` reaches only ``o`` and
+    the skid, never ``i.ready = ~full1 | ~full2 | ~skid_full``, all three flip-flops.
     """
 
     def __init__(self, lanes: int):
@@ -46,13 +48,15 @@ class Narrow(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # the stages' data registers have no reset (``full1``, ``full2`` and ``o.valid`` say what they hold)
+        # the stages' data registers have no reset (``full1``, ``full2``, ``skid_full`` and ``o.valid`` say what
+        # they hold)
         held = Signal.like(self.i.payload, reset_less=True)                        # stage 1: the input word
         shifted = Signal(data.ArrayLayout(signed(nx.RES_BITS + 1), self.lanes), reset_less=True)  # stage 2: t
         low = Signal(data.ArrayLayout(signed(8), self.lanes), reset_less=True)     # stage 2: the bypass bytes
         bypass = Signal(reset_less=True)
-        full1, full2 = Signal(), Signal()
-        take3 = ~self.o.valid | self.o.ready
+        skid = Signal.like(self.o.payload, reset_less=True)                        # stage 3's second place
+        full1, full2, skid_full = Signal(), Signal(), Signal()
+        take3 = ~skid_full
         take2 = ~full2 | take3
         take1 = ~full1 | take2
         m.d.comb += self.i.ready.eq(take1)
@@ -64,10 +68,17 @@ class Narrow(wiring.Component):
                 x = held.data.word_select(s, nx.RES_BITS).as_signed()
                 k = held.shift.word_select(s, SHIFT_LANE_BITS)
                 m.d.sync += [shifted[s].eq(self._shift(x, k)), low[s].eq(x[:8])]
-        with m.If(take3):
-            m.d.sync += self.o.valid.eq(full2)
-            for s in range(self.lanes):
-                m.d.sync += self.o.payload[s].eq(Mux(bypass, low[s], self._round_saturate(shifted[s])))
+        result = Signal.like(self.o.payload)
+        for s in range(self.lanes):
+            m.d.comb += result[s].eq(Mux(bypass, low[s], self._round_saturate(shifted[s])))
+        held_out = self.o.valid & ~self.o.ready
+        with m.If(skid_full):                       # nothing arrives: o takes the skid's word when it can
+            with m.If(~held_out):
+                m.d.sync += [self.o.payload.eq(skid), self.o.valid.eq(1), skid_full.eq(0)]
+        with m.Elif(held_out):                      # o is held: an arriving word waits in the skid
+            m.d.sync += [skid.eq(result), skid_full.eq(full2)]
+        with m.Else():
+            m.d.sync += [self.o.payload.eq(result), self.o.valid.eq(full2)]
         return m
 
     @staticmethod

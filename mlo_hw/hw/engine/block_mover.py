@@ -85,7 +85,7 @@ class BlockMover(wiring.Component):
     its side ended (a transfer's first run three cycles after ``start``), from a state register: the decision to
     start it (runs left, an error, a cancel) is made the cycle before; words move at one a cycle (see
     ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or ``work_word``, is
-    registered before the store's queue (the store's read latency is ``read_latency + 1``).
+    registered twice before the store's queue (the store's read latency is ``read_latency + 2``).
     """
 
     def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int,
@@ -111,8 +111,8 @@ class BlockMover(wiring.Component):
         m = Module()
         p, simd, pe = self.p, self.simd, self.pe
         m.submodules.load = load = BufferLoad(p, 8 * simd, self.max_words)
-        # the store's words a register behind the buffers' (its read latency one more): see "buffer reads" below
-        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words, read_latency=self.read_latency + 1)
+        # the store's words two registers behind the buffers' (its read latency two more): see "buffer reads" below
+        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words, read_latency=self.read_latency + 2)
         forward_ports(m, self, load, axi_read_master_members(p))
         forward_ports(m, self, store, axi_write_master_members(p))
 
@@ -159,12 +159,20 @@ class BlockMover(wiring.Component):
                 m.d.comb += self.rd_addr.eq(store.r_addr)
             with m.Case(Transfer.STORE_K, Transfer.STORE_VT):
                 m.d.comb += self.rd_addr.eq(run_local + outer + inner)
-        # X's int16 lanes leave as they are (a byte word is half an X word); Q, K and V^T are bytes, the lanes' low ones;
-        # the word chosen is registered before the store's queue (a block RAM's output and WORK's bank multiplexer were
-        # one path with the queue's write: 9fb44e8's seed 3 on the ECP5-85F, 8.15 ns)
+        # X's int16 lanes leave as they are (a byte word is half an X word); Q, K and V^T are bytes, the lanes' low ones.
+        # The word is chosen in two registered steps before the store's queue: WORK's bank word (the banks' one
+        # multiplexer, its select a register) is registered on its own beside X's half or Y's low bytes, then one of
+        # the two (with the choice registered beside them); a block RAM's output and WORK's bank multiplexer were one
+        # path with the queue's write (9fb44e8's seed 3 on the ECP5-85F, 8.15 ns), then, with one register, the bank
+        # select's fan-out, the multiplexer and the choice (a2656b6's seed 3, 7.49 ns)
+        work_q = Signal(w8, name="store_work_word", reset_less=True)
+        other_q = Signal(w8, name="store_other_word", reset_less=True)
+        from_work = Signal(name="store_from_work", reset_less=True)
         word = Signal(w8, name="store_word", reset_less=True)
-        m.d.sync += word.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.x_word[w8:], self.x_word[:w8]),
-                                Mux(self.rd_banks, self.work_word, low_bytes)))
+        m.d.sync += [work_q.eq(self.work_word), from_work.eq(self.rd_banks),
+                     other_q.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.x_word[w8:], self.x_word[:w8]),
+                                    low_bytes)),
+                     word.eq(Mux(from_work, work_q, other_q))]
         m.d.comb += store.r_data.eq(word)
 
         # ---- buffer writes from the load ---------------------------------------------------------------

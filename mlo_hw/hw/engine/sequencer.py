@@ -496,6 +496,8 @@ class Sequencer:
         # layer == 0, layer == layers - 1: registers, set where the layer changes (START, end_of_layer); src and
         # dst follow them a cycle later (the header comes between a layer's change and its first transfer)
         self.first_layer, self.last_layer = Signal(name="first_layer"), Signal(name="last_layer")
+        # layer + 2 == layers, compared a cycle ahead (a layer lasts far longer): no adder in front of last_layer
+        self.penultimate_layer = delayed(m, d.layer + 2 == d.layers, 1, "penultimate_layer")
         regs = d.regs
         m.d.sync += [
             self.src.eq(Mux(self.first_layer, regs.input_base, regs.scratch_base + Mux(d.layer[0], sc.x1, sc.x0))),
@@ -579,7 +581,7 @@ class Sequencer:
 
     def end_of_layer(self):
         m, d = self.m, self.d
-        m.d.sync += [d.layer.eq(d.layer + 1), self.first_layer.eq(0), self.last_layer.eq(d.layer + 2 == d.layers),
+        m.d.sync += [d.layer.eq(d.layer + 1), self.first_layer.eq(0), self.last_layer.eq(self.penultimate_layer),
                      self.kv_at.eq(self.kv_at + self.sc.kv_stride)]
         with m.If(self.last_layer):
             if self.g.tiled:
