@@ -72,6 +72,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def folder(text: str) -> Path:
     """An output folder: a path that is a folder or can become one (checked again when written)."""
     if not text or "\0" in text:

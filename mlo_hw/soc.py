@@ -684,9 +684,17 @@ def run(bus):
 
 if __name__ == "__main__":
     import sys
+    from pathlib import Path
     from litex.tools.litex_client import RemoteClient
-    bus = RemoteClient(csr_csv="csr.csv")
-    bus.open()
+    csr_csv = Path(__file__).resolve().with_name("csr.csv")     # the SoC's, beside this script
+    if not csr_csv.is_file():
+        sys.exit(f"error: {{csr_csv}}: not found (sdram_init.py runs from the SoC's output folder)")
+    bus = RemoteClient(csr_csv=str(csr_csv))
+    try:
+        bus.open()
+    except OSError as e:
+        sys.exit(f"error: cannot reach litex_server at {{bus.host}}:{{bus.port}} ({{e.strerror or e}}); "
+                 f"start litex_server --udp or --uart first")
     try:
         run(bus)
     except RuntimeError as e:

@@ -21,24 +21,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlo_hw.cli import ArgumentParser, command, positive_int  # noqa: E402
+from mlo_hw.cli import ArgumentParser, command, positive_float, positive_int  # noqa: E402
 
 
 @command()
 def main(argv=None) -> int:
-    import numpy as np
-
     from mlo_hw.config import _validate, load_config
     from mlo_hw.elaborate import write_build
-    from mlo_hw.model.quantize import build_model, dram_bytes, random_inputs
-    from mlo_hw.runtime import Accelerator
-    from sim.soc_sim import SocSim
     ap = ArgumentParser(prog="sim/soc_sessions.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="small", help="a YAML file, or the name of a shipped config (small)")
-    ap.add_argument("--engine-mhz", type=float, help="the engine's clock (target.clock_mhz; default the config's)")
+    ap.add_argument("--engine-mhz", type=positive_float, help="the engine's clock (target.clock_mhz; default the config's)")
     ap.add_argument("--sessions", type=positive_int, default=20, help="sessions to run (default 20)")
     ap.add_argument("--seed", type=int, default=0, help="the first session's input seed (default 0)")
-    ap.add_argument("--bridge-timeout", type=float, default=30.0,
+    ap.add_argument("--bridge-timeout", type=positive_float, default=30.0,
                     help="seconds a read waits for litex_server (the LiteX backend's bridge_timeout; default 30)")
     ap.add_argument("--check-load", action="store_true",
                     help="read the weights back after load_weights too (slower; changes the session's timing)")
@@ -47,9 +42,20 @@ def main(argv=None) -> int:
     if args.engine_mhz is not None:
         cfg = dataclasses.replace(cfg, target=dataclasses.replace(cfg.target, clock_mhz=args.engine_mhz))
         _validate(cfg)
-    build = Path(tempfile.mkdtemp(prefix="soc_sessions_")) / cfg.name
-    build.mkdir()
-    write_build(cfg, build)
+    with tempfile.TemporaryDirectory(prefix="soc_sessions_") as tmp:     # the build, removed at the end
+        build = Path(tmp) / cfg.name
+        build.mkdir()
+        write_build(cfg, build)
+        return _sessions(args, cfg, build)
+
+
+def _sessions(args, cfg, build: Path) -> int:
+    """The sessions of ``main`` on the build folder ``build``; the exit status."""
+    import numpy as np
+
+    from mlo_hw.model.quantize import build_model, dram_bytes, random_inputs
+    from mlo_hw.runtime import Accelerator
+    from sim.soc_sim import SocSim
     model = build_model(cfg)[1]
     wrong = 0
     for seed in range(args.seed, args.seed + args.sessions):

@@ -18,13 +18,12 @@ address map is a parameter, because it is the SoC's:
 Waiting polls STATUS (timeouts in wall time). ``litex`` is imported when the backend opens; it missing, or
 no ``litex_server`` listening, is one line (:class:`~mlo_hw.runtime.backend.BackendUnavailable`).
 
-Reads are RemoteClient's Etherbone records, sent and received here rather than through ``RemoteClient.read``:
-that returns zeros when ``litex_server`` does not answer within its socket's 2 s (and drops what arrives later,
-or leaves it for the next read, which then returns another read's words). A simulated SoC or a slow link can take
-that long: the runtime got zeros for an output or for weights read back, or a short answer. Here the socket waits
-``bridge_timeout`` seconds (default :data:`BRIDGE_TIMEOUT_S`); no answer in that time, or an answer of the wrong
-length, is one line (:class:`~mlo_hw.runtime.backend.BackendUnavailable`) and closes the connection (the stream
-of answers is out of step after it).
+``RemoteClient.read`` returns zeros when ``litex_server`` does not answer within its socket's 2 s (its
+``receive_packet`` gives 0 on a timeout; the late answer is dropped, or left for the next read, which then returns
+another read's words). A simulated SoC or a slow link can take that long. So the client's socket waits
+``bridge_timeout`` seconds (default :data:`BRIDGE_TIMEOUT_S`), its ``receive_packet`` raises instead of giving 0,
+and no answer, or an answer of the wrong length, is one line (:class:`~mlo_hw.runtime.backend.BackendUnavailable`)
+that closes the connection (the stream of answers is out of step after it).
 """
 
 from __future__ import annotations
@@ -87,6 +86,14 @@ class LiteXBackend(Backend):
             raise BackendUnavailable(f"litex backend: cannot reach litex_server at {self.host}:{self.port} "
                                      f"({e.strerror or e}); start litex_server --udp or --uart first") from None
         self.client.socket.settimeout(self.bridge_timeout)
+        receive = self.client.receive_packet
+
+        def receive_or_raise(sock, addr_size):         # RemoteClient.read would turn a 0 into zeros
+            answer = receive(sock, addr_size)
+            if answer == 0:
+                raise TimeoutError(f"no answer within {self.bridge_timeout:g} s (bridge_timeout)")
+            return answer
+        self.client.receive_packet = receive_or_raise
         super().open(build)
 
     def close(self) -> None:
@@ -105,29 +112,12 @@ class LiteXBackend(Backend):
         return self.dram_bus_base + addr - self.dram_base
 
     def _read(self, bus_addr: int, n: int) -> list[int]:
-        """``n`` (1..CHUNK_WORDS) words from ``bus_addr``: one Etherbone read record, its answer checked."""
-        from litex.tools.remote.etherbone import EtherbonePacket, EtherboneReads, EtherboneRecord
-        c = self._client()
-        addr_size = c.csr_bus_address_width // 8
-        record = EtherboneRecord(addr_size)
-        record.reads = EtherboneReads(addr_size=addr_size, addrs=[c.base_address + bus_addr + 4 * j for j in range(n)])
-        record.rcount = len(record.reads)
-        packet = EtherbonePacket(c.csr_bus_address_width)
-        packet.records = [record]
-        packet.encode()
+        """``n`` (1..CHUNK_WORDS) words from ``bus_addr`` (one Etherbone read record), all of them or one line."""
         try:
-            c.send_packet(c.socket, packet)
-            response = c.receive_packet(c.socket, addr_size)      # 0: timed out, or the connection closed
-        except OSError as e:
-            response, why = 0, str(e.strerror or e)
-        else:
-            why = f"no answer within {self.bridge_timeout:g} s (bridge_timeout)"
-        datas = []
-        if response != 0:
-            answer = EtherbonePacket(addr_width=c.csr_bus_address_width, init=response)
-            answer.decode()
-            datas = answer.records.pop().writes.get_datas() if answer.records else []
+            datas = self._client().read(bus_addr, length=n)
             why = f"{len(datas)} words answered"
+        except OSError as e:           # TimeoutError from receive_or_raise, or the connection lost
+            datas, why = [], str(e) if isinstance(e, TimeoutError) else str(e.strerror or e)
         if len(datas) != n:
             self.close()                # later answers would be out of step with their reads
             raise BackendUnavailable(f"litex backend: a read of {n} words at bus address {bus_addr:#x} through "
