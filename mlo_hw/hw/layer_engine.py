@@ -656,10 +656,17 @@ class LayerEngine(wiring.Component):
                          softmax.shift.eq(Mux(d.cross_phase, d.hdr["x_softmax_shift"], d.hdr["softmax_shift"]))]
         else:
             m.d.comb += [softmax.mult.eq(d.hdr["softmax_mult"]), softmax.shift.eq(d.hdr["softmax_shift"])]
-        # the score beats the softmax has taken in the SCORES job (0 at its start): PV starts once they are all in
+        # the score beats the softmax has taken in the SCORES job: PV starts once they are all in. They, key0 and the
+        # P counters below restart a cycle after a SCORES job's start, from a register (the sequencer's state decode
+        # with the MVAU's command handshake is not at their enables; 9fb44e8's seed 3 on the ECP5-85F: p_byte, 8.01
+        # ns; 33c325b's: s_beats, 8.59 ns): the job's first score beat comes many cycles later, and SCORES_WAIT does
+        # not count the beats in that cycle (it still holds the last job's)
         d.s_beats = Signal(range(R * S // pe + 1), name="s_beats")
+        d.scores_restart = delayed(m, d.scores_start, 1, "scores_restart")
         with m.If(step):
             m.d.sync += [key0.eq(Mux(key0 == S - pe, 0, key0 + pe)), d.s_beats.eq(d.s_beats + 1)]
+        with m.If(d.scores_restart):
+            m.d.sync += [key0.eq(0), d.s_beats.eq(0)]
         # probabilities: a beat is L bytes of a P word (L divides pe, which divides simd), written with its byte enables
         d.p_word = Signal(range(words(R * S) + 1), name="p_word")
         d.p_byte = Signal(range(simd), name="p_byte")
@@ -672,10 +679,9 @@ class LayerEngine(wiring.Component):
             m.d.sync += [d.p_count.eq(d.p_count + L), d.p_byte.eq(d.p_byte + L)]
             with m.If(d.p_byte == simd - L):
                 m.d.sync += [d.p_byte.eq(0), d.p_word.eq(d.p_word + 1)]
-        # they restart a cycle after a SCORES job's start, from a register (the sequencer's state decode with the MVAU's
-        # command handshake is not at their resets; 9fb44e8's seed 3 on the ECP5-85F: p_byte, 8.01 ns): the job's first
-        # probability comes many cycles later, and nothing reads them before (p_behind is 0 until P.V starts)
-        with m.If(delayed(m, d.scores_start, 1, "p_restart")):
+        # they restart with s_beats (the job's first probability comes many cycles later, and nothing reads them
+        # before: p_behind is 0 until P.V starts)
+        with m.If(d.scores_restart):
             m.d.sync += [d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0)]
         # PV behind the softmax (d.p_behind): its operand waits for the P words not written whole a cycle ago
         p_written = delayed(m, d.p_word, 1, "p_written")

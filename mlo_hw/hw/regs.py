@@ -160,8 +160,9 @@ def register_map(cfg) -> tuple[Register, ...]:
 class ControlRegs(wiring.Component):
     """AXI4-Lite slave of :func:`register_map`.
 
-    Outputs: ``start``, ``soft_reset`` (one-cycle pulses; ``start`` only when CTRL.start is written
-    while ``busy`` is low: a START while busy is ignored, and clears nothing), ``layers``,
+    Outputs: ``start``, ``soft_reset`` (one-cycle pulses from a register, the cycle after the write, with B;
+    ``start`` only when CTRL.start is written while ``busy`` is low: a START while busy is ignored, and clears
+    nothing; STATUS.busy reads 1 in its pulse's cycle, so a read taken then already sees the run), ``layers``,
     ``weight_base``, ``input_base``, ``output_base``, ``scratch_base``, ``tokens``, ``cache_len`` (0 without a KV
     cache), ``memory_base`` and ``memory_tokens`` (an encoder-decoder's; 0 otherwise), ``irq`` (level: irq_enable
     and (done or error)).
@@ -195,6 +196,11 @@ class ControlRegs(wiring.Component):
                     store[r.name, f.name] = Signal(f.width, init=f.reset, name=f"{r.name.lower()}_{f.name}")
 
         done = store["STATUS", "done"]
+        # CTRL's pulses as the write is taken; the engine gets them a cycle later from a register, so that its
+        # run-start enables (a fan-out across the sequencer) do not wait on the AXI-Lite address decode
+        pulses = {"start": Signal(name="start_written"), "soft_reset": Signal(name="soft_reset_written")}
+        m.d.sync += [self.start.eq(pulses["start"]), self.soft_reset.eq(pulses["soft_reset"])]
+        cleared = pulses["start"] | pulses["soft_reset"]
         # the performance counters, each a SplitCounter (two 16-bit carry chains); BYTES_READ counts beats, its low
         # bits (a beat's byte count, a power of two) read as zeros
         beat_log2 = (self.cfg.axi_data_bytes - 1).bit_length()
@@ -203,7 +209,7 @@ class ControlRegs(wiring.Component):
         counters = {}
         for n, (width, inc) in counting.items():
             m.submodules[n.lower()] = c = SplitCounter(width)
-            m.d.comb += [c.inc.eq(inc), c.clear.eq(self.start | self.soft_reset)]
+            m.d.comb += [c.inc.eq(inc), c.clear.eq(cleared)]
             counters[n] = Cat(C(0, 32 - width), c.count)
 
         def base(name):
@@ -220,7 +226,7 @@ class ControlRegs(wiring.Component):
             self.irq.eq(store["CTRL", "irq_enable"] & (done | self.error)),
         ]
         ro = {                                  # RO fields driven by the engine (the others read their reset value)
-            ("STATUS", "busy"): self.busy, ("STATUS", "error"): self.error,
+            ("STATUS", "busy"): self.busy | self.start, ("STATUS", "error"): self.error,
             ("ERROR_ADDR_LO", "value"): self.error_addr[:32],
             ("ERROR_ADDR_HI", "value"): self.error_addr[32:] if a > 32 else Const(0, 1),
             ("ERROR_CODE", "rresp"): self.error_code[:2], ("ERROR_CODE", "bad_command"): self.error_code[2],
@@ -265,7 +271,7 @@ class ControlRegs(wiring.Component):
                                 pulse = hit[bits] != 0
                                 if f.name == "start":       # refused while a run or a drain is under way
                                     pulse = pulse & ~self.busy
-                                m.d.comb += getattr(self, f.name).eq(pulse)
+                                m.d.comb += pulses[f.name].eq(pulse)
 
         # ---- sticky status and counters ----------------------------------------------------------------
         status = next(r for r in self.regs if r.name == "STATUS")
@@ -274,7 +280,7 @@ class ControlRegs(wiring.Component):
             m.d.sync += done.eq(0)
         with m.If(self.done):
             m.d.sync += done.eq(1)
-        with m.If(self.start | self.soft_reset):
+        with m.If(cleared):
             m.d.sync += done.eq(0)
 
         # ---- read channel ----------------------------------------------------------------------------

@@ -79,6 +79,9 @@ class Sequencer:
         # the header's fields (header_states).
         self.hdr_sel = Signal(name="hdr_sel")
         self.hdr_addr = Signal.like(d.ws.param_addr, name="hdr_addr")
+        # HEADER_READ's cycle, one-hot (bit k in its cycle k; shifted every cycle, so 0 after it): field i's
+        # registers take the store's data at bit i + 1, an enable straight from a flip-flop, not a decode of hdr_addr
+        self.hdr_field = Signal(len(header_fields(cfg)) + 1, name="hdr_field")
         self.expected = Signal.like(d.writer.count, name="expected")
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
@@ -153,7 +156,8 @@ class Sequencer:
         # the blocks are reset (two cycles later, from registers) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
-        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.d.ln_behind.eq(0), self.d.p_behind.eq(0),
+        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.hdr_field.eq(0), self.d.ln_behind.eq(0),
+                          self.d.p_behind.eq(0),
                           self.x_pending.eq(0),
                           self.vt_pending.eq(0)]
         self.goto("IDLE")
@@ -313,10 +317,9 @@ class Sequencer:
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += d.operand.start.eq(1)
                 m.d.sync += d.issued.eq(0)
-                if o == Op.SCORES:       # (PV starts while the softmax still writes P: behind_softmax; the P
-                    # counters restart a cycle later, d.p_restart)
+                if o == Op.SCORES:       # (PV starts while the softmax still writes P: behind_softmax; s_beats,
+                    # key0 and the P counters restart a cycle later, d.scores_restart)
                     m.d.comb += d.scores_start.eq(1)
-                    m.d.sync += [d.key0.eq(0), d.s_beats.eq(0)]
                 if not g.tiled:
                     a = d.attw.cfg
                     m.d.comb += [d.attw.start.eq(1), a.cols.eq(g.words(cols)), a.rows.eq(job_rows // g.pe),
@@ -331,7 +334,8 @@ class Sequencer:
         with self.state(f"{o.name}_WAIT", o):
             m.d.comb += d.busy.eq(1)
             # SCORES: every score beat is in the softmax (PV runs behind it: behind_softmax)
-            done = (d.s_beats == R * S // g.pe) if o == Op.SCORES else (d.writer.count == self.expected)
+            done = (d.s_beats == R * S // g.pe) & ~d.scores_restart if o == Op.SCORES \
+                else (d.writer.count == self.expected)
             if g.tiled and o == Op.PV:       # and the residual X_t's load (pending_transfers)
                 done &= ~d.mover.busy & ~self.x_pending
             with m.If(done):
@@ -446,6 +450,12 @@ class Sequencer:
             self.partial_layernorm()
         with m.If(self.hdr_sel):                # the header's reads (header_states), else the copier's
             m.d.comb += self.d.ws.param_addr.eq(self.hdr_addr)
+        # the header's fields (HEADER_READ): the store's read data is a cycle behind its address, so field i arrives
+        # in the state's cycle i + 1; hdr_field shifts here, HEADER_WAIT (below) loads it
+        m.d.sync += self.hdr_field.eq(self.hdr_field << 1)
+        for i, f in enumerate(header_fields(self.cfg)):
+            with m.If(self.hdr_field[i + 1]):
+                m.d.sync += self.d.hdr[f].eq(self.d.ws.param_data)
         with m.FSM(name="seq") as self.fsm:
             self.start_states()
             self.header_states()
@@ -651,19 +661,14 @@ class Sequencer:
         fields = header_fields(self.cfg)
         with self.state("HEADER_WAIT"):
             m.d.comb += [d.busy.eq(1), d.stall.eq(1)]
-            m.d.sync += [self.hdr_sel.eq(1), self.hdr_addr.eq(header), d.scratch_ready.eq(0)]
+            m.d.sync += [self.hdr_sel.eq(1), self.hdr_addr.eq(header), self.hdr_field.eq(1), d.scratch_ready.eq(0)]
             with m.If(d.ws.param_loaded[d.slot][PARAM_SECTIONS.index("header")]):
                 self.goto("HEADER_READ")
             self.abort()
         with self.state("HEADER_READ"):
             m.d.comb += d.busy.eq(1)
             m.d.sync += self.hdr_addr.eq(self.hdr_addr + 1)
-            # the store's read data is a cycle behind its address: field i arrives while hdr_addr is header + i + 1
-            with m.Switch(self.hdr_addr):
-                for i, f in enumerate(fields):
-                    with m.Case(header + i + 1):
-                        m.d.sync += d.hdr[f].eq(d.ws.param_data)
-            with m.If(self.hdr_addr == header + len(fields)):
+            with m.If(self.hdr_field[len(fields)]):
                 # the narrowing shifts of Q/K/V's and FFN up's inputs (the section follows the header)
                 self.request_copy(CopyKind.NARROW)
                 m.d.sync += self.hdr_sel.eq(0)

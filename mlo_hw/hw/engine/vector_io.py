@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -91,9 +91,11 @@ class Serializer(wiring.Component):
     of the previous one leaves, so back-to-back words stream without a gap; the first element leaves the
     cycle after its word is taken.
 
-    ``registered_ready``: ``i.ready`` comes from a register instead of from ``o.ready``: a second word register
-    takes the next word while the current one leaves (the consumer's ready then ends at this block, not in the
-    producer's handshake logic across the die), at the cost of a word of flip-flops.
+    ``registered_ready``: ``i.ready`` comes from a register instead of from ``o.ready``: the words go into a ring
+    of two word registers, so the next word is taken while the current one leaves (the consumer's ready then ends
+    at this block, not in the producer's handshake logic across the die), at the cost of a word of flip-flops. A
+    word register's enable is then the input handshake alone (``o.ready`` moves only the read side: the element
+    index, the ring's read pointer and its two fill flags), and ``o.payload`` is a 2:1 multiplexer wider.
     """
 
     def __init__(self, lanes: int, shape, registered_ready: bool = False):
@@ -120,14 +122,23 @@ class Serializer(wiring.Component):
             with m.If(take):
                 m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
             return m
-        spare = Signal.like(word)
-        spare_full = Signal()
-        m.d.comb += self.i.ready.eq(~spare_full)
+        ring = [word, Signal.like(word, name="word1")]
+        wr_at, rd_at = Signal(name="wr_at"), Signal(name="rd_at")     # the ring's write and read ends
+        both_full = Signal()                                          # (full: at least one word)
+        head = Signal.like(word, name="head")                         # the word leaving
+        m.d.comb += [head.eq(Mux(rd_at, ring[1], ring[0])), self.i.ready.eq(~both_full),
+                     self.o.payload.eq(head[0] if self.lanes == 1 else head[idx])]
         with m.If(take):
-            with m.If(full & ~vacate):
-                m.d.sync += [spare.eq(self.i.payload), spare_full.eq(1)]
-            with m.Else():
-                m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
-        with m.Elif(spare_full & vacate):
-            m.d.sync += [word.eq(spare), spare_full.eq(0), full.eq(1)]
+            m.d.sync += wr_at.eq(~wr_at)
+            for k, w in enumerate(ring):
+                with m.If(wr_at == k):
+                    m.d.sync += w.eq(self.i.payload)
+        with m.If(vacate):
+            m.d.sync += rd_at.eq(~rd_at)
+        with m.If(take):
+            m.d.sync += full.eq(1)
+            with m.If(~vacate):
+                m.d.sync += both_full.eq(full)
+        with m.Elif(vacate):
+            m.d.sync += [full.eq(both_full), both_full.eq(0)]
         return m
