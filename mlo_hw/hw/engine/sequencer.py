@@ -15,7 +15,9 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
               pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
               X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
               (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
-              leaves beside them) or, the layer's last block, P2_STORE_X -> (next layer | IDLE)
+              leaves beside them) or, the layer's last block, P2_STORE_X -> (next layer | IDLE); a pass's first
+              state (P1_LOAD_X, P2_LOAD_Q, P0_LOAD_M) follows a one-cycle ``<state>_START``, in which the
+              block's addresses load (``block_registers``)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
               FFN_DOWN, the layer's end (``model.norm: pre``: ``docs/engine.md``, "Pre-LN layers")
     an encoder-decoder's decoder run (MEMORY_TOKENS > 0, ``docs/seq2seq.md``): a prefill first runs pass 0 per
@@ -446,6 +448,8 @@ class Sequencer:
     def build(self):
         m, g, Op = self.m, self.g, self.Op
         self.blocks_setup()
+        if g.tiled:
+            self.block_registers()
         if self.overlap_layernorm:
             self.partial_layernorm()
         with m.If(self.hdr_sel):                # the header's reads (header_states), else the copier's
@@ -529,6 +533,10 @@ class Sequencer:
         self.x_next_at = split_sum(m, self.x_in_at, 2 * g.rows * g.hidden, "x_next_at", addr_bits)
         self.q_next_at = split_sum(m, self.q_at, g.rows * g.hidden, "q_next_at", addr_bits)
         self.vt_base = Signal(addr_bits, name="vt_base")    # vt_at of the block whose V^T store is pending
+        # the pulses that load them (block_registers): a pass's start (and whether it is the memory pass), a block's
+        # advance
+        self.pass_start, self.pass_cross = Signal(name="pass_start"), Signal(name="pass_cross")
+        self.advancing = Signal(name="advancing")
         self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
         self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
 
@@ -557,29 +565,46 @@ class Sequencer:
         return (memory_tokens > self.g.tokens) | ((memory_tokens == 0) & (cache_len != 0))
 
     def start_pass(self, first, cross=False):
-        """The pass's block counter and addresses, then state ``first``; ``cross``: the memory pass, whose K and V^T
-        stores go to the cross regions (XK, XV^T)."""
-        m, d, g = self.m, self.d, self.g
-        # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
-        k_region, vt_region = (self.sc.xk, self.sc.xvt) if cross else (self.sc.k, self.sc.vt)
-        m.d.sync += [d.blk.eq(0), self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst),
-                     self.x_mem_at.eq(d.regs.memory_base), self.q_at.eq(d.regs.scratch_base + self.sc.q),
-                     self.k_off.eq(k_region + d.cache_len * g.head_dim),
-                     self.vt_off.eq(vt_region + d.cache_len * g.pe), self.io_left.eq(self.io_words),
-                     self.io_block.eq(min(self.io_words, self.block_words))]
-        self.goto(first)
+        """The pass's block counter, and its addresses (a cycle later, ``block_registers``), then state ``first``
+        through its one-cycle ``<first>_START``; ``cross``: the memory pass, whose K and V^T stores go to the cross
+        regions (XK, XV^T)."""
+        m, d = self.m, self.d
+        m.d.sync += [d.blk.eq(0), self.pass_start.eq(1), self.pass_cross.eq(cross), self.advancing.eq(0)]
+        self.goto(f"{first}_START")
 
     def advance_block(self):
-        """The block counter and its companions, to the next block."""
-        m, d, g = self.m, self.d, self.g
+        """The block counter, and its companions a cycle later (``block_registers``), to the next block."""
+        m, d = self.m, self.d
+        m.d.sync += [d.blk.eq(d.blk + 1), self.advancing.eq(1)]
+
+    def block_registers(self):
+        """Outside the FSM: the block's addresses and lengths load a cycle after a pass's start or a block's advance,
+        from the two pulses (``pass_start``, ``advancing``), so that the FSM's decisions (a transfer's end, its error,
+        the soft reset, the block count) are not at the enables of their ~250 flip-flops (33c325b's seed 2 on the
+        ECP5-85F: ``blk``'s enable into ``io_block``, ``x_out_at`` and ``io_left``, 8.08-8.13 ns). Nothing reads them
+        in that cycle: a pass's first state follows its ``_START`` state, a block's next transfer comes two cycles
+        or more after its advance."""
+        m, d, g, sc = self.m, self.d, self.g, self.sc
         R, H = g.rows, g.hidden
-        # x_in_at and q_at step to their next-block sums (split_sum registers, settled a block's work after the last step)
-        m.d.sync += [d.blk.eq(d.blk + 1), self.x_in_at.eq(self.x_next_at),
-                     self.x_out_at.eq(self.x_out_at + 2 * R * H), self.x_mem_at.eq(self.x_mem_at + 2 * R * H),
-                     self.q_at.eq(self.q_next_at),
-                     self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
-                     self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)),
-                     self.io_block.eq(self.io_next)]
+        m.d.sync += [self.pass_start.eq(0), self.advancing.eq(0)]        # pulses (the FSM's assignments win)
+        with m.If(self.advancing):
+            # x_in_at and q_at step to their next-block sums (split_sum registers, settled a block's work after the
+            # last step)
+            m.d.sync += [self.x_in_at.eq(self.x_next_at),
+                         self.x_out_at.eq(self.x_out_at + 2 * R * H), self.x_mem_at.eq(self.x_mem_at + 2 * R * H),
+                         self.q_at.eq(self.q_next_at),
+                         self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
+                         self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)),
+                         self.io_block.eq(self.io_next)]
+        with m.If(self.pass_start):
+            # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
+            k_region, vt_region = (Mux(self.pass_cross, sc.xk, sc.k), Mux(self.pass_cross, sc.xvt, sc.vt)) \
+                if self.seq2seq else (sc.k, sc.vt)
+            m.d.sync += [self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst),
+                         self.x_mem_at.eq(d.regs.memory_base), self.q_at.eq(d.regs.scratch_base + sc.q),
+                         self.k_off.eq(k_region + d.cache_len * g.head_dim),
+                         self.vt_off.eq(vt_region + d.cache_len * g.pe), self.io_left.eq(self.io_words),
+                         self.io_block.eq(min(self.io_words, self.block_words))]
 
     def next_block(self, more, last):
         m, d = self.m, self.d
@@ -692,6 +717,13 @@ class Sequencer:
             else:
                 self.start_pass("P1_LOAD_X")
         self.params_state(Op.Q, first_pass)
+        # a cycle before a pass's first state (and, in the memory pass, before a block's load): the block's registers
+        # load (block_registers)
+        for first, o in (("P1_LOAD_X", Op.LOAD), ("P2_LOAD_Q", Op.LOAD_Q)) + ((("P0_LOAD_M", Op.LOAD),) if self.seq2seq
+                                                                            else ()):
+            with self.state(f"{first}_START", o):
+                m.d.comb += d.busy.eq(1)
+                self.goto(first)
         if self.seq2seq:
             self.memory_pass_states()
         with self.state("P1_LOAD_X", Op.LOAD):
@@ -835,7 +867,7 @@ class Sequencer:
         self.matrix_states(Op.XV, lambda: self.store_k("P0_STORE_K"))
         self.transfer_wait("P0_STORE_K", Op.STORE_QKV, lambda: self.store_vt("P0_STORE_VT", self.vt_at))
         self.transfer_wait("P0_STORE_VT", Op.STORE_QKV,
-                           lambda: self.next_block("P0_LOAD_M", lambda: self.start_pass("P1_LOAD_X")))
+                           lambda: self.next_block("P0_LOAD_M_START", lambda: self.start_pass("P1_LOAD_X")))
 
     def store_block(self):
         """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), and X'_t out to the
