@@ -83,7 +83,7 @@ class BlockMover(wiring.Component):
     from registers, not from the decode that names the transfer), so a transfer's side takes its command the cycle
     after ``start``; ``busy`` and the side's busy cover that cycle. A run starts two cycles after the previous one of
     its side ended (a transfer's first run three cycles after ``start``), from a state register: the decision to
-    start it (runs left, an error, a cancel) is made the cycle before; words move at one a cycle (see
+    start it (runs left, an error, a cancel) is made the cycle before, when the run's registers step; words move at one a cycle (see
     ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or ``work_word``, is
     registered twice before the store's queue (the store's read latency is ``read_latency + 2``).
     """
@@ -214,7 +214,8 @@ class BlockMover(wiring.Component):
 
     def _runs(self, m, name, start, given, engine):
         """One side's command and runs: ``start`` latches ``given``; a run starts ``engine`` two cycles after the
-        previous one ended (RUN decides, START starts). Returns the latched command, running, the run's DRAM base
+        previous one ended (RUN decides the first, STEP steps the run's registers and decides the next, START starts
+        it). Returns the latched command, running, the run's DRAM base
         and bank-local word."""
         cmd = Signal.like(given, name=f"{name}_cmd")
         run_base = Signal(self.p.addr_bits, name=f"{name}_run_base")
@@ -246,7 +247,16 @@ class BlockMover(wiring.Component):
             with m.State("WAIT"):
                 m.d.comb += running.eq(1)
                 with m.If(~engine.busy):
-                    m.d.sync += [runs_left.eq(runs_left - 1), run_base.eq(run_base + cmd.step),
-                                 run_local.eq(run_local + cmd.local_step)]
-                    m.next = "RUN"
+                    m.next = "STEP"
+            with m.State("STEP"):           # RUN after a run: the run's registers step here, on the state alone (the
+                # engine's busy, an OR over its queues, which follow the AXI W channel's ready, is not at their
+                # enables: ccef6e0's seed 2 on the ECP5-85F, the store side's run_base, runs_left and run_local,
+                # 7.62-7.73 ns), and the next run is decided as in RUN, on the runs left before the step
+                m.d.comb += running.eq(1)
+                m.d.sync += [runs_left.eq(runs_left - 1), run_base.eq(run_base + cmd.step),
+                             run_local.eq(run_local + cmd.local_step)]
+                with m.If((runs_left == 1) | self.error | self.cancel | cancelled):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "START"
         return cmd, running, run_base, run_local
