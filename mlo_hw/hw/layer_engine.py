@@ -661,12 +661,16 @@ class LayerEngine(wiring.Component):
         # with the MVAU's command handshake is not at their enables; 9fb44e8's seed 3 on the ECP5-85F: p_byte, 8.01
         # ns; 33c325b's: s_beats, 8.59 ns): the job's first score beat comes many cycles later, and SCORES_WAIT does
         # not count the beats in that cycle (it still holds the last job's)
+        # (``scores_in``: all of them, a flag set with the last beat, so that SCORES_WAIT's end is no comparison)
         d.s_beats = Signal(range(R * S // pe + 1), name="s_beats")
+        d.scores_in = Signal(name="scores_in")
         d.scores_restart = delayed(m, d.scores_start, 1, "scores_restart")
         with m.If(step):
             m.d.sync += [key0.eq(Mux(key0 == S - pe, 0, key0 + pe)), d.s_beats.eq(d.s_beats + 1)]
+            with m.If(d.s_beats == R * S // pe - 1):
+                m.d.sync += d.scores_in.eq(1)
         with m.If(d.scores_restart):
-            m.d.sync += [key0.eq(0), d.s_beats.eq(0)]
+            m.d.sync += [key0.eq(0), d.s_beats.eq(0), d.scores_in.eq(0)]
         # probabilities: a beat is L bytes of a P word (L divides pe, which divides simd), written with its byte enables
         d.p_word = Signal(range(words(R * S) + 1), name="p_word")
         d.p_byte = Signal(range(simd), name="p_byte")

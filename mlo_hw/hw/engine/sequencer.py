@@ -336,8 +336,7 @@ class Sequencer:
         with self.state(f"{o.name}_WAIT", o):
             m.d.comb += d.busy.eq(1)
             # SCORES: every score beat is in the softmax (PV runs behind it: behind_softmax)
-            done = (d.s_beats == R * S // g.pe) & ~d.scores_restart if o == Op.SCORES \
-                else (d.writer.count == self.expected)
+            done = d.scores_in & ~d.scores_restart if o == Op.SCORES else (d.writer.count == self.expected)
             if g.tiled and o == Op.PV:       # and the residual X_t's load (pending_transfers)
                 done &= ~d.mover.busy & ~self.x_pending
             with m.If(done):
