@@ -580,15 +580,21 @@ class LayerEngine(wiring.Component):
         res_data = Signal(8 * pe)
         mvau_bytes = Cat(*(mvau.o.payload[p][:8] for p in range(pe)))
         res_wide = Cat(*(mvau.o.payload[p][:nx.RES_BITS] for p in range(pe)))   # int16 (Q: int8 sign-extended)
-        with m.Switch(op):
-            with m.Case(Op.SCORES):
-                m.d.comb += [d.score_groups.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(d.score_groups.i.ready)]
-            with m.Case(Op.FFN_UP):
-                m.d.comb += [gelu.i.valid.eq(mvau.o.valid), gelu.i.payload.eq(mvau_bytes),
-                             mvau.o.ready.eq(gelu.i.ready), gelu.o.ready.eq(1),
-                             res_valid.eq(gelu.o.valid), res_data.eq(gelu.o.payload)]
-            with m.Default():
-                m.d.comb += [mvau.o.ready.eq(1), res_valid.eq(mvau.o.valid), res_data.eq(mvau_bytes)]
+        # the MVAU's results go where op says, decoded into two registers a cycle behind op: a job's first result
+        # comes many cycles after op names it, and op moves on only once the last one is taken, so the late decode
+        # routes every result as op would; op's decode is then not in front of the score groups' input handshake,
+        # whose word enables are many (489916d's seed 3 on the ECP5-85F: op -> the decode -> the groups' word
+        # enable, 10.12 ns)
+        to_scores = delayed(m, op == Op.SCORES, 1, "results_to_scores")
+        to_gelu = delayed(m, op == Op.FFN_UP, 1, "results_to_gelu")
+        with m.If(to_scores):
+            m.d.comb += [d.score_groups.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(d.score_groups.i.ready)]
+        with m.Elif(to_gelu):
+            m.d.comb += [gelu.i.valid.eq(mvau.o.valid), gelu.i.payload.eq(mvau_bytes),
+                         mvau.o.ready.eq(gelu.i.ready), gelu.o.ready.eq(1),
+                         res_valid.eq(gelu.o.valid), res_data.eq(gelu.o.payload)]
+        with m.Else():
+            m.d.comb += [mvau.o.ready.eq(1), res_valid.eq(mvau.o.valid), res_data.eq(mvau_bytes)]
         m.submodules.results = d.writer = writer = ResultWriter(
             pe=pe, simd=simd, seq=g.rows, hidden=g.hidden, intermediate=g.inter, tile_rows=g.tile_rows,
             k_local=d.K_LOCAL, v_local=d.V_LOCAL, bank_words=g.work_words // pe)
