@@ -83,8 +83,8 @@ class BlockMover(wiring.Component):
     from registers, not from the decode that names the transfer), so a transfer's side takes its command the cycle
     after ``start``; ``busy`` and the side's busy cover that cycle. A run starts two cycles after the previous one of
     its side ended (a transfer's first run three cycles after ``start``), from a state register: the decision to
-    start it (runs left, an error, a cancel) is made the cycle before, when the run's registers step; words move at one a cycle (see
-    ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or ``work_word``, is
+    start it (runs left, an error, a cancel) is made the cycle before, when the run's registers step; words move at
+    one a cycle (see ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or ``work_word``, is
     registered twice before the store's queue (the store's read latency is ``read_latency + 2``).
     """
 
@@ -225,6 +225,7 @@ class BlockMover(wiring.Component):
         cancelled = Signal(name=f"{name}_cancelled")      # since the transfer's start: no further run
         with m.If(self.cancel):
             m.d.sync += cancelled.eq(1)
+        stopped = self.error | self.cancel | cancelled                # no further run
         with m.FSM(name=f"{name}_runs"):
             with m.State("IDLE"):
                 with m.If(start):
@@ -233,13 +234,13 @@ class BlockMover(wiring.Component):
                     m.next = "RUN"
             with m.State("RUN"):            # the next run, decided here and started from the state register
                 m.d.comb += running.eq(1)
-                with m.If((runs_left == 0) | (cmd.words == 0) | self.error | self.cancel | cancelled):
+                with m.If((runs_left == 0) | (cmd.words == 0) | stopped):
                     m.next = "IDLE"
                 with m.Else():
                     m.next = "START"
             with m.State("START"):
                 m.d.comb += running.eq(1)
-                with m.If(self.error | self.cancel | cancelled):
+                with m.If(stopped):
                     m.next = "IDLE"
                 with m.Else():
                     m.d.comb += engine.start.eq(1)
@@ -255,7 +256,7 @@ class BlockMover(wiring.Component):
                 m.d.comb += running.eq(1)
                 m.d.sync += [runs_left.eq(runs_left - 1), run_base.eq(run_base + cmd.step),
                              run_local.eq(run_local + cmd.local_step)]
-                with m.If((runs_left == 1) | self.error | self.cancel | cancelled):
+                with m.If((runs_left == 1) | stopped):
                     m.next = "IDLE"
                 with m.Else():
                     m.next = "START"

@@ -718,8 +718,8 @@ class Sequencer:
         self.params_state(Op.Q, first_pass)
         # a cycle before a pass's first state (and, in the memory pass, before a block's load): the block's registers
         # load (block_registers)
-        for first, o in (("P1_LOAD_X", Op.LOAD), ("P2_LOAD_Q", Op.LOAD_Q)) + ((("P0_LOAD_M", Op.LOAD),) if self.seq2seq
-                                                                            else ()):
+        firsts = [("P1_LOAD_X", Op.LOAD), ("P2_LOAD_Q", Op.LOAD_Q)] + ([("P0_LOAD_M", Op.LOAD)] if self.seq2seq else [])
+        for first, o in firsts:
             with self.state(f"{first}_START", o):
                 m.d.comb += d.busy.eq(1)
                 self.goto(first)
