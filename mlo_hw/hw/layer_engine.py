@@ -256,26 +256,30 @@ class _Buffer:
     completion, which the writers count as they write, before its request). The registers keep the op decode and
     the wire across the die off the block RAM's inputs."""
 
-    def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8):
+    def __init__(self, m, name: str, words: int, lanes: int, lane_bits: int = 8, halves=None):
         # collision free: no block reads a word in the cycle it is written (the LayerNorm lanes read rows the
         # writer has finished, ``ln_avail``); the traced engine checks it (:meth:`collision`, ``trace_collision``)
         self.mem = Memory(shape=unsigned(lane_bits * lanes), depth=words, init=[], attrs=NO_COLLISION)
         self.name = name
         m.submodules[name] = self.mem
         port = self.mem.write_port(granularity=lane_bits)
-        self.w = SimpleNamespace(**{f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
-        for f in ("addr", "data", "en"):
-            held = Signal.like(getattr(port, f), name=f"{name}_wq_{f}", reset_less=True)
-            m.d.sync += held.eq(getattr(self.w, f))
-            m.d.comb += getattr(port, f).eq(held)
         self.r = self.mem.read_port()
         self._write_port = port
+        self.w = SimpleNamespace(**{f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
         self.rd_addr = Signal.like(self.r.addr, name=f"{name}_rd_addr")
         self.rd_en = Signal(name=f"{name}_rd_en")
         self.req_addr = Signal.like(self.r.addr, name=f"{name}_req_addr", reset_less=True)
         self.req_en = Signal(name=f"{name}_req_en", reset_less=True)
-        m.d.sync += [self.req_addr.eq(self.rd_addr), self.req_en.eq(self.rd_en)]
-        m.d.comb += [self.r.addr.eq(self.req_addr), self.r.en.eq(self.req_en)]
+        held = {f: Signal.like(getattr(port, f), name=f"{name}_wq_{f}", reset_less=True) for f in ("addr", "data", "en")}
+        m.d.sync += [held["data"].eq(self.w.data), held["en"].eq(self.w.en), self.req_en.eq(self.rd_en)]
+        if halves is None:
+            m.d.sync += [held["addr"].eq(self.w.addr), self.req_addr.eq(self.rd_addr)]
+        else:    # (rd_half, wr_half): every read in the half rd_half names, every write in wr_half's (the readers
+            rd_half, wr_half = halves       # and writers address one half, the top address bit theirs to leave 0)
+            m.d.sync += [held["addr"].eq(Cat(self.w.addr[:-1], wr_half)),
+                         self.req_addr.eq(Cat(self.rd_addr[:-1], rd_half))]
+        m.d.comb += [*(getattr(port, f).eq(held[f]) for f in held),
+                     self.r.addr.eq(self.req_addr), self.r.en.eq(self.req_en)]
 
     def collision(self, m):
         """High when the block RAM reads and writes one word at the same clock edge (``NO_COLLISION`` says
@@ -487,9 +491,14 @@ class LayerEngine(wiring.Component):
         wsh = g.words(g.rows * g.hidden)
         d.K_LOCAL, d.V_LOCAL = 0, wsh // g.pe                     # bank-local word offsets of K and V^T
         d.CTX_BASE, d.F_BASE = (0 if g.tiled else 2 * wsh), 0     # row-major word offsets inside WORK
-        r = (("r", wsh, nx.RES_BITS),) if self.pre_ln else ()     # pre-LN: the LayerNorms' outputs
-        d.bufs = {name: _Buffer(m, f"buf_{name}", n, g.simd, lane_bits) for name, n, lane_bits in (
-            ("x", wsh, nx.RES_BITS), ("y", wsh, nx.RES_BITS), *r, ("p", g.words(g.rows * g.seq), 8))}
+        r = (("r", wsh, nx.RES_BITS, None),) if self.pre_ln else ()     # pre-LN: the LayerNorms' outputs
+        # tiled, X holds two blocks (the plan's [2B, H]): pass 1 loads X_{t+1} into one half while block t's K and
+        # V read the other (the sequencer's x_rd_half and x_wr_half, the halves of every read and write; 0 outside
+        # pass 1)
+        d.x_rd_half, d.x_wr_half = Signal(name="x_rd_half"), Signal(name="x_wr_half")
+        x = ("x", 2 * wsh, nx.RES_BITS, (d.x_rd_half, d.x_wr_half)) if g.tiled else ("x", wsh, nx.RES_BITS, None)
+        d.bufs = {name: _Buffer(m, f"buf_{name}", n, g.simd, lane_bits, halves) for name, n, lane_bits, halves in (
+            x, ("y", wsh, nx.RES_BITS, None), *r, ("p", g.words(g.rows * g.seq), 8, None))}
         d.work = _Banks(m, "buf_work", g.work_words // g.pe, g.simd, g.pe)
         for b in list(d.bufs.values()) + d.work.banks:
             m.d.comb += b.w.en.eq(0)
@@ -572,8 +581,11 @@ class LayerEngine(wiring.Component):
         # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
         # the words not loaded yet
         d.load_wait = Signal(name="load_wait")
+        # (X: the half being read; pass 1's K and V read X_t while X_{t+1} loads into the other)
         loading = Mux(d.mover.wr.y, names.index("y"), names.index("x"))
-        m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & (operand.rd_head >= d.mover.loaded))
+        same_half = d.mover.wr.y | (d.x_rd_half == d.x_wr_half)
+        m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & same_half
+                                   & (operand.rd_head >= d.mover.loaded))
 
     def _mvau_results(self, m, d):
         """Each MVAU result beat to its consumer: scores to the softmax (a beat of ``pe`` keys as it comes), FFN up
@@ -592,11 +604,14 @@ class LayerEngine(wiring.Component):
         # enable, 10.12 ns)
         to_scores = delayed(m, op == Op.SCORES, 1, "results_to_scores")
         to_gelu = delayed(m, op == Op.FFN_UP, 1, "results_to_gelu")
+        # the GELU table's output is always taken: it holds beats only under to_gelu (its input comes from nothing
+        # else, and op leaves FFN up once its last result is in the writer), so its read enables are constant
+        # (to_gelu into every table copy's output enable was 7.97 ns at 6cd8c8f's seed 2, 120 MHz)
+        m.d.comb += [gelu.i.payload.eq(mvau_bytes), gelu.o.ready.eq(1)]
         with m.If(to_scores):
             m.d.comb += [d.score_groups.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(d.score_groups.i.ready)]
         with m.Elif(to_gelu):
-            m.d.comb += [gelu.i.valid.eq(mvau.o.valid), gelu.i.payload.eq(mvau_bytes),
-                         mvau.o.ready.eq(gelu.i.ready), gelu.o.ready.eq(1),
+            m.d.comb += [gelu.i.valid.eq(mvau.o.valid), mvau.o.ready.eq(gelu.i.ready),
                          res_valid.eq(gelu.o.valid), res_data.eq(gelu.o.payload)]
         with m.Else():
             m.d.comb += [mvau.o.ready.eq(1), res_valid.eq(mvau.o.valid), res_data.eq(mvau_bytes)]

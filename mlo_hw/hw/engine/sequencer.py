@@ -11,7 +11,8 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
     IDLE -> LOAD (on chip) or FETCH (tiled) -> HEADER_WAIT -> HEADER_READ -> Q_PARAMS
     on chip:  Q, K, V -> per head SCORES, PV -> O -> LN1 -> FFN_UP -> FFN_DOWN -> LN2 -> (next layer | STORE)
     tiled:    pass 1 per block: P1_LOAD_X (the first; the others load beside the stores before: P1_BLOCK), Q, K, V,
-              P1_STORE_Q (P1_NEXT_X: the next block's X_t loads meanwhile), P1_STORE_K/VT
+              P1_STORE_Q (Q_t's store, issued after Q beside K and V; P1_NEXT_X: X_{t+1} loads into X's other
+              half beside K and V), P1_STORE_K/VT
               pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
               X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
               (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
@@ -568,7 +569,8 @@ class Sequencer:
         through its one-cycle ``<first>_START``; ``cross``: the memory pass, whose K and V^T stores go to the cross
         regions (XK, XV^T)."""
         m, d = self.m, self.d
-        m.d.sync += [d.blk.eq(0), self.pass_start.eq(1), self.pass_cross.eq(cross), self.advancing.eq(0)]
+        m.d.sync += [d.blk.eq(0), self.pass_start.eq(1), self.pass_cross.eq(cross), self.advancing.eq(0),
+                     d.x_rd_half.eq(0), d.x_wr_half.eq(0)]
         self.goto(f"{first}_START")
 
     def advance_block(self):
@@ -746,20 +748,10 @@ class Sequencer:
             else:                  # Q reads its rows as they come; K_{t-1} and V_{t-1}^T leave meanwhile
                 self.start_matrix(Op.Q)
 
-        def store_q():
-            self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
-            self.goto("P1_NEXT_X")
-        with self.state("P1_NEXT_X", Op.STORE_QKV):   # X is read no more: the next block's X_t loads beside the stores
-            m.d.comb += d.busy.eq(1)
-            with m.If(d.blk != d.run_blocks - 1):
-                self.transfer(Transfer.LOAD_X, self.x_next_at,
-                              Mux(self.first_layer, self.io_next, self.block_words))
-            self.goto("P1_STORE_Q")
-
         def store_k():
             with m.If(d.blk != d.run_blocks - 1):      # K_t and V_t^T leave beside the next block's Q
                 self.store_k(None)
-                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_at)]
+                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_at), d.x_rd_half.eq(~d.x_rd_half)]
                 self.advance_block()
                 self.goto("P1_BLOCK")
             with m.Else():                              # the pass's last block: its stores before pass 2
@@ -774,14 +766,29 @@ class Sequencer:
                 self.request_copy(CopyKind.BIAS)
             self.start_pass("P2_LOAD_Q")
         self.matrix_states(Op.Q, lambda: self.goto("P1_STORES_WAIT"))
-        with self.state("P1_STORES_WAIT", Op.Q):   # K and V write WORK: the block before's K and V^T have left it
+        # K and V write WORK once the block before's K and V^T have left it; Q_t leaves Y beside them (nothing
+        # writes Y before the next block's Q, and nothing else reads it in pass 1); an error in its store ends the
+        # run from the matrices' states (abort)
+        with self.state("P1_STORES_WAIT", Op.Q):
             m.d.comb += d.busy.eq(1)
             with m.If(~self.vt_pending & ~d.mover.store_busy):
+                self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
+                self.goto("P1_NEXT_X")
+            self.abort()
+        # X holds two blocks: X_{t+1} loads into the half K_t and V_t do not read (X_t's load is over: Q_t read it
+        # all), so the next block's Q finds it in
+        with self.state("P1_NEXT_X", Op.K):
+            m.d.comb += d.busy.eq(1)
+            with m.If(d.blk == d.run_blocks - 1):
+                self.start_matrix(Op.K)
+            with m.Elif(~d.mover.load_busy):
+                self.transfer(Transfer.LOAD_X, self.x_next_at, Mux(self.first_layer, self.io_next, self.block_words))
+                m.d.sync += d.x_wr_half.eq(~d.x_rd_half)
                 self.start_matrix(Op.K)
             self.abort()
         self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
-        self.matrix_states(Op.V, store_q)
-        self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k, until=d.mover.store_busy)
+        self.matrix_states(Op.V, lambda: self.goto("P1_STORE_Q"))
+        self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k, until=d.mover.store_busy)   # Q_t's store, long done
         self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt, until=d.mover.store_busy)
         self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done))
 
