@@ -726,10 +726,12 @@ class LayerEngine(wiring.Component):
         # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap);
         # any of its lane enables (a beat of pe < simd lanes may leave lane 0 out)
         ln_op = d.ln_op
-        m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail),
-                     ln_lanes.shift.eq(Mux(ln_op == Op.LN2, d.hdr["ln2_shift"],
-                                           Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
-                                           if cfg.seq2seq else d.hdr["ln1_shift"])),
+        # the output shift of ln_op's LayerNorm, a register a cycle behind ln_op (the lanes use it at their outputs,
+        # many cycles into a run): ln_op's decode into the output stage's resets was 9.49 ns at 2ff8d72's seed 1
+        ln_shift = delayed(m, Mux(ln_op == Op.LN2, d.hdr["ln2_shift"],
+                                  Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
+                                  if cfg.seq2seq else d.hdr["ln1_shift"]), 1, "ln_shift")
+        m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail), ln_lanes.shift.eq(ln_shift),
                      ln_lanes.w.ready.eq(~d.writer.rows.en.any())]
         # the pair words need no multiplexer (they are read only while a LayerNorm runs):
         if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
