@@ -274,12 +274,20 @@ class _Buffer:
         m.d.sync += [held["data"].eq(self.w.data), held["en"].eq(self.w.en), self.req_en.eq(self.rd_en)]
         if halves is None:
             m.d.sync += [held["addr"].eq(self.w.addr), self.req_addr.eq(self.rd_addr)]
-        else:    # (rd_half, wr_half): every read in the half rd_half names, every write in wr_half's (the readers
-            rd_half, wr_half = halves       # and writers address one half, the top address bit theirs to leave 0)
-            m.d.sync += [held["addr"].eq(Cat(self.w.addr[:-1], wr_half)),
-                         self.req_addr.eq(Cat(self.rd_addr[:-1], rd_half))]
+        else:    # (rd_half, wr_half): every read in the half rd_half names, every write in wr_half's; the readers and
+            rd_half, wr_half = halves       # writers address a half (words // 2 words)
+            m.d.sync += [held["addr"].eq(self._in_half(self.w.addr, wr_half, words // 2)),
+                         self.req_addr.eq(self._in_half(self.rd_addr, rd_half, words // 2))]
         m.d.comb += [*(getattr(port, f).eq(held[f]) for f in held),
                      self.r.addr.eq(self.req_addr), self.r.en.eq(self.req_en)]
+
+    @staticmethod
+    def _in_half(addr, half, size: int):
+        """``addr`` (below ``size``) in the half ``half`` names: the half as the top bit when ``size`` is a power of two,
+        else ``size`` added (no block RAM spent on a power-of-two half)."""
+        if size & (size - 1) == 0:
+            return Cat(addr[:(size - 1).bit_length()], half)
+        return addr + Mux(half, size, 0)
 
     def collision(self, m):
         """High when the block RAM reads and writes one word at the same clock edge (``NO_COLLISION`` says
