@@ -739,7 +739,8 @@ class Sequencer:
         def to_ln1():
             self.goto("LN1_PARAMS")
         if self.pre_ln:
-            self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1)
+            # (the load side alone: the block before's K and V^T stores, from WORK, run on beside LN1 and Q)
+            self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1, until=d.mover.load_busy)
         with self.state("P1_BLOCK", Op.LOAD):      # the next block, its X_t loading since the stores before
             m.d.comb += d.busy.eq(1)
             if self.pre_ln:        # LN1 reads X_t once it is in
