@@ -265,12 +265,13 @@ class _Buffer:
         port = self.mem.write_port(granularity=lane_bits)
         self.r = self.mem.read_port()
         self._write_port = port
-        self.w = SimpleNamespace(**{f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in ("addr", "data", "en")})
+        fields = ("addr", "data", "en")
+        self.w = SimpleNamespace(**{f: Signal.like(getattr(port, f), name=f"{name}_w_{f}") for f in fields})
         self.rd_addr = Signal.like(self.r.addr, name=f"{name}_rd_addr")
         self.rd_en = Signal(name=f"{name}_rd_en")
         self.req_addr = Signal.like(self.r.addr, name=f"{name}_req_addr", reset_less=True)
         self.req_en = Signal(name=f"{name}_req_en", reset_less=True)
-        held = {f: Signal.like(getattr(port, f), name=f"{name}_wq_{f}", reset_less=True) for f in ("addr", "data", "en")}
+        held = {f: Signal.like(getattr(port, f), name=f"{name}_wq_{f}", reset_less=True) for f in fields}
         m.d.sync += [held["data"].eq(self.w.data), held["en"].eq(self.w.en), self.req_en.eq(self.rd_en)]
         if halves is None:
             m.d.sync += [held["addr"].eq(self.w.addr), self.req_addr.eq(self.rd_addr)]
@@ -283,8 +284,8 @@ class _Buffer:
 
     @staticmethod
     def _in_half(addr, half, size: int):
-        """``addr`` (below ``size``) in the half ``half`` names: the half as the top bit when ``size`` is a power of two,
-        else ``size`` added (no block RAM spent on a power-of-two half)."""
+        """``addr`` (below ``size``) in the half ``half`` names: the half as the top bit when ``size`` is a power of
+        two, else ``size`` added (no block RAM spent on a power-of-two half)."""
         if size & (size - 1) == 0:
             return Cat(addr[:(size - 1).bit_length()], half)
         return addr + Mux(half, size, 0)
@@ -397,7 +398,8 @@ class LayerEngine(wiring.Component):
 
     def _blocks(self, m, d):
         """The control registers, the weight streamer, the compute blocks (reset by ``flush`` at START and soft
-        reset two cycles after it, and by the engine's reset a cycle after it), the activation mover and the AXI port they share; the run's START checks."""
+        reset two cycles after it, and by the engine's reset a cycle after it), the activation mover and the AXI port
+        they share; the run's START checks."""
         cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
         H, I, S, simd, words = g.hidden, g.inter, g.seq, g.simd, g.words
         m.submodules.regs = d.regs = regs = ControlRegs(cfg)

@@ -84,8 +84,8 @@ class BlockMover(wiring.Component):
     after ``start``; ``busy`` and the side's busy cover that cycle. A run starts two cycles after the previous one of
     its side ended (a transfer's first run three cycles after ``start``), from a state register: the decision to
     start it (runs left, an error, a cancel) is made the cycle before, when the run's registers step; words move at
-    one a cycle (see ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or ``work_word``, is
-    registered twice before the store's queue (the store's read latency is ``read_latency + 2``).
+    one a cycle (see ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or
+    ``work_word``, is registered twice before the store's queue (the store's read latency is ``read_latency + 2``).
     """
 
     def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int,
