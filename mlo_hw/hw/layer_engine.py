@@ -78,7 +78,7 @@ from .buffers import NO_COLLISION, ParamGeometry, TileBuffer
 from .pipeline import KEEP, delayed
 from ..config import ConfigError
 from .engine.block_mover import BlockMover, zero_extended
-from .engine.sequencer import Sequencer
+from .engine.sequencer import Sequencer, ln_is_layout
 from .engine.vector_io import Serializer, VectorReader
 from .engine.layernorm_lanes import LayerNormLanes
 from .engine.activation_operand import ActivationOperand, Narrow
@@ -344,7 +344,8 @@ def trace_members(cfg) -> dict:
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments.
     ``trace_collision``: an activation buffer's block RAM reads and writes one word at the same clock edge (their
     memories are marked ``no_rw_check``, which assumes this never happens; the harness stops on it).
-    ``trace_stale_op``: ``op`` or ``ln_op`` (registers) is not the sequencer's state's (the harness stops on it)."""
+    ``trace_stale_op``: ``op`` or ``ln_op`` (registers) is not the sequencer's state's, or ``ln_op``'s decode
+    ``ln_is`` not ``ln_op``'s (the harness stops on it)."""
     mp, lanes = MVAUParams.from_config(cfg), cfg.folding.ln_lanes
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
@@ -475,6 +476,9 @@ class LayerEngine(wiring.Component):
         # the LayerNorm the lanes run (their buffer ports and shift select on it, not on op: LN1 starts during O's
         # last tile, LN2 during FFN down's) and the pair words they may read meanwhile
         d.ln_op = Signal(Op, name="ln_op")
+        # ln_op decoded, a register loaded beside it (Sequencer.set_ln_op): what selects the lanes' buffer ports
+        # without a compare of ln_op in front (its decode into Y's read address was 7.62 ns at 640aa25's seed 2)
+        d.ln_is = Signal(ln_is_layout(), name="ln_is")
         ln_words = g.words(g.rows * g.hidden)
         d.ln_avail = Signal(range(ln_words + 1), name="ln_avail", init=ln_words)
         # post-LN: LN1 still runs while FFN up, started once the GELU table is in, reads the rows it has finished
@@ -735,11 +739,11 @@ class LayerEngine(wiring.Component):
             return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
         # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap);
         # any of its lane enables (a beat of pe < simd lanes may leave lane 0 out)
-        ln_op = d.ln_op
         # the output shift of ln_op's LayerNorm, a register a cycle behind ln_op (the lanes use it at their outputs,
         # many cycles into a run): ln_op's decode into the output stage's resets was 9.49 ns at 2ff8d72's seed 1
-        ln_shift = delayed(m, Mux(ln_op == Op.LN2, d.hdr["ln2_shift"],
-                                  Mux(ln_op == Op.LNX, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
+        ln_is = d.ln_is
+        ln_shift = delayed(m, Mux(ln_is.ln2, d.hdr["ln2_shift"],
+                                  Mux(ln_is.lnx, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
                                   if cfg.seq2seq else d.hdr["ln1_shift"]), 1, "ln_shift")
         m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail), ln_lanes.shift.eq(ln_shift),
                      ln_lanes.w.ready.eq(~d.writer.rows.en.any())]
@@ -747,15 +751,15 @@ class LayerEngine(wiring.Component):
         if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
             x, r = bufs["x"], bufs["r"]
             m.d.comb += ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))
-            with m.If((ln_op == Op.LN1) | (ln_op == Op.LN2) | (ln_op == Op.LNX)):
+            with m.If(ln_is.as_value().any()):
                 m.d.comb += [x.rd_addr.eq(ln_lanes.rd_addr), x.rd_en.eq(ln_lanes.rd_en)]
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
                     m.d.comb += [r.w.addr.eq(ln_lanes.w.payload.addr), r.w.data.eq(ln_lanes.w.payload.data),
                                  r.w.en.eq((1 << simd) - 1)]
         else:                  # post-LN: the LayerNorm adds a and b, so every one takes (X, Y) pairs
             m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["x"].r.data, bufs["y"].r.data))
-        for o, b_buf in () if self.pre_ln else ((Op.LN1, "y"), (Op.LN2, "x")):
-            with m.If(ln_op == o):
+        for running, b_buf in () if self.pre_ln else ((ln_is.ln1, "y"), (ln_is.ln2, "x")):
+            with m.If(running):
                 m.d.comb += [bufs["x"].rd_addr.eq(ln_lanes.rd_addr), bufs["x"].rd_en.eq(ln_lanes.rd_en)]
                 # LN1 behind FFN up (d.ln_behind): the lanes take Y's read port in the cycles they read, and FFN up's
                 # operand waits in them and for the rows the lanes have not written whole
@@ -774,7 +778,7 @@ class LayerEngine(wiring.Component):
         ln_wait = d.ln_behind & ((d.operand.rd_head >= ln_lanes.rows_done * words(g.hidden)) | ln_turn)
         m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait | p_wait)
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
-            with m.If(ln_op == Op.LNX):
+            with m.If(ln_is.lnx):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
                 with m.If(ln_lanes.w.valid & ln_lanes.w.ready):

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from amaranth import Cat, Const, Mux, Signal, signed
+from amaranth import Cat, Const, Mux, Signal, Value, signed
+from amaranth.lib import data
 
 from ...model.tiled import scratch_layout
 from ...perf import layernorm_overlaps
@@ -50,7 +51,12 @@ from .block_mover import Transfer
 from .param_copier import CopyKind
 from .result_writer import Placement
 
-__all__ = ["Sequencer"]
+__all__ = ["Sequencer", "ln_is_layout"]
+
+
+def ln_is_layout():
+    """``ln_op`` decoded: a flag per LayerNorm (``d.ln_is``, loaded beside it)."""
+    return data.StructLayout({"ln1": 1, "ln2": 1, "lnx": 1})
 
 
 class Sequencer:
@@ -101,6 +107,8 @@ class Sequencer:
         # every state's (op, ln_op) and, per state a transition names, the constants goto() loads (driven in build,
         # once every state is known)
         self.state_ops, self.next_ops = {}, {}
+        # the state being written (``state``), and per state the mover's command its transfers drive (``transfer``)
+        self.current_state, self.commands = None, {}
 
     # ---- states and transitions ---------------------------------------------------------------------------
     @contextmanager
@@ -109,7 +117,9 @@ class Sequencer:
         assert name not in self.state_ops, name
         self.state_ops[name] = tuple(self.Op.IDLE if o is None else o for o in (op, ln_op))
         with self.m.State(name):
+            self.current_state = name
             yield
+            self.current_state = None
 
     def goto(self, name):
         """The transition to state ``name`` (``m.next``), loading ``op`` and ``ln_op`` with its ops in the same edge;
@@ -117,7 +127,16 @@ class Sequencer:
         if name not in self.next_ops:
             self.next_ops[name] = tuple(Signal(self.Op, name=f"{kind}_of_{name.lower()}") for kind in ("op", "ln_op"))
         self.m.next = name
-        self.m.d.sync += [self.d.op.eq(self.next_ops[name][0]), self.d.ln_op.eq(self.next_ops[name][1])]
+        self.m.d.sync += self.d.op.eq(self.next_ops[name][0])
+        self.set_ln_op(self.next_ops[name][1])
+
+    def ln_flags(self, ln_op):
+        Op = self.Op
+        return Cat(ln_op == Op.LN1, ln_op == Op.LN2, ln_op == Op.LNX)
+
+    def set_ln_op(self, ln_op):
+        """``ln_op`` and its decode ``ln_is`` loaded with ``ln_op`` (a constant, or a transition's constant)."""
+        self.m.d.sync += [self.d.ln_op.eq(ln_op), self.d.ln_is.eq(self.ln_flags(ln_op))]
 
     def stale_op(self):
         """1 while ``op`` or ``ln_op`` is not the current state's (a transition written without :meth:`goto`): the
@@ -126,7 +145,7 @@ class Sequencer:
         d, Op = self.d, self.Op
         return Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind)
                                                                                  if lo == Op.IDLE else 1)))
-                     for name, (o, lo) in self.state_ops.items())).any()
+                     for name, (o, lo) in self.state_ops.items())).any() | (d.ln_is.as_value() != self.ln_flags(d.ln_op))
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
@@ -179,12 +198,33 @@ class Sequencer:
         self.m.d.comb += [self.d.busy.eq(1), self.d.stall.eq(self.d.copier.waiting)]
 
     def transfer(self, kind, base, n_words, runs=1, step=0, local=0, local_step=0, inner=1, outer_stride=0, start=1):
-        """The mover's command, and its ``start`` (``start``: when it starts; the command is driven regardless)."""
-        d = self.d
-        c = d.mover.cmd
-        self.m.d.comb += [d.mover.start.eq(start), c.kind.eq(kind),
-                          c.base.eq(base), c.words.eq(n_words), c.runs.eq(runs), c.step.eq(step), c.local.eq(local),
-                          c.local_step.eq(local_step), c.inner.eq(inner), c.outer_stride.eq(outer_stride)]
+        """The mover's ``start`` (``start``: when it starts) with its command. In a state the command is the state's
+        alone (:meth:`drive_commands`, whatever the conditions around the start): a state issues one command.
+        Outside the FSM (``pending_transfers``) it is driven here, over the states'."""
+        fields = {"kind": kind, "base": base, "words": n_words, "runs": runs, "step": step, "local": local,
+                  "local_step": local_step, "inner": inner, "outer_stride": outer_stride}
+        self.m.d.comb += self.d.mover.start.eq(start)
+        if self.current_state is None:
+            self.drive_command(fields)
+            return
+        known = self.commands.setdefault(self.current_state, fields)
+        assert all(repr(Value.cast(known[f])) == repr(Value.cast(v)) for f, v in fields.items()), \
+            f"state {self.current_state} issues two different transfers"
+
+    def drive_command(self, fields):
+        c = self.d.mover.cmd
+        self.m.d.comb += [getattr(c, f).eq(v) for f, v in fields.items()]
+
+    def drive_commands(self):
+        """Outside the FSM, after it: the mover's command of the current state, from the state register alone, so
+        that the conditions of a transfer's start (a count reached, the mover idle, an error) are not in front of the
+        mover's command register (bert_tiny_auto's routed critical path on seed 4 at 7da924b: LayerNorm's ``written``
+        -> the LN2 state's decisions -> the command's base multiplexer -> ``given``, 7.14 ns; the XC7A35T's deepest
+        register, depth 10)."""
+        with self.m.Switch(self.fsm.state):
+            for name, fields in self.commands.items():
+                with self.m.Case(self.fsm.encoding[name]):
+                    self.drive_command(fields)
 
     # ---- state families -----------------------------------------------------------------------------
     def tile_wait_state(self, o, then: str):
@@ -281,7 +321,8 @@ class Sequencer:
         m, d = self.m, self.d
         with m.If(~self.ln_early & d.copier.done):
             self.start_layernorm(ln)
-            m.d.sync += [self.ln_early.eq(1), self.ln_partial.eq(1), d.ln_op.eq(ln), self.ln_rows.eq(0)]
+            m.d.sync += [self.ln_early.eq(1), self.ln_partial.eq(1), self.ln_rows.eq(0)]
+            self.set_ln_op(ln)
 
     def partial_layernorm(self):
         """Outside the FSM, from registers only: while ``ln_partial``, the lanes follow ``ln_op`` and may
@@ -410,7 +451,8 @@ class Sequencer:
             if behind is not None:       # the GELU table (requested as LN1 started, not in a cross run) is in
                 with m.Elif(d.copier.done & (~d.cross_run if self.seq2seq else 1)):
                     behind()
-                    m.d.sync += [d.ln_behind.eq(1), d.ln_op.eq(o)]     # over the transition's IDLE
+                    m.d.sync += d.ln_behind.eq(1)
+                    self.set_ln_op(o)     # over the transition's IDLE
             self.abort()
 
     def behind_layernorm(self):
@@ -419,9 +461,10 @@ class Sequencer:
         m, d, g = self.m, self.d, self.g
         with m.If(d.ln_behind & ~d.abandon):
             with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
-                m.d.sync += [d.ln_behind.eq(0), d.ln_op.eq(self.Op.IDLE)]
+                m.d.sync += d.ln_behind.eq(0)
+                self.set_ln_op(self.Op.IDLE)
             with m.Else():
-                m.d.sync += d.ln_op.eq(self.Op.LN1)
+                self.set_ln_op(self.Op.LN1)
 
     def behind_softmax(self):
         """Outside the FSM, after it: ``d.p_behind`` (PV started once the MVAU's scores were all in the softmax; its
@@ -478,6 +521,7 @@ class Sequencer:
         if not self.pre_ln:
             self.behind_layernorm()
         self.behind_softmax()
+        self.drive_commands()
         if g.tiled:
             self.pending_transfers()
         for name, sigs in self.next_ops.items():
@@ -834,10 +878,10 @@ class Sequencer:
                 (self.x_pending, d.mover.busy, lambda go: self.transfer(
                     Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words), start=go)),
                 (self.vt_pending, d.mover.store_busy, lambda go: self.store_vt(None, self.vt_base, start=go))):
-            go = ~busy & ~d.abandon
+            # (the flag falls with the start, or with the abandon, which clears it too: not on the abandon's decode)
             with m.If(pending):
-                issue(go)
-                with m.If(go):
+                issue(~busy & ~d.abandon)
+                with m.If(~busy):
                     m.d.sync += pending.eq(0)
 
     def store_k(self, state):
@@ -881,16 +925,19 @@ class Sequencer:
         next layer's input (or the output), both beside that block's heads (whose scores follow Q_{t+1}'s rows:
         ``d.load_wait``); the layer's last block: X'_t out alone."""
         m, d, g = self.m, self.d, self.g
-        with m.If(d.blk != d.run_blocks - 1):
-            self.transfer(Transfer.LOAD_Q, self.q_next_at,
-                          g.words(g.rows * g.hidden))
-            self.goto("P2_NEXT_Q")
-        with m.Else():
-            self.store_x()
+        last = d.blk == d.run_blocks - 1      # (one command of the state: both chosen by it)
+        self.transfer(Mux(last, Transfer.STORE_X, Transfer.LOAD_Q), Mux(last, self.x_out_at, self.q_next_at),
+                      Mux(last, self.x_out_words(), g.words(g.rows * g.hidden)))
+        with m.If(last):
             self.goto("P2_STORE_X")
+        with m.Else():
+            self.goto("P2_NEXT_Q")
 
     def store_x(self):
-        self.transfer(Transfer.STORE_X, self.x_out_at, Mux(self.last_layer, self.io_block, self.block_words))
+        self.transfer(Transfer.STORE_X, self.x_out_at, self.x_out_words())
+
+    def x_out_words(self):
+        return Mux(self.last_layer, self.io_block, self.block_words)
 
     def layer_tail_states(self, after_layer):
         """Per head SCORES and PV, then O, LN1, FFN up (GELU), FFN down, LN2 (pre-LN: O, LN2, FFN up, FFN down),
