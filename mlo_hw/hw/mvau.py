@@ -471,7 +471,7 @@ class Requantizer(wiring.Component):
     Timing: ``result`` holds the set presented :attr:`latency` cycles earlier. With ``pe`` lanes (``groups =
     1``) a free-running pipeline, one set a cycle, latency 7 (acc + bias, the multiplier's operand copies, product M,
     product P, shift, round, saturate); ``valid`` is not used. With fewer lanes a set is held and its ``groups = pe / requant_lanes``
-    groups of channels pass the lanes one a cycle; a set may follow the previous one ``groups`` cycles later
+    groups of channels pass the lanes one a cycle (the held set shifts down a group a cycle); a set may follow the previous one ``groups`` cycles later
     at the earliest (the MVAU's result beats are ``col_folds >= groups`` cycles apart: :meth:`MVAUParams.command`
     checks it), latency ``7 + groups``. DSP48E1: two per lane (the ``acc + bias`` x ``mult`` product, as two
     partial products, each registered at its multiplier, summed in the P stage: :func:`split_product`).
@@ -514,16 +514,21 @@ class Requantizer(wiring.Component):
                           reset_less=True)          # data: ``feeding`` says when it holds a set
             grp = Signal(range(G))
             feeding = Signal()
+            # the held channels shift down by a group a cycle, so that the lanes always take the first k: no
+            # multiplexer on ``grp`` in front of the ``acc + bias`` adders (grp -> the group select -> the sum's
+            # carry chains was bert_tiny_auto's routed critical path at d126af5, seed 2, 7.75 ns)
             with m.If(feeding):
                 m.d.sync += grp.eq(grp + 1)
+                m.d.sync += [v[j].eq(v[j + k]) for v in (held.acc, held.prm.bias, held.prm.mult)
+                             for j in range(p.pe - k)]
                 with m.If(grp == G - 1):
                     m.d.sync += feeding.eq(0)
             with m.If(self.valid):
                 m.d.sync += [held.acc.eq(self.acc), held.prm.eq(self.prm), held.ctl.raw.eq(self.raw),
                              held.ctl.wide.eq(self.wide), held.ctl.shift.eq(shift), grp.eq(0), feeding.eq(1)]
-            acc = [held.acc[grp * k + i] for i in range(k)]
-            bias = [held.prm.bias[grp * k + i] for i in range(k)]
-            mult = [held.prm.mult[grp * k + i] for i in range(k)]
+            acc = [held.acc[i] for i in range(k)]
+            bias = [held.prm.bias[i] for i in range(k)]
+            mult = [held.prm.mult[i] for i in range(k)]
             m.d.comb += [ctl0.eq(held.ctl), ctl0.valid.eq(feeding), ctl0.group.eq(grp)]
         out, ctl = self._lanes(m, acc, bias, mult, ctl0)
         if G == 1:
