@@ -44,8 +44,8 @@ class LayerNormLanes(wiring.Component):
         the matrix after the LayerNorm may read them while it runs.
         ``taps``: each lane's output handshake and beat of ``width`` elements (for a tracing testbench).
 
-    Timing: the reader delivers one word (``simd`` pairs) a cycle while the current row's lane FIFO has room;
-    each lane takes ``width`` elements a cycle and emits as many a cycle once its row's statistics are done (a row's
+    Timing: the reader delivers one word (``simd`` pairs) a cycle, through a two-word queue, while the current row's
+    lane FIFO has room; each lane takes ``width`` elements a cycle and emits as many a cycle once its row's statistics are done (a row's
     first output about hidden / width + 110 cycles after its first input; rows overlap inside a lane when
     hidden / width >= 52, :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts ``i * hidden / simd`` cycles
     after ``start`` (its FIFO fills after lane i - 1's), so ``rows`` rows take about ``(lanes - 1) hidden / simd +

@@ -140,12 +140,13 @@ class Sequencer:
 
     def stale_op(self):
         """1 while ``op`` or ``ln_op`` is not the current state's (a transition written without :meth:`goto`): the
-        traced engine's ``trace_stale_op``, a simulation check. Outside the LayerNorm's states ``ln_op`` may name
-        the LayerNorm started early (``ln_partial``)."""
+        traced engine's ``trace_stale_op``, a simulation check (also 1 while ``ln_is`` is not ``ln_op``'s decode).
+        Outside the LayerNorm's states ``ln_op`` may name the LayerNorm started early (``ln_partial``)."""
         d, Op = self.d, self.Op
-        return Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind)
-                                                                                 if lo == Op.IDLE else 1)))
-                     for name, (o, lo) in self.state_ops.items())).any() | (d.ln_is.as_value() != self.ln_flags(d.ln_op))
+        stale = Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind)
+                                                                                  if lo == Op.IDLE else 1)))
+                      for name, (o, lo) in self.state_ops.items())).any()
+        return stale | (d.ln_is.as_value() != self.ln_flags(d.ln_op))
 
     # ---- small actions (combinational in the current state) ------------------------------------------
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
