@@ -131,6 +131,7 @@ class Sequencer:
         self.set_ln_op(self.next_ops[name][1])
 
     def ln_flags(self, ln_op):
+        """``ln_op``'s decode, as ``ln_is`` holds it."""
         Op = self.Op
         return Cat(ln_op == Op.LN1, ln_op == Op.LN2, ln_op == Op.LNX)
 
