@@ -131,9 +131,8 @@ class Sequencer:
         self.set_ln_op(self.next_ops[name][1])
 
     def ln_flags(self, ln_op):
-        """``ln_op``'s decode, as ``ln_is`` holds it."""
-        Op = self.Op
-        return Cat(ln_op == Op.LN1, ln_op == Op.LN2, ln_op == Op.LNX)
+        """``ln_op``'s decode, as ``ln_is`` holds it (a field per LayerNorm op, in the layout's order)."""
+        return Cat(*(ln_op == getattr(self.Op, name.upper()) for name, _ in ln_is_layout()))
 
     def set_ln_op(self, ln_op):
         """``ln_op`` and its decode ``ln_is`` loaded with ``ln_op`` (a constant, or a transition's constant)."""
