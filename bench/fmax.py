@@ -45,15 +45,20 @@ def main(argv=None) -> int:
                          "often stops converging on bert_tiny)")
     ap.add_argument("--placer", choices=PLACERS, default="heap",
                     help="nextpnr's placer (default heap; static, the electrostatic placer, spreads a dense design)")
+    ap.add_argument("--mhz", type=float,
+                    help="the clock nextpnr aims at (default the config's target.clock_mhz); a higher aim makes its "
+                         "timing-driven placer and router work on paths that already meet the config's clock")
     args = ap.parse_args(argv)
+    if args.mhz is not None and not 1 <= args.mhz <= 1000:
+        ap.error(f"--mhz: {args.mhz:g} is not a clock between 1 and 1000 MHz")
     if len(set(args.seed)) != len(args.seed):
         ap.error(f"--seed: a seed given twice ({' '.join(map(str, args.seed))})")
     tools = ecp5_tools()
     cfg = load_config(args.config)
     t0 = time.perf_counter()
     out = args.output or Path("build") / cfg.name / "pnr_ecp5"
-    results = route_seeds(proxy_verilog(cfg), out, cfg.target.clock_mhz, tools, args.seed, args.router, args.placer,
-                          args.jobs)
+    mhz = args.mhz or cfg.target.clock_mhz
+    results = route_seeds(proxy_verilog(cfg), out, mhz, tools, args.seed, args.router, args.placer, args.jobs)
     if not any(r["ran"] for r in results):
         raise SynthError(results[0]["reason"])
     for routed in results:
@@ -63,6 +68,8 @@ def main(argv=None) -> int:
         print(fmax_line(routed) + (f" seed={routed['seed']}" if len(results) > 1 else ""))
         for e in routed["endpoints"]:        # the next paths: the latest register inputs, one per register
             print(f"  {e['ns']:6.2f} ns  {e['from']} -> {e['block']}: {e['sink']} <- {e['net']}")
+        mult = routed["multipliers"]
+        print(f"  MULT18X18D with their output register: {mult['output_registered']} of {mult['MULT18X18D']}")
         print(f"  synth_ecp5 {routed['synth_seconds']:.0f} s, nextpnr-ecp5 {routed['pnr_seconds']:.0f} s; "
               f"logs in {routed['folder']}")
     if len(results) > 1:

@@ -13,6 +13,8 @@ alone on an LFE5UM5G-85F, speed 8, CABGA381):
   (:func:`mlo_hw.boards.drive_from_stimulus`);
 - :func:`parse_nextpnr`: routed Fmax per clock, utilisation and critical-path report from nextpnr's log;
   :func:`path_summary` names the blocks of the critical path from its cell and net names (:func:`block_of`);
+- :func:`absorb_output_registers`: a multiplier's product register moved into its MULT18X18D (yosys packs none
+  on Lattice parts; Vivado does on a DSP48E1);
 - :func:`route_engine`: yosys, then nextpnr-ecp5, in a folder; returns the figures; :func:`route_seeds` on
   several placement seeds, :func:`seeds_line` their spread.
 """
@@ -39,7 +41,8 @@ from .cli import BadInput
 from .hw.pipeline import KEEP_REGISTERS
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
-           "yosys_workaround", "parse_nextpnr", "path_cells", "block_of", "path_summary", "worst_endpoints",
+           "yosys_workaround", "absorb_output_registers", "parse_nextpnr", "path_cells", "block_of", "path_summary",
+           "worst_endpoints",
            "fmax_line", "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS",
            "PLACERS", "PROXY_PART", "proxy_config", "proxy_verilog",
            "route_engine", "route_seeds", "seeds_line"]
@@ -104,6 +107,73 @@ def yosys_workaround(script: str, top: str) -> str:
             lines[i:i + 1] = synth_ecp5_lines(top, m.group(1) if m else "")
             return "\n".join(lines) + "\n"
     raise BadInput("yosys script: no synth_ecp5 line (LiteX's script changed?)")
+
+
+# ---- the multipliers' output registers ---------------------------------------------------------------------
+
+def _output_register(ff: dict) -> tuple | None:
+    """The MULT18X18D output register settings a ``TRELLIS_FF`` maps to: ``(clk, ce, rst, resetmode, gsr)`` with
+    ``ce`` and ``rst`` a net or a constant; None for a flip-flop the register cannot stand for (an inverted clock,
+    enable or reset, an initial or reset value of 1, or a reset beside an enable, whose priority the DSP's register
+    may not share)."""
+    p, c = ff["parameters"], ff["connections"]
+    if p.get("CLKMUX", "CLK").strip() != "CLK" or p.get("LSRMUX", "LSR").strip() != "LSR" \
+            or p.get("REGSET", "RESET").strip() != "RESET":
+        return None
+    cemux = p.get("CEMUX", "1").strip()
+    if cemux not in ("1", "CE"):
+        return None
+    ce = "1" if cemux == "1" else c["CE"][0]
+    rst = c.get("LSR", ["0"])[0]
+    if rst != "0" and ce != "1":
+        return None
+    mode = "ASYNC" if p.get("SRMODE", "LSR_OVER_CE").strip() == "ASYNC" else "SYNC"
+    return c["CLK"][0], ce, rst, mode, p.get("GSR", "ENABLED").strip()
+
+
+def absorb_output_registers(module: dict) -> int:
+    """Move the flip-flops that register a MULT18X18D's product into the multiplier's own output register
+    (``REG_OUTPUT_CLK``), in a ``synth_ecp5`` netlist ``module`` (yosys' JSON, flattened), as Vivado does with a
+    DSP48E1's P register and as yosys does for no Lattice part. A multiplier qualifies when it has no register
+    yet and each product bit that anything reads goes to one flip-flop's D input and nowhere else, all of them on
+    one clock, enable and reset (:func:`_output_register`). The flip-flops' outputs become the multiplier's, so
+    the logic reading them is unchanged and a cycle behind the operands as before. Returns the number of
+    multipliers changed. Without it the routed paths through a multiplier are a wire to the DSP, its 2.5 ns and a
+    wire back to a register in the fabric; with it they end at the DSP."""
+    cells = module["cells"]
+    readers = defaultdict(list)
+    for name, cell in cells.items():
+        dirs = cell.get("port_directions", {})
+        for port, bits in cell["connections"].items():
+            if dirs.get(port, "input") != "output":
+                for b in bits:
+                    readers[b].append((name, port))
+    for port in module.get("ports", {}).values():
+        for b in port["bits"]:
+            readers[b].append(("", "port"))
+    changed = 0
+    for name, mult in list(cells.items()):
+        if mult["type"] != "MULT18X18D" or any(
+                str(v).strip() not in ("NONE", "") for k, v in mult["parameters"].items() if k.startswith("REG_")):
+            continue
+        outs = {port: bits[0] for port, bits in mult["connections"].items()
+                if re.fullmatch(r"P\d+", port) and readers.get(bits[0])}
+        regs = {port: readers[b][0][0] for port, b in outs.items()}
+        if not outs or any(len(readers[b]) != 1 or readers[b][0][1] != "DI"
+                           or cells[regs[port]]["type"] != "TRELLIS_FF" for port, b in outs.items()):
+            continue
+        settings = {_output_register(cells[ff]) for ff in regs.values()}
+        if len(settings) != 1 or None in settings:
+            continue
+        clk, ce, rst, mode, gsr = settings.pop()
+        for port, ff in regs.items():
+            mult["connections"][port] = cells.pop(ff)["connections"]["Q"]
+        mult["connections"].update(CLK0=[clk], CE0=[ce], RST0=[rst])
+        mult.setdefault("port_directions", {}).update(CLK0="input", CE0="input", RST0="input")
+        mult["parameters"].update(REG_OUTPUT_CLK="CLK0", REG_OUTPUT_CE="CE0", REG_OUTPUT_RST="RST0",
+                                  RESETMODE=mode, GSR=gsr)
+        changed += 1
+    return changed
 
 
 # ---- nextpnr's log -----------------------------------------------------------------------------------------
@@ -310,11 +380,20 @@ def _failure(what: str, log: Path) -> str:
 
 
 def synthesize(out: Path, tools: dict[str, str]) -> str | None:
-    """``synth_ecp5`` of ``out/top.v`` into ``out/top.json``; None, or why it failed."""
+    """``synth_ecp5`` of ``out/top.v`` into ``out/top.json``, the multipliers' product registers moved into them
+    (:func:`absorb_output_registers`; ``out/multipliers.json`` counts them); None, or why it failed."""
     script = ["read_verilog -sv top.v", *synth_ecp5_lines(WRAP_TOP, "top.json")]
     (out / "synth.ys").write_text("\n".join(script) + "\n")
     if _run([tools["yosys"], "-q", "-s", "synth.ys"], out, out / "yosys.log") or not (out / "top.json").exists():
         return _failure("yosys synth_ecp5", out / "yosys.log")
+    netlist = json.loads((out / "top.json").read_text())
+    module = netlist.get("modules", {}).get(WRAP_TOP)
+    if module is None:
+        return f"yosys synth_ecp5 wrote no module {WRAP_TOP} into {out / 'top.json'}"
+    registered = absorb_output_registers(module)
+    total = sum(c["type"] == "MULT18X18D" for c in module["cells"].values())
+    (out / "top.json").write_text(json.dumps(netlist))
+    (out / "multipliers.json").write_text(json.dumps({"MULT18X18D": total, "output_registered": registered}))
     return None
 
 
@@ -372,6 +451,7 @@ def route_seeds(verilog_text: str, out: Path, mhz: float, tools: dict[str, str],
     if (why := synthesize(out, tools)) is not None:
         return [{"ran": False, "seed": s, "reason": why} for s in seeds]
     synth_seconds = time.perf_counter() - t0
+    multipliers = json.loads((out / "multipliers.json").read_text())
 
     def one(seed: int) -> dict:
         where = out
@@ -385,7 +465,7 @@ def route_seeds(verilog_text: str, out: Path, mhz: float, tools: dict[str, str],
                 shutil.copyfile(out / "top.json", where / "top.json")
         t1 = time.perf_counter()
         rc, parsed = _place_and_route(where, tools, mhz, seed, router, placer)
-        return _routed(where, rc, parsed, synth_seconds, time.perf_counter() - t1, seed)
+        return {**_routed(where, rc, parsed, synth_seconds, time.perf_counter() - t1, seed), "multipliers": multipliers}
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, seeds))

@@ -137,13 +137,16 @@ def _stand_in(path: Path, body: str) -> str:
 def test_route_seeds_synthesizes_once_and_routes_each_seed_in_its_folder(tmp_path):
     """The flow around the tools (which run for real in the slow test): stand-ins count the syntheses and answer
     each route with the captured log, so every seed's folder gets its own log, report and figures."""
-    tools = {"yosys": _stand_in(tmp_path / "yosys", f"echo x >> {tmp_path}/syntheses; echo '{{}}' > top.json\n"),
+    (tmp_path / "netlist.json").write_text(json.dumps({"modules": {ecp5.WRAP_TOP: {"cells": {}}}}))
+    yosys = f"echo x >> {tmp_path}/syntheses; cp {tmp_path}/netlist.json top.json\n"
+    tools = {"yosys": _stand_in(tmp_path / "yosys", yosys),
              "nextpnr-ecp5": _stand_in(tmp_path / "nextpnr", f"echo \"$@\" > args; cat {tmp_path}/log\n")}
     (tmp_path / "log").write_text(NEXTPNR_LOG)
     out = tmp_path / "out"
     results = ecp5.route_seeds("module top; endmodule", out, 100.0, tools, seeds=(3, 1), jobs=2)
     assert (tmp_path / "syntheses").read_text() == "x\n"
     assert [r["seed"] for r in results] == [3, 1] and all(r["ran"] and r["fmax_mhz"] == FMAX for r in results)
+    assert all(r["multipliers"] == {"MULT18X18D": 0, "output_registered": 0} for r in results)
     for seed in (3, 1):
         where = out / f"seed{seed}"
         assert not (where / "top.json").is_symlink() and (where / "top.json").samefile(out / "top.json")
@@ -229,3 +232,75 @@ def test_pin_wrapper_resets_the_design_from_a_register():
     assert seen[:4] == [0] * 4, seen                   # held in reset while the pin is high
     assert seen[4:12] == [0, 0, 1, 2, 3, 4, 5, 6], seen  # released two edges after the pin falls
     assert seen[12:] == [0] * 4, seen                  # asserted again at once
+
+
+# Four products on the ECP5's multipliers: p_ce and p_rst are registered as a MULT18X18D's output register can
+# be; p_both has an enable and a reset (whose priority the DSP's register may not share); p_read is also read
+# before its register.
+PRODUCTS = """
+module mlo_ecp5(input clk, input rst, input ce, input signed [15:0] ai, bi, ci, di, ei, fi, gi, hi,
+                output reg signed [31:0] p_ce, p_rst, p_both, p_read, output signed [31:0] raw);
+  reg signed [15:0] a, b, c, d, e, f, g, h;
+  always @(posedge clk) {a, b, c, d, e, f, g, h} <= {ai, bi, ci, di, ei, fi, gi, hi};
+  always @(posedge clk) if (ce) p_ce <= a * b;
+  always @(posedge clk) if (rst) p_rst <= 0; else p_rst <= c * d;
+  always @(posedge clk) if (rst) p_both <= 0; else if (ce) p_both <= e * f;
+  assign raw = g * h;
+  always @(posedge clk) p_read <= raw;
+endmodule
+"""
+
+
+def _synthesized_products(tmp_path: Path, tools: dict) -> dict:
+    (tmp_path / "top.v").write_text(PRODUCTS)
+    assert ecp5.synthesize(tmp_path, tools) is None
+    return json.loads((tmp_path / "top.json").read_text())["modules"][ecp5.WRAP_TOP]
+
+
+def test_product_registers_move_into_their_multipliers(tmp_path):
+    """``synthesize`` moves a product's register into its MULT18X18D when the register is all that reads it and
+    its enable and reset fit the DSP's; the register's outputs (here the module's ports) are then the DSP's."""
+    module = _synthesized_products(tmp_path, synth.ecp5_tools())
+    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 4, "output_registered": 2}
+    ports = {name: port["bits"] for name, port in module["ports"].items()}
+    mults = [c for c in module["cells"].values() if c["type"] == "MULT18X18D"]
+    ffs = [c for c in module["cells"].values() if c["type"] == "TRELLIS_FF"]
+    registered = {}
+    for m in mults:
+        if m["parameters"].get("REG_OUTPUT_CLK") == "CLK0":
+            out = {b for p, (b,) in m["connections"].items() if p.startswith("P")}
+            name = next(n for n in ("p_ce", "p_rst") if set(ports[n]) <= out)
+            registered[name] = m
+    assert set(registered) == {"p_ce", "p_rst"}
+    assert registered["p_ce"]["connections"]["CE0"] == ports["ce"]
+    assert registered["p_ce"]["connections"]["RST0"] == ["0"]
+    assert registered["p_rst"]["connections"]["RST0"] == ports["rst"]
+    assert registered["p_rst"]["connections"]["CE0"] == ["1"]
+    assert registered["p_rst"]["parameters"]["RESETMODE"] == "SYNC"
+    assert all(m["connections"]["CLK0"] == ports["clk"] for m in registered.values())
+    # p_both's and p_read's registers stay in the fabric, and no flip-flop drives the two moved ones any more
+    driven = {c["connections"]["Q"][0] for c in ffs}
+    assert set(ports["p_both"]) <= driven and set(ports["p_read"]) <= driven
+    assert not (set(ports["p_ce"]) | set(ports["p_rst"])) & driven
+
+
+def test_nextpnr_places_multipliers_with_their_output_register(tmp_path):
+    """nextpnr-ecp5 takes the moved registers (their clock, enable and reset pins and parameters): the design
+    places and routes."""
+    routed = ecp5.route_engine(PRODUCTS, tmp_path, 200.0, synth.ecp5_tools())
+    assert routed["ran"] and routed["fmax_mhz"] > 0
+    assert routed["multipliers"] == {"MULT18X18D": 4, "output_registered": 2}
+
+
+def test_quick_proxy_times_a_registered_multiplier_as_a_register(tmp_path):
+    """``bench/paths.py`` ends a path at a multiplier with its output register and starts one at its product."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("paths", Path(__file__).parent.parent / "bench" / "paths.py")
+    paths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(paths)
+    module = _synthesized_products(tmp_path, synth.ecp5_tools())
+    arcs, launch, ends, _ = paths.timing_graph(module)
+    ports = {name: port["bits"] for name, port in module["ports"].items()}
+    assert all(launch[b] == paths.MULT_REG_LAUNCH and not arcs.get(b) for b in ports["p_ce"] + ports["p_rst"])
+    assert all(arcs[b] for b in ports["raw"])                   # the unregistered product: through the multiplier
+    assert sum(module["cells"][c]["type"] == "MULT18X18D" for _, c, _ in ends) == 2 * 2 * 18   # A and B pins
