@@ -412,7 +412,7 @@ class LayerEngine(wiring.Component):
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         # the flush decode (START, a soft reset, every abandon) into one register beside the sequencer first: from the
         # decode straight to the blocks' registers was 8.4-8.6 ns on bert_tiny_auto's route at 2244104 (seed 1)
-        flushing = delayed(m, d.flush, 1, "flushing")
+        d.flushing = flushing = delayed(m, d.flush, 1, "flushing")
         for name, handle, block in (
                 ("mvau", "mvau", MVAU(mp)), ("softmax", "softmax", g.softmax(cfg)),
                 ("score_groups", "score_groups", self._score_groups()),
@@ -634,13 +634,17 @@ class LayerEngine(wiring.Component):
             k_local=d.K_LOCAL, v_local=d.V_LOCAL, bank_words=g.work_words // pe)
         # the beat through RESULT_HOPS registers to the writer: the op's result mux (by the MVAU) and the writer's
         # registers (by the buffers, which the LayerNorm lanes' writes share) are far apart on the die, a single
-        # hop was 10 ns of wire; a flush drops the beats in flight
+        # hop was 10 ns of wire; a flush drops the beats in flight: those that reach the writer in the RESULT_HOPS
+        # cycles after it. It does so from the flush's register (``d.flushing``, a cycle behind it), on the hops after
+        # the first and at the writer's input, where the flush's decode (from the DMA errors, the soft reset, the
+        # sequencer's state) into the first hop was 7.16 ns at 52ab33d's seed 1
         beat = Signal(writer.i.payload.shape(), name="result_beat", reset_less=True)    # (copies: no reset)
         m.d.comb += [beat.bytes.eq(res_data), beat.wide.eq(res_wide)]
         beat_valid = res_valid
         for k in range(RESULT_HOPS):
-            beat_valid = delayed(m, beat_valid & ~d.flush, 1, f"result_beat_valid{k}_")
-        m.d.comb += [writer.i.valid.eq(beat_valid), writer.i.payload.eq(delayed(m, beat, RESULT_HOPS, "result_beat"))]
+            beat_valid = delayed(m, beat_valid & (~d.flushing if k else 1), 1, f"result_beat_valid{k}_")
+        m.d.comb += [writer.i.valid.eq(beat_valid & ~d.flushing),
+                     writer.i.payload.eq(delayed(m, beat, RESULT_HOPS, "result_beat"))]
         for i, b in enumerate(d.work.banks):
             m.d.comb += [b.w.addr.eq(writer.banks[i].addr), b.w.data.eq(writer.banks[i].data),
                          b.w.en.eq(writer.banks[i].en)]
@@ -746,16 +750,20 @@ class LayerEngine(wiring.Component):
                                   Mux(ln_is.lnx, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
                                   if cfg.seq2seq else d.hdr["ln1_shift"]), 1, "ln_shift")
         m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail), ln_lanes.shift.eq(ln_shift),
-                     ln_lanes.w.ready.eq(~d.writer.rows.en.any())]
+                     ln_lanes.w.ready.eq(~d.writer.rows_writing)]
+        # the lanes' word goes into its buffer in the cycles the result writer leaves it (their ready): its address
+        # and data selected by that register alone, only the enable by their valid too (the handshake's decode
+        # in front of every data bit's multiplexer was 7.48 ns at 52ab33d's seed 1)
+        lanes_turn = ~d.writer.rows_writing
         # the pair words need no multiplexer (they are read only while a LayerNorm runs):
         if self.pre_ln:        # pre-LN: LN1, LN2 (and LNX) of the residual stream alone (X, b = 0) -> R
             x, r = bufs["x"], bufs["r"]
             m.d.comb += ln_lanes.rd_data.eq(pairs(x.r.data, Const(0, len(x.r.data))))
             with m.If(ln_is.as_value().any()):
                 m.d.comb += [x.rd_addr.eq(ln_lanes.rd_addr), x.rd_en.eq(ln_lanes.rd_en)]
-                with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
+                with m.If(lanes_turn):
                     m.d.comb += [r.w.addr.eq(ln_lanes.w.payload.addr), r.w.data.eq(ln_lanes.w.payload.data),
-                                 r.w.en.eq((1 << simd) - 1)]
+                                 r.w.en.eq(ln_lanes.w.valid.replicate(simd))]
         else:                  # post-LN: the LayerNorm adds a and b, so every one takes (X, Y) pairs
             m.d.comb += ln_lanes.rd_data.eq(pairs(bufs["x"].r.data, bufs["y"].r.data))
         for running, b_buf in () if self.pre_ln else ((ln_is.ln1, "y"), (ln_is.ln2, "x")):
@@ -765,10 +773,10 @@ class LayerEngine(wiring.Component):
                 # operand waits in them and for the rows the lanes have not written whole
                 with m.If(~d.ln_behind | ln_lanes.rd_en):
                     m.d.comb += [bufs["y"].rd_addr.eq(ln_lanes.rd_addr), bufs["y"].rd_en.eq(ln_lanes.rd_en)]
-                with m.If(ln_lanes.w.valid & ln_lanes.w.ready):   # the output overwrites the row's b buffer
+                with m.If(lanes_turn):   # the output overwrites the row's b buffer
                     b = bufs[b_buf]
                     m.d.comb += [b.w.addr.eq(ln_lanes.w.payload.addr), b.w.data.eq(ln_lanes.w.payload.data),
-                                 b.w.en.eq((1 << simd) - 1)]
+                                 b.w.en.eq(ln_lanes.w.valid.replicate(simd))]
         # the lanes read Y in their turns (ln_turn: they wanted to read in the cycle before, a register), FFN up's
         # operand in the others: neither reader's decision reaches the other's (the lanes' issue into the operand's
         # hold was bert_tiny_auto's critical path at f849c36 on the ECP5-85F, seed 3, 8.36 ns)
@@ -781,10 +789,10 @@ class LayerEngine(wiring.Component):
             with m.If(ln_is.lnx):
                 for name in ("x", "y"):
                     m.d.comb += [bufs[name].rd_addr.eq(ln_lanes.rd_addr), bufs[name].rd_en.eq(ln_lanes.rd_en)]
-                with m.If(ln_lanes.w.valid & ln_lanes.w.ready):
+                with m.If(lanes_turn):
                     y = bufs["y"]
                     m.d.comb += [y.w.addr.eq(ln_lanes.w.payload.addr), y.w.data.eq(ln_lanes.w.payload.data),
-                                 y.w.en.eq((1 << simd) - 1)]
+                                 y.w.en.eq(ln_lanes.w.valid.replicate(simd))]
 
         # LOAD: X <- DRAM; STORE: X -> DRAM; tiled also LOAD_Q: Y <- DRAM, STORE_QKV: Y, WORK -> DRAM
         # a load's words go where the mover says (tiled, the residual X_t loads while the heads compute)

@@ -60,6 +60,7 @@ class ResultWriter(wiring.Component):
         reads 0 from the cycle after ``start``.
         ``i``: the result beats (``ready`` is always 1).
         ``rows``: a write of ``simd`` int16 lanes (``addr``, ``data``, per-lane ``en``) for ROWS16;
+        ``rows_writing``: ``rows.en`` has a bit set (a register of its own, for the writers that yield to it);
         ``banks``: one byte-lane write per WORK bank for ROWS8, K and VT (bank-local ``addr``).
         ``count``: beats written since ``start`` (it moves with each beat's writes).
 
@@ -78,7 +79,7 @@ class ResultWriter(wiring.Component):
         super().__init__({
             "start": In(1), "cfg": In(start_layout(self.max_words, self.max_beats)),
             "i": In(stream.Signature(result_layout(pe))),
-            "rows": Out(rows_write_layout(self.max_words, simd)),
+            "rows": Out(rows_write_layout(self.max_words, simd)), "rows_writing": Out(1),
             "banks": Out(data.ArrayLayout(bank_write_layout(bank_words, simd), pe)),
             "count": Out(range(seq * max(seq, intermediate, hidden) // pe + 1)),
         })
@@ -106,7 +107,7 @@ class ResultWriter(wiring.Component):
         rows_q, banks_q = Signal(self.rows.shape(), reset_less=True), Signal(self.banks.shape(), reset_less=True)
         rows_en, banks_en = Signal(simd), Signal(simd * pe)
         wrote = Signal()
-        m.d.sync += [rows_q.eq(rows), banks_q.eq(banks), rows_en.eq(rows.en),
+        m.d.sync += [rows_q.eq(rows), banks_q.eq(banks), rows_en.eq(rows.en), self.rows_writing.eq(rows.en.any()),
                      banks_en.eq(Cat(*(b.en for b in banks))), wrote.eq(self.i.valid)]
         m.d.comb += [self.rows.addr.eq(rows_q.addr), self.rows.data.eq(rows_q.data), self.rows.en.eq(rows_en)]
         for i, b in enumerate(self.banks):
