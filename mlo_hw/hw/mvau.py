@@ -653,7 +653,9 @@ class MVAU(wiring.Component):
         issue = tag0.valid
         used_next = Signal.like(used)
         commit, out = issue & tag0.last, self.o.valid & self.o.ready
-        m.d.comb += used_next.eq(used + commit - out)
+        # used +- 1 from the register alone, chosen last: the issue decision and the consumer's ready select, not feed
+        # a carry chain (into ``used`` it was 6.79 ns at 52ab33d's seed 2, ECP5-85F aimed at 150 MHz)
+        m.d.comb += used_next.eq(Mux(commit & ~out, used + 1, Mux(out & ~commit, used - 1, used)))
         # the comparisons precomputed from ``used`` alone: only a small LUT function of the issue decision
         # and the consumer's ready sits in front of ``room`` (used + commit - out < depth; used <= depth)
         below, below_by_2 = used < self.fifo_depth, used < self.fifo_depth - 1
