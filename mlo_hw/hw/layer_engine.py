@@ -596,8 +596,8 @@ class LayerEngine(wiring.Component):
         # the words not loaded yet
         d.load_wait = Signal(name="load_wait")
         # (X: the half being read; pass 1's K and V read X_t while X_{t+1} loads into the other)
-        loading = Mux(d.mover.wr.y, names.index("y"), names.index("x"))
-        same_half = d.mover.wr.y | (d.x_rd_half == d.x_wr_half)
+        loading = Mux(d.mover.load_y, names.index("y"), names.index("x"))
+        same_half = d.mover.load_y | (d.x_rd_half == d.x_wr_half)
         m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & same_half
                                    & (operand.rd_head >= d.mover.loaded))
 

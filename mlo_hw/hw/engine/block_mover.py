@@ -72,11 +72,13 @@ class BlockMover(wiring.Component):
         read data, straight from its port: ``x_word`` (STORE_X; X is free while the tiled engine's heads compute,
         when X'_t is stored), ``y_word`` (STORE_Q, int16 lanes) or ``work_word`` (STORE_K, STORE_VT; WORK is free
         while the next block's Q computes).
-        Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``, ``y``) into X
-        (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so that a load may run beside
-        the engine's other work. ``loaded``: the words of that buffer written whole since the load's start (a
-        one-run load writes in address order from word 0: LOAD_Q a Y word a byte word, LOAD_X an X word every
-        two), a register a cycle behind the writes, so that a reader may follow the load.
+        Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``, ``y``; registers, a
+        cycle after the load's word) into X (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so
+        that a load may run beside the engine's other work. ``loaded``: the words of that buffer written whole since
+        the load's start (a one-run load writes in address order from word 0: LOAD_Q a Y word a byte word, LOAD_X an
+        X word every two), a register a cycle behind ``wr``, so that a reader may follow the load. ``load_busy``
+        covers the last write on ``wr``. ``load_y``: the load side's command is a LOAD_Q (from its command
+        register, ahead of ``wr.y``).
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
 
     Timing: ``start`` and ``cmd`` are registered on the way in (the command latch and the side's choice then start
@@ -100,7 +102,7 @@ class BlockMover(wiring.Component):
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "rd_addr": Out(local_bits), "rd_en": Out(1), "reads_x": Out(1), "reads_y": Out(1),
             "x_word": In(nx.RES_BITS * simd), "y_word": In(nx.RES_BITS * simd), "work_word": In(8 * simd),
-            "loaded": Out(range(max_words + 1)),
+            "loaded": Out(range(max_words + 1)), "load_y": Out(1),
             "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
             "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd,
                                           "y": 1})),
@@ -182,16 +184,21 @@ class BlockMover(wiring.Component):
         m.d.comb += store.r_data.eq(word)
 
         # ---- buffer writes from the load ---------------------------------------------------------------
+        # (into a register: ``wr`` leaves the mover from flip-flops, not from the load's word count, which was 3 ns of
+        # wire from the buffers' write multiplexers: 7.33 ns at 5e9e52f's seed 1 on the ECP5-85F, aimed at 150 MHz)
         lw = load.w.payload
-        m.d.comb += [load.w.ready.eq(1), self.wr.valid.eq(load.w.valid), self.wr.y.eq(lcmd.kind == Transfer.LOAD_Q)]
+        wr = Signal(self.wr.shape(), name="wr_next")
+        m.d.sync += self.wr.eq(wr)
+        m.d.comb += [load.w.ready.eq(1), wr.valid.eq(load.w.valid), wr.y.eq(self.load_y),
+                     self.load_y.eq(lcmd.kind == Transfer.LOAD_Q)]
         lower = Const((1 << (simd // 2)) - 1, simd)
         with m.If(lcmd.kind == Transfer.LOAD_Q):
-            m.d.comb += [self.wr.addr.eq(lw.addr), self.wr.en.eq((1 << simd) - 1),
-                         self.wr.data.eq(Cat(*(Cat(b, b[7].replicate(nx.RES_BITS - 8))
-                                               for b in (lw.data.word_select(i, 8) for i in range(simd)))))]
+            m.d.comb += [wr.addr.eq(lw.addr), wr.en.eq((1 << simd) - 1),
+                         wr.data.eq(Cat(*(Cat(b, b[7].replicate(nx.RES_BITS - 8))
+                                          for b in (lw.data.word_select(i, 8) for i in range(simd)))))]
         with m.Else():
-            m.d.comb += [self.wr.addr.eq(lw.addr >> 1), self.wr.data.eq(Cat(lw.data, lw.data)),
-                         self.wr.en.eq(Mux(lw.addr[0], lower << (simd // 2), lower))]
+            m.d.comb += [wr.addr.eq(lw.addr >> 1), wr.data.eq(Cat(lw.data, lw.data)),
+                         wr.en.eq(Mux(lw.addr[0], lower << (simd // 2), lower))]
 
         # byte words since the load's start: held at 0 while no load runs (a load's side runs from the cycle after
         # it takes its command, and a run writes nothing before that)
