@@ -69,14 +69,13 @@ def timing_graph(top: dict):
                 arcs[o] += [(i, 0.26 if p == "S0" else 0.28, False) for i in (ins0 if p == "S0" else ins0 + ins1)]
                 arcs[o] += [(i, along, True) for i in cin]
         elif t == "MULT18X18D":
-            ins = [i for p in c["connections"] if re.match(r"[AB]\d|SIGNED", p) for i in _bits(c, p)]
+            pins = [(i, p) for p in c["connections"] if re.match(r"[AB]\d|SIGNED", p) for i in _bits(c, p)]
             if c["parameters"].get("REG_OUTPUT_CLK", "NONE") != "NONE":    # its product register (mlo_hw.ecp5)
                 launch.update({o: MULT_REG_LAUNCH for _, o in outs})
-                ends += [(i, name, p) for p in c["connections"] if re.match(r"[AB]\d|SIGNED", p)
-                         for i in _bits(c, p)]
+                ends += [(i, name, p) for i, p in pins]
                 continue
             for _, o in outs:
-                arcs[o] += [(i, MULT, False) for i in ins]
+                arcs[o] += [(i, MULT, False) for i, _ in pins]
         elif t == "TRELLIS_DPR16X4":
             for _, o in outs:
                 arcs[o] += [(i, 0.5, False) for i in _bits(c, "RAD")]

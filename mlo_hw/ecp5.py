@@ -380,20 +380,25 @@ def _failure(what: str, log: Path) -> str:
 
 
 def synthesize(out: Path, tools: dict[str, str]) -> str | None:
-    """``synth_ecp5`` of ``out/top.v`` into ``out/top.json``, the multipliers' product registers moved into them
-    (:func:`absorb_output_registers`; ``out/multipliers.json`` counts them); None, or why it failed."""
-    script = ["read_verilog -sv top.v", *synth_ecp5_lines(WRAP_TOP, "top.json")]
+    """``synth_ecp5`` of ``out/top.v`` into ``out/synth.json``, then ``out/top.json``: that netlist with the
+    multipliers' product registers moved into them (:func:`absorb_output_registers`; ``out/multipliers.json``
+    counts them). ``top.json`` appears whole and last, and only on success (an earlier run's is removed first); None,
+    or why it failed."""
+    for old in ("top.json", "synth.json", "multipliers.json"):
+        (out / old).unlink(missing_ok=True)
+    script = ["read_verilog -sv top.v", *synth_ecp5_lines(WRAP_TOP, "synth.json")]
     (out / "synth.ys").write_text("\n".join(script) + "\n")
-    if _run([tools["yosys"], "-q", "-s", "synth.ys"], out, out / "yosys.log") or not (out / "top.json").exists():
+    if _run([tools["yosys"], "-q", "-s", "synth.ys"], out, out / "yosys.log") or not (out / "synth.json").exists():
         return _failure("yosys synth_ecp5", out / "yosys.log")
-    netlist = json.loads((out / "top.json").read_text())
+    netlist = json.loads((out / "synth.json").read_text())
     module = netlist.get("modules", {}).get(WRAP_TOP)
     if module is None:
-        return f"yosys synth_ecp5 wrote no module {WRAP_TOP} into {out / 'top.json'}"
+        return f"yosys synth_ecp5 wrote no module {WRAP_TOP} into {out / 'synth.json'}"
     registered = absorb_output_registers(module)
     total = sum(c["type"] == "MULT18X18D" for c in module["cells"].values())
-    (out / "top.json").write_text(json.dumps(netlist))
     (out / "multipliers.json").write_text(json.dumps({"MULT18X18D": total, "output_registered": registered}))
+    (out / "top.json.partial").write_text(json.dumps(netlist))
+    os.replace(out / "top.json.partial", out / "top.json")
     return None
 
 

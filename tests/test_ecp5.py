@@ -138,7 +138,7 @@ def test_route_seeds_synthesizes_once_and_routes_each_seed_in_its_folder(tmp_pat
     """The flow around the tools (which run for real in the slow test): stand-ins count the syntheses and answer
     each route with the captured log, so every seed's folder gets its own log, report and figures."""
     (tmp_path / "netlist.json").write_text(json.dumps({"modules": {ecp5.WRAP_TOP: {"cells": {}}}}))
-    yosys = f"echo x >> {tmp_path}/syntheses; cp {tmp_path}/netlist.json top.json\n"
+    yosys = f"echo x >> {tmp_path}/syntheses; cp {tmp_path}/netlist.json synth.json\n"
     tools = {"yosys": _stand_in(tmp_path / "yosys", yosys),
              "nextpnr-ecp5": _stand_in(tmp_path / "nextpnr", f"echo \"$@\" > args; cat {tmp_path}/log\n")}
     (tmp_path / "log").write_text(NEXTPNR_LOG)

@@ -359,7 +359,7 @@ class NormaliseOutput(wiring.Component):
         return m
 
     def _element(self, m, w, j, advance, r, gain, bias, mean1, k2, inv3, e6, shift, half, y0_bits):
-        """Element ``j`` of a beat through stages 2..11, from its row memory word ``r``, gain and bias (read at
+        """Element ``j`` of a beat through stages 2..12, from its row memory word ``r``, gain and bias (read at
         stage 1) to ``o.payload[j]``."""
         rb = w.rb
         # the element's own copies of the shift, beside its shifter (one register for every element was 1.8 ns of

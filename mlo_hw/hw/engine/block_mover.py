@@ -188,7 +188,9 @@ class BlockMover(wiring.Component):
         # wire from the buffers' write multiplexers: 7.33 ns at 5e9e52f's seed 1 on the ECP5-85F, aimed at 150 MHz)
         lw = load.w.payload
         wr = Signal(self.wr.shape(), name="wr_next")
-        m.d.sync += self.wr.eq(wr)
+        wr_q = Signal(self.wr.shape(), name="wr_q", reset_less=True)     # (the word: no reset; the valid has one)
+        m.d.sync += [wr_q.eq(wr), self.wr.valid.eq(wr.valid)]
+        m.d.comb += [getattr(self.wr, f).eq(getattr(wr_q, f)) for f in ("addr", "data", "en", "y")]
         m.d.comb += [load.w.ready.eq(1), wr.valid.eq(load.w.valid), wr.y.eq(self.load_y),
                      self.load_y.eq(lcmd.kind == Transfer.LOAD_Q)]
         lower = Const((1 << (simd // 2)) - 1, simd)
