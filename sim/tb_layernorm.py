@@ -16,7 +16,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from mlo_hw.hw.layernorm import OUT_STAGES, row_sums_delay
+from mlo_hw.hw.layernorm import OUT_LATENCY, row_sums_delay
 from mlo_hw.model import numerics as nx
 from mlo_hw.config import load_config
 from runner import tb_params
@@ -209,4 +209,4 @@ async def full_rate(dut):
     assert span <= (count - 1) * per_row + beats, f"{span} cycles for {count} rows of {h}: too slow"
     # after a row's last beat in: at most 102 cycles of the ingest, the mean and the scale units, then the output
     # pipeline's stages
-    assert first_out <= beats + 102 + OUT_STAGES + row_sums_delay(WIDTH), f"first output after {first_out} cycles"
+    assert first_out <= beats + 102 + OUT_LATENCY + row_sums_delay(WIDTH), f"first output after {first_out} cycles"

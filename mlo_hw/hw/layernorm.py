@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from amaranth import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -40,7 +41,7 @@ from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
 from .mvau import SPLIT_BITS, split_product
 from .pipeline import KEEP, delayed, fits_signed, kept_copy, split_sum
 
-__all__ = ["PARAM_LUTRAM_DEPTH", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
+__all__ = ["PARAM_LUTRAM_DEPTH", "OUT_LATENCY", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
            "MeanVariance", "InverseStd", "NormaliseOutput"]
 
 SLOTS = 4                       # rows in flight (a power of two: the slot pointers wrap)
@@ -50,6 +51,10 @@ SHIFT_BITS = 6                  # runtime output shift 0..63
 # own. Deeper ones are left to the tool (block RAM at hidden 384 and 768).
 PARAM_LUTRAM_DEPTH = 128
 OUT_STAGES = 12                 # NormaliseOutput's pipeline: memory read to output register
+# NormaliseOutput's output queue, in beats: the credit's round trip (take, 12 stages, the queue's two cycles, the
+# credit's register) is 16 cycles, and the queue's memory then holds 16 (a buffered queue keeps one in its register)
+OUT_QUEUE = OUT_STAGES + 5
+OUT_LATENCY = OUT_STAGES + 2   # pending to the row's first beat on o: the pipeline, then the queue's two cycles
 
 
 def row_sums_delay(width: int) -> int:
@@ -265,14 +270,18 @@ class NormaliseOutput(wiring.Component):
         ``param``: :class:`ParamWriteSignature` write port of the gain and bias memories (one per element of a
         beat: channel ``c`` in memory ``c % width``, word ``c // width``).
         ``shift`` (in): the output shift. ``o``: stream of ``width`` signed(residual_bits), in channel order.
-        ``done`` (out): one cycle when the last beat of a row leaves ``o``; ``done_slot`` (out): its slot.
-    Timing: a 12-stage (:data:`OUT_STAGES`) pipeline (memory read, 16r - m, << k, the multipliers' operands
-    copied at each multiplier, the two partial products of the multiplication by inv, their sum, >> e, t and the
-    gain copied at their multiplier, times gain, plus bias, the shift by its multiple of 8, the rest of the shift
-    and saturate; every multiplier's inputs and output are registers beside it), ``width`` elements side by side,
-    that takes one beat per cycle from a pending slot and stalls as a whole while ``o`` is valid and not ready;
-    first beat of a row 12 cycles after ``pending``. ``shift`` reaches the elements three cycles after it is
-    driven (copies of its own beside each).
+        ``done`` (out): one cycle when the last beat of a row leaves the pipeline for the output queue (the row's
+        slot is read whole by then); ``done_slot`` (out): its slot.
+    Timing: a free-running 12-stage (:data:`OUT_STAGES`) pipeline (memory read, 16r - m, << k, the multipliers'
+    operands copied at each multiplier, the two partial products of the multiplication by inv, their sum, >> e, t
+    and the gain copied at their multiplier, times gain, plus bias, the shift by its multiple of 8, the rest of the
+    shift and saturate; every multiplier's inputs and output are registers beside it), ``width`` elements side by
+    side, into an output queue of :data:`OUT_QUEUE` beats (``o`` leaves its register). A beat is taken from a pending
+    slot, one a cycle, while the queue has a credit for it (a counter of the queue's free entries less the beats in
+    the pipeline, so nothing is ever dropped): ``o.ready`` reaches the queue and the counter, not the pipeline's
+    registers, which have no enable. The first beat of a row is on ``o`` 14 cycles after ``pending``; at one beat a
+    cycle taken by ``o`` the credit never runs out. ``shift`` reaches the elements three cycles after it is driven
+    (copies of its own beside each).
     """
 
     def __init__(self, w: _Widths):
@@ -315,16 +324,25 @@ class NormaliseOutput(wiring.Component):
         # ---- the output pipeline, stalling on output backpressure ----------------------------------
         out_slot = self.slot
         out_idx = Signal(range(w.beats))
-        advance, take = Signal(), Signal()
+        take = Signal()
         rows_r = self.rows
-        m.d.comb += [advance.eq(self.o.ready | ~self.o.valid), take.eq(advance & self.pending),
-                     rows_r.addr.eq(Cat(out_idx, out_slot)), rows_r.en.eq(advance)]
+        # the output queue and its credit: a beat is taken only with an entry of the queue kept for it, so the
+        # pipeline never stalls (an enable on all of its registers, from o.ready, was a net across the lane: 7.77 ns
+        # at 485a352's seed 4)
+        m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.o.payload.as_value()), depth=OUT_QUEUE)
+        credit = Signal(range(OUT_QUEUE + 1), init=OUT_QUEUE)
+        has_credit = Signal(init=1)                    # credit != 0, a register
+        popped = queue.r_rdy & queue.r_en
+        credit_next = credit - take + popped
+        m.d.sync += [credit.eq(credit_next), has_credit.eq(credit_next != 0)]
+        m.d.comb += [take.eq(has_credit & self.pending),
+                     rows_r.addr.eq(Cat(out_idx, out_slot)), rows_r.en.eq(1)]
         # each gain and bias memory reads at a copy of out_idx of its own, counted alike (KEEP: not merged): one
         # index into every element's distributed RAM fanned out to some 200 cells a bit (into the gain's read
         # register, 7.14 ns at 52ab33d's seed 1)
         param_idx = [Signal.like(out_idx, name=f"param_idx{k}", attrs={KEEP: 1}) for k in range(2 * n)]
         m.d.comb += [p.addr.eq(i) for p, i in zip(gain_r + bias_r, param_idx)]
-        m.d.comb += [p.en.eq(advance) for p in gain_r + bias_r]
+        m.d.comb += [p.en.eq(1) for p in gain_r + bias_r]
         with m.If(take):
             for idx in (out_idx, *param_idx):
                 m.d.sync += idx.eq(Mux(idx == w.beats - 1, 0, idx + 1))
@@ -344,23 +362,24 @@ class NormaliseOutput(wiring.Component):
         half = Signal(unsigned(y0_bits), reset_less=True)   # 2**(shift-1): rshift_round's rounding term, for the bias
         m.d.sync += [shift.eq(Mux(self.shift > y0_bits, y0_bits, self.shift)),
                      half.eq(Mux(shift == 0, 0, 1 << (shift - 1)[:len(shift)]))]
-        with m.If(advance):
-            m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == w.beats - 1), o[1].slot.eq(out_slot),
-                         mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
-            m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, OUT_STAGES + 1)]
-            m.d.sync += [inv[3].eq(inv[2])] + [e[j].eq(e[j - 1]) for j in range(3, 7)]
-            # the slot's inv and e ride along, selected at stage 1 -> 2: no slot mux in front of the multiplier
-            m.d.sync += [k2.eq(k1), inv[2].eq(self.inv[o[1].slot]), e[2].eq(self.e[o[1].slot])]
+        m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == w.beats - 1), o[1].slot.eq(out_slot),
+                     mean1.eq(self.mean[out_slot]), k1.eq(self.k[out_slot])]   # the slot's, with the read
+        m.d.sync += [o[j].eq(o[j - 1]) for j in range(2, OUT_STAGES + 1)]
+        m.d.sync += [inv[3].eq(inv[2])] + [e[j].eq(e[j - 1]) for j in range(3, 7)]
+        # the slot's inv and e ride along, selected at stage 1 -> 2: no slot mux in front of the multiplier
+        m.d.sync += [k2.eq(k1), inv[2].eq(self.inv[o[1].slot]), e[2].eq(self.e[o[1].slot])]
+        beat = Signal.like(self.o.payload, name="beat", reset_less=True)   # stage 12: the output register
         for j in lanes:
-            self._element(m, w, j, advance, rows_r.data[j], gain_r[j].data, bias_r[j].data, mean1, k2, inv[3],
-                          e[6], shift, half, y0_bits)
-        m.d.comb += [self.o.valid.eq(o[-1].valid), self.done.eq(self.o.valid & self.o.ready & o[-1].last),
-                     self.done_slot.eq(o[-1].slot)]
+            self._element(m, w, j, rows_r.data[j], gain_r[j].data, bias_r[j].data, mean1, k2, inv[3],
+                          e[6], shift, half, y0_bits, beat[j])
+        m.d.comb += [queue.w_en.eq(o[-1].valid), queue.w_data.eq(beat),
+                     self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
+                     self.done.eq(o[-1].valid & o[-1].last), self.done_slot.eq(o[-1].slot)]
         return m
 
-    def _element(self, m, w, j, advance, r, gain, bias, mean1, k2, inv3, e6, shift, half, y0_bits):
+    def _element(self, m, w, j, r, gain, bias, mean1, k2, inv3, e6, shift, half, y0_bits, out):
         """Element ``j`` of a beat through stages 2..12, from its row memory word ``r``, gain and bias (read at
-        stage 1) to ``o.payload[j]``."""
+        stage 1) to ``out``, its part of the output register."""
         rb = w.rb
         # the element's own copies of the shift, beside its shifter (one register for every element was 1.8 ns of
         # wire away from one of them: 52ab33d's seed 2, 7.30 ns): its multiple of 8, and the rest
@@ -383,36 +402,35 @@ class NormaliseOutput(wiring.Component):
         b_split = (y0_bits + 1) // 2
         b7_lo, b7_hi = reg(unsigned(b_split + 1), "bias7_lo"), reg(signed(32 - b_split), "bias7_hi")
         b8, b9 = reg(signed(y0_bits + 1), "bias8"), reg(signed(y0_bits + 1), "bias9")
-        with m.If(advance):
-            m.d.sync += [g[i].eq(g[i - 1]) for i in range(3, 8)] + [b[i].eq(b[i - 1]) for i in range(3, 7)]
-            # stage 1 -> 2: d = 16r - m, straight from the row memory (the slot's mean and k selected a stage earlier)
-            m.d.sync += [d2.eq((r << nx.LN_MEAN_FRAC_BITS) - mean1), g[2].eq(gain), b[2].eq(bias)]
-            # stage 2 -> 3: d << k (|d << k| <= s, so it fits root_bits + 1)
-            m.d.sync += dk.eq(d2 << k2)
-            # stage 3 -> 4: each multiplier's operands, copies of their own beside it (KEEP: the route from dk's
-            # flip-flops to a MULT18X18D was a critical path of the ECP5 proxy)
-            dk_lo, dk_hi = kept_copy(m, dk[:lo_bits], named("dk_lo")), kept_copy(m, dk[lo_bits:], named("dk_hi"))
-            inv_lo, inv_hi = kept_copy(m, inv3, named("inv_lo")), kept_copy(m, inv3, named("inv_hi"))
-            # stage 4 -> 5 -> 6: times the reciprocal (mvau.split_product: two partial products registered at their
-            # multipliers, then their sum; inside the advance, its registers stall with the pipeline)
-            scaled = split_product(m, Cat(dk_lo, dk_hi).as_signed(), inv_lo, named("scaled"), b_high=inv_hi)
-            # stage 6 -> 7: t = floor(. / 2**e), |t| <= 2**15; the bias's low half with the rounding half
-            m.d.sync += [t.eq(scaled >> e6), b7_lo.eq(b[6][:b_split] + half[:b_split]), b7_hi.eq(b[6][b_split:])]
-            # stage 7 -> 8: t and the gain copied beside their multiplier; the bias's high half with its carry
-            t_k, g_k = kept_copy(m, t, named("t_k")), kept_copy(m, g[7], named("gain_k"))
-            m.d.sync += b8.eq(Cat(b7_lo[:b_split], b7_hi + half[b_split:] + b7_lo[b_split]))
-            # stage 8 -> 9: times the gain (registered at the multiplier); stage 9 -> 10: bias and rounding half
-            m.d.sync += [tg.eq(t_k * g_k), b9.eq(b8)]
-            m.d.sync += y.eq(tg + b9)
-            # stage 10 -> 11: the shift's multiple of 8; stage 11 -> 12 (the output register): the rest of the
-            # shift, saturate (in range: the bits above the output's sign bit all equal the sign). Two arithmetic
-            # shifts in turn are one: floor(floor(y / 2**a) / 2**b) = floor(y / 2**(a + b)). (In one stage, the
-            # shifter's six levels and the saturation spread over the die: 8.27 ns at 8e7e1f1's seed 1.)
-            m.d.sync += y8.eq(y >> Cat(C(0, 3), shift_8))
-            shifted = Signal.like(y, name=named("shifted"))
-            m.d.comb += shifted.eq(y8 >> shift_1)
-            lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
-            m.d.sync += self.o.payload[j].eq(Mux(fits_signed(shifted, rb), shifted[:rb], Mux(shifted[-1], lo, hi)))
+        m.d.sync += [g[i].eq(g[i - 1]) for i in range(3, 8)] + [b[i].eq(b[i - 1]) for i in range(3, 7)]
+        # stage 1 -> 2: d = 16r - m, straight from the row memory (the slot's mean and k selected a stage earlier)
+        m.d.sync += [d2.eq((r << nx.LN_MEAN_FRAC_BITS) - mean1), g[2].eq(gain), b[2].eq(bias)]
+        # stage 2 -> 3: d << k (|d << k| <= s, so it fits root_bits + 1)
+        m.d.sync += dk.eq(d2 << k2)
+        # stage 3 -> 4: each multiplier's operands, copies of their own beside it (KEEP: the route from dk's
+        # flip-flops to a MULT18X18D was a critical path of the ECP5 proxy)
+        dk_lo, dk_hi = kept_copy(m, dk[:lo_bits], named("dk_lo")), kept_copy(m, dk[lo_bits:], named("dk_hi"))
+        inv_lo, inv_hi = kept_copy(m, inv3, named("inv_lo")), kept_copy(m, inv3, named("inv_hi"))
+        # stage 4 -> 5 -> 6: times the reciprocal (mvau.split_product: two partial products registered at their
+        # multipliers, then their sum)
+        scaled = split_product(m, Cat(dk_lo, dk_hi).as_signed(), inv_lo, named("scaled"), b_high=inv_hi)
+        # stage 6 -> 7: t = floor(. / 2**e), |t| <= 2**15; the bias's low half with the rounding half
+        m.d.sync += [t.eq(scaled >> e6), b7_lo.eq(b[6][:b_split] + half[:b_split]), b7_hi.eq(b[6][b_split:])]
+        # stage 7 -> 8: t and the gain copied beside their multiplier; the bias's high half with its carry
+        t_k, g_k = kept_copy(m, t, named("t_k")), kept_copy(m, g[7], named("gain_k"))
+        m.d.sync += b8.eq(Cat(b7_lo[:b_split], b7_hi + half[b_split:] + b7_lo[b_split]))
+        # stage 8 -> 9: times the gain (registered at the multiplier); stage 9 -> 10: bias and rounding half
+        m.d.sync += [tg.eq(t_k * g_k), b9.eq(b8)]
+        m.d.sync += y.eq(tg + b9)
+        # stage 10 -> 11: the shift's multiple of 8; stage 11 -> 12 (the output register): the rest of the
+        # shift, saturate (in range: the bits above the output's sign bit all equal the sign). Two arithmetic
+        # shifts in turn are one: floor(floor(y / 2**a) / 2**b) = floor(y / 2**(a + b)). (In one stage, the
+        # shifter's six levels and the saturation spread over the die: 8.27 ns at 8e7e1f1's seed 1.)
+        m.d.sync += y8.eq(y >> Cat(C(0, 3), shift_8))
+        shifted = Signal.like(y, name=named("shifted"))
+        m.d.comb += shifted.eq(y8 >> shift_1)
+        lo, hi = -(1 << (rb - 1)), (1 << (rb - 1)) - 1
+        m.d.sync += out.eq(Mux(fits_signed(shifted, rb), shifted[:rb], Mux(shifted[-1], lo, hi)))
 
 
 class LayerNorm(wiring.Component):

@@ -308,8 +308,8 @@ class MVAUIssue(wiring.Component):
         ``sf`` (out): the step's synapse fold (the vector buffer address).
         ``waddr`` (out): the step's weight word ``nf * col_folds + sf``.
         ``active`` (out): a job is loaded and has steps left.
-    Timing: ``step``, ``x_ready`` and ``cmd.ready`` are combinational in ``room`` and ``x_valid``;
-    the counters advance at the clock edge after a step issues.
+    Timing: ``step``, ``x_ready`` and ``cmd.ready`` are combinational in ``room`` and ``x_valid`` (and otherwise
+    come from registers); the counters advance at the clock edge after a step issues.
     """
 
     def __init__(self, p: MVAUParams, addr_width: int):
@@ -335,32 +335,38 @@ class MVAUIssue(wiring.Component):
         vec = Signal(range(p.max_vectors))
         waddr = self.waddr
 
-        from_stream = nf == 0
+        # the job's last fold and vector indices, registered with the job, and flags (registers) that say whether each
+        # counter is at 0 and at its last index, set a cycle ahead from equality tests of the registers: ``issue``
+        # and ``cmd.ready`` then take four flip-flops, not the counters' comparators (the fold counters through
+        # cmd.ready into the sequencer's decode were 7.78 ns at 485a352's seed 2)
+        sf_end, nf_end, vec_end = Signal.like(sf), Signal.like(nf), Signal.like(vec)
+        sf_last, nf_last, vec_last = Signal(), Signal(), Signal()
+        sf_first, from_stream = Signal(init=1), Signal(init=1)          # sf == 0, nf == 0
         issue = Signal()
         m.d.comb += issue.eq(active & self.room & (~from_stream | self.x_valid))
         m.d.comb += self.x_ready.eq(active & self.room & from_stream)
-
-        # the job's last fold and vector indices, registered with the job: equality tests, no subtractor
-        sf_end, nf_end, vec_end = Signal.like(sf), Signal.like(nf), Signal.like(vec)
-        sf_last, nf_last, vec_last = sf == sf_end, nf == nf_end, vec == vec_end
         job_last = sf_last & nf_last & vec_last
         m.d.comb += self.cmd.ready.eq(~active | (issue & job_last))
 
         with m.If(issue):
-            m.d.sync += [sf.eq(Mux(sf_last, 0, sf + 1)), waddr.eq(waddr + 1)]
+            m.d.sync += [sf.eq(Mux(sf_last, 0, sf + 1)), waddr.eq(waddr + 1), sf_first.eq(sf_last),
+                         sf_last.eq(Mux(sf_last, sf_end == 0, sf + 1 == sf_end))]
             with m.If(sf_last):
-                m.d.sync += nf.eq(Mux(nf_last, 0, nf + 1))
+                m.d.sync += [nf.eq(Mux(nf_last, 0, nf + 1)), from_stream.eq(nf_last),
+                             nf_last.eq(Mux(nf_last, nf_end == 0, nf + 1 == nf_end))]
                 with m.If(nf_last):
-                    m.d.sync += [vec.eq(Mux(vec_last, 0, vec + 1)), waddr.eq(0)]
+                    m.d.sync += [vec.eq(Mux(vec_last, 0, vec + 1)), waddr.eq(0),
+                                 vec_last.eq(Mux(vec_last, vec_end == 0, vec + 1 == vec_end))]
         with m.If(issue & job_last):
             m.d.sync += active.eq(0)
-        with m.If(self.cmd.valid & self.cmd.ready):
+        with m.If(self.cmd.valid & self.cmd.ready):     # the counters are at 0 here (the last step wraps them)
             c = self.cmd.payload
             m.d.sync += [job.eq(c), active.eq(1),
-                         sf_end.eq(c.col_folds - 1), nf_end.eq(c.row_folds - 1), vec_end.eq(c.vectors - 1)]
+                         sf_end.eq(c.col_folds - 1), nf_end.eq(c.row_folds - 1), vec_end.eq(c.vectors - 1),
+                         sf_last.eq(c.col_folds == 1), nf_last.eq(c.row_folds == 1), vec_last.eq(c.vectors == 1)]
 
         tag0 = self.step
-        m.d.comb += [tag0.valid.eq(issue), tag0.first.eq(sf == 0), tag0.last.eq(sf_last),
+        m.d.comb += [tag0.valid.eq(issue), tag0.first.eq(sf_first), tag0.last.eq(sf_last),
                      tag0.from_stream.eq(from_stream), tag0.act_unsigned.eq(job.act_unsigned),
                      tag0.raw.eq(job.raw), tag0.wide.eq(job.wide), tag0.nf.eq(nf), tag0.shift.eq(job.shift)]
         return m
