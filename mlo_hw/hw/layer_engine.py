@@ -521,7 +521,7 @@ class LayerEngine(wiring.Component):
         """The MVAU's parameters (a tile's bias/mult), weights (the tile buffer; on chip the attention products read
         K_h / V_h^T side by side from WORK) and x stream (the op's source buffer through the activation operand)."""
         g, mp = self.g, self.mvau_params
-        S, H, I, R, pe, simd, tr, dh, words = g.seq, g.hidden, g.inter, g.rows, g.pe, g.simd, g.tile_rows, g.head_dim, g.words
+        S, H, R, pe, simd, tr, dh, words = g.seq, g.hidden, g.rows, g.pe, g.simd, g.tile_rows, g.head_dim, g.words
         mvau, ws, op, work, bufs, operand = d.mvau, d.ws, d.op, d.work, d.bufs, d.operand
         # registered (the op decode stays off the latch's read counter): the MVAU reads a job's parameters tens of
         # cycles after the op begins, and its last before the op ends
@@ -535,10 +535,6 @@ class LayerEngine(wiring.Component):
                                            if self.cfg.seq2seq else d.hdr["ctx_mult"]),
                      ws.caddr.eq(tparams.src_addr), tparams.src_data.eq(Cat(ws.bias.as_value(), ws.mult.as_value()))]
         wiring.connect(m, tparams.params, mvau.params)
-        att_words = R * S * dh // (pe * simd)                   # weight words an attention product reads
-        d.issued = Signal(name="issued", shape=range(max(R * (tr // pe) * words(max(H, I)), att_words) + 1))   # weight words read by the job
-        with m.If(mvau.weights.en):
-            m.d.sync += d.issued.eq(d.issued + 1)
         m.d.comb += ws.waddr.eq(mvau.weights.addr)
         d.head_kword = Signal(range(words(H) + 1), name="head_kword")              # h * dh / simd: the head's columns of Q and K
         d.head_vrow = Signal(range(words(S * H) // pe + 1), name="head_vrow")     # (h * dh / pe) * S / simd: the head's V^T rows

@@ -37,6 +37,9 @@ Interface (clock domain ``sync``):
     the dot product ``acc`` itself. Beats leave in (vector, nf) order.
 ``busy`` (out)
     High from a command's acceptance until its last result has left ``o``.
+``issuing`` (out, a register)
+    High from the cycle after a command's acceptance until the clock edge after its job's last step issued (its
+    weights all read): low again in the cycle after the last read, unless the next command was taken with it.
 
 Throughput: one PE x SIMD step per cycle whenever ``x`` has data (only needed in folds ``nf == 0``)
 and the output buffer has room: no bubbles between folds, vectors or jobs. A job of ``V`` vectors
@@ -628,7 +631,7 @@ class MVAU(wiring.Component):
             "params": In(memory.ReadPort.Signature(addr_width=max(1, ceil_log2(p.max_row_folds)),
                                                    shape=p.param_layout())),
             "o": Out(stream.Signature(data.ArrayLayout(signed(p.acc_bits), p.pe))),
-            "busy": Out(1),
+            "busy": Out(1), "issuing": Out(1),
         })
 
     def elaborate(self, platform):
@@ -713,5 +716,5 @@ class MVAU(wiring.Component):
         # ---- output FIFO with credit-based issue ------------------------------------------------
         m.d.comb += [fifo.w_en.eq(tag.valid), fifo.w_data.eq(rq.result.as_value())]
         m.d.comb += [self.o.valid.eq(fifo.r_rdy), self.o.payload.eq(fifo.r_data), fifo.r_en.eq(self.o.ready)]
-        m.d.comb += self.busy.eq(issue_u.active | (used != 0))
+        m.d.comb += [self.busy.eq(issue_u.active | (used != 0)), self.issuing.eq(issue_u.active)]
         return m

@@ -65,9 +65,13 @@ class ParamCopier(wiring.Component):
         ``gelu``: the GELU table's write port (byte i = entry i); ``shift``: the shift memory's write port
         (channel c of the layer input at word c // lanes, lane c % lanes; LN1's output's from word H / lanes on).
 
-    Timing: once the section is loaded, element i is read in cycle i and written in cycle i + 2 (the read data
-    is registered before it leaves: the store's block RAM output drives no long wire); a section of n elements
-    takes n + 2 cycles from the first read to ``done``.
+    Timing: ``request`` is registered on the way in: ``busy`` rises, ``done`` falls and ``kind`` is taken at the
+    edge of the request (so a state that waits for ``done`` right after requesting waits), the copy restarts from
+    the register a cycle later (the request is the sequencer's decode: into every counter's reset it was 8.01 ns at
+    bc0335c's seed 2). Once the section is loaded, element i is read in cycle i and written in cycle i + 2 (the
+    read data is registered before it leaves: the store's block RAM output drives no long wire); a section of n
+    elements takes n + 2 cycles from the first read to ``done``, the first read two cycles after the request at
+    the earliest.
     """
 
     def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8,
@@ -102,6 +106,10 @@ class ParamCopier(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self.lanes
+        # the request, registered: the copy restarts from it (``restart``), a cycle after the request (``kind``, which
+        # ``loaded`` and ``waiting`` follow, is taken at the request itself)
+        restart = Signal()
+        m.d.sync += restart.eq(self.request & ~self.flush)
         kind = Signal(CopyKind)
         idx = Signal(range(max(self.count.values()) + 2))      # the element being read
         prev = Signal.like(idx)                                 # the element read last cycle (its data is out)
@@ -114,7 +122,7 @@ class ParamCopier(wiring.Component):
         # the element read last cycle, registered: it is written from here, a cycle later
         data_q, at = Signal(32, reset_less=True), Signal.like(prev, reset_less=True)
         put, ending = Signal(), Signal()          # (a request or a flush drops the element in flight)
-        m.d.sync += [data_q.eq(self.param_data), at.eq(prev), put.eq(write & ~self.request & ~self.flush),
+        m.d.sync += [data_q.eq(self.param_data), at.eq(prev), put.eq(write & ~restart & ~self.flush),
                      ending.eq(0)]
         kinds = {k: v for k, v in SECTION.items() if k in self.count}
         with m.Switch(kind):
@@ -138,19 +146,21 @@ class ParamCopier(wiring.Component):
             with m.If(lane == lanes - 1):
                 m.d.sync += [lane.eq(0), word.eq(word + 1)]
 
+        copying = self.busy & ~restart                  # (the counters are the copy's from here)
         m.d.comb += [self.waiting.eq(self.busy & ~loaded),
-                     self.release.eq(self.busy & loaded & last & (kind == self.last))]
-        with m.If(self.busy & loaded):
+                     self.release.eq(copying & loaded & last & (kind == self.last))]
+        with m.If(copying & loaded):
             with m.If(last):
                 m.d.sync += [self.busy.eq(0), ending.eq(1)]
             with m.Else():
                 m.d.sync += [idx.eq(idx + 1), write.eq(1), addr.eq(addr + next_word)]
-        with m.If(ending):                  # the last element is written this cycle
+        with m.If(ending & ~restart):       # the last element is written this cycle (not a copy's a request ended)
             m.d.sync += self.done.eq(1)
         with m.If(self.request):
-            m.d.sync += [self.busy.eq(1), self.done.eq(0), ending.eq(0), idx.eq(0), kind.eq(self.kind),
-                         word.eq(0), lane.eq(0)]
-            with m.Switch(self.kind):
+            m.d.sync += [self.busy.eq(1), self.done.eq(0), kind.eq(self.kind)]
+        with m.If(restart):
+            m.d.sync += [ending.eq(0), idx.eq(0), word.eq(0), lane.eq(0)]
+            with m.Switch(kind):
                 for k, section in kinds.items():
                     with m.Case(k):      # LNX: after LN1's gains and biases; BIAS: after the GELU table
                         skip = {CopyKind.LNX: 8 * self.hidden, CopyKind.BIAS: 1 << self.act_bits}.get(k, 0)

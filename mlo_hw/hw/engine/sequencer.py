@@ -263,7 +263,6 @@ class Sequencer:
                                  shift_base=self.narrowed.get(o, 0) * g.words(g.hidden), passes=self.tiles + 1)
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += [d.operand.start.eq(self.tile == 0), d.tparams.job.eq(1)]
-                m.d.sync += d.issued.eq(0)
                 self.goto(f"{name}_WAIT")
             self.abort()
         with self.state(f"{name}_WAIT", o):
@@ -275,7 +274,10 @@ class Sequencer:
                 with m.If(latching):
                     m.d.comb += [d.tparams.latch.eq(1), d.ws.cnext.eq(1)]
                     m.d.sync += [self.ahead_started.eq(1), self.ahead.eq(d.tparams.latched)]
-                with m.If(d.issued == g.rows * (g.tile_rows // g.pe) * g.words(cols)):
+                # the tile's weights all read: its job (one a tile) has issued its last step (the MVAU's register,
+                # not a count of its reads: that count's adder and comparator behind the MVAU's issue decision and
+                # its command's ready into the state's decode were 7.69 ns at 485a352's seed 2)
+                with m.If(~d.mvau.issuing):
                     m.d.comb += d.ws.tile_release.eq(1)
                     m.d.sync += [self.tile.eq(self.tile + 1), self.last_tile.eq(self.tile + 1 == self.tiles),
                                  self.ahead_started.eq(0), self.ahead.eq(0)]
@@ -361,7 +363,6 @@ class Sequencer:
                 self.operand_command(0, g.words(S), g.words(S))
             with m.If(d.mvau.cmd.ready):
                 m.d.comb += d.operand.start.eq(1)
-                m.d.sync += d.issued.eq(0)
                 if o == Op.SCORES:       # (PV starts while the softmax still writes P: behind_softmax; s_beats,
                     # key0 and the P counters restart a cycle later, d.scores_restart)
                     m.d.comb += d.scores_start.eq(1)
