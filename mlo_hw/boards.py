@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from amaranth import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
+from amaranth import C, Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal, Value
 from amaranth.build import Attrs, Clock, Pins, PinsN, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
@@ -136,13 +136,15 @@ def mmcm_params(osc_mhz: float, want_mhz: float) -> dict:
 def drive_from_stimulus(m: Module, design, domain: str = "sync") -> Signal:
     """Connect ``design`` inside ``m`` to no pins: ``aclk``/``aresetn`` from ``domain``, every other
     input bit from its own flip-flop of a shift register fed by a 64-bit xorshift generator (so that no two
-    input bits are equal and the tools cannot merge logic that the design duplicates), every output folded
-    by XOR into the returned registered bit. Used by :class:`BoardTop` and the ECP5 wrapper (:mod:`.ecp5`)."""
+    input bits are equal and the tools cannot merge logic that the design duplicates), every output bit folded
+    by XOR into the returned registered bit, through a tree of registers (16 bits into one at each level: the fold
+    adds no path longer than two LUT levels, so the design's paths, not the fold's, set the clock). Used by
+    :class:`BoardTop` and the ECP5 wrapper (:mod:`.ecp5`)."""
     x = Signal(64, init=0x9E3779B97F4A7C15)
     t, t2 = Signal(64), Signal(64)
     m.d.comb += [t.eq(x ^ (x << 13)[:64]), t2.eq(t ^ (t >> 7))]
     m.d[domain] += x.eq(t2 ^ (t2 << 17)[:64])
-    inputs, folded = [], []
+    inputs, outputs = [], []
     for path, member, value in design.signature.flatten(design):
         name, value = "__".join(str(p) for p in path), Value.cast(value)
         if name == "aclk":
@@ -152,16 +154,21 @@ def drive_from_stimulus(m: Module, design, domain: str = "sync") -> Signal:
         elif member.flow == In:
             inputs.append(value)
         else:
-            folded.append(value.xor())
+            outputs.append(value)
     stimulus = Signal(max(sum(len(v) for v in inputs), 1))
     m.d[domain] += stimulus.eq(Cat(x, stimulus)[:len(stimulus)])
     at = 0
     for v in inputs:
         m.d.comb += v.eq(stimulus[at:at + len(v)])
         at += len(v)
-    led = Signal()
-    m.d[domain] += led.eq(Cat(*folded).xor() if folded else 0)
-    return led
+    level, depth = Cat(*outputs) if outputs else C(0, 1), 0
+    while True:
+        chunks = [level[i:i + 16] for i in range(0, len(level), 16)]
+        folded = Signal(len(chunks), name=f"folded{depth}")
+        m.d[domain] += [folded[i].eq(c.xor()) for i, c in enumerate(chunks)]
+        if len(chunks) == 1:
+            return folded
+        level, depth = folded, depth + 1
 
 
 class BoardTop(Elaboratable):
