@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from ..model import numerics as nx
 from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
 from .mvau import SPLIT_BITS, split_product
-from .pipeline import KEEP, delayed, fits_signed, kept_copy, split_sum
+from .pipeline import KEEP, delayed, fits_signed, kept_copy, queue_credit, split_sum
 
 __all__ = ["PARAM_LUTRAM_DEPTH", "OUT_LATENCY", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
            "MeanVariance", "InverseStd", "NormaliseOutput"]
@@ -51,9 +51,10 @@ SHIFT_BITS = 6                  # runtime output shift 0..63
 # own. Deeper ones are left to the tool (block RAM at hidden 384 and 768).
 PARAM_LUTRAM_DEPTH = 128
 OUT_STAGES = 13                 # NormaliseOutput's pipeline: memory read to output register
-# NormaliseOutput's output queue, in beats: the credit's round trip (take, the stages, the queue's two cycles, the
-# credit's register) is OUT_STAGES + 4 cycles, and the queue holds one more (its memory and its output register)
-OUT_QUEUE = OUT_STAGES + 5
+# NormaliseOutput's output queue, in beats: a credit's round trip (taken, OUT_STAGES to the queue, two cycles to its
+# output, popped, back in the credit's register) is OUT_STAGES + 3 cycles, so as many credits keep one beat a cycle
+# (the full-rate bench fails with one fewer)
+OUT_QUEUE = OUT_STAGES + 3
 OUT_LATENCY = OUT_STAGES + 2   # pending to the row's first beat on o: the pipeline, then the queue's two cycles
 
 
@@ -321,7 +322,7 @@ class NormaliseOutput(wiring.Component):
             gain_r.append(gain.read_port())
             bias_r.append(bias.read_port())
 
-        # ---- the output pipeline, stalling on output backpressure ----------------------------------
+        # ---- the output pipeline, running free into the output queue -------------------------------
         out_slot = self.slot
         out_idx = Signal(range(w.beats))
         take = Signal()
@@ -330,22 +331,14 @@ class NormaliseOutput(wiring.Component):
         # pipeline never stalls (an enable on all of its registers, from o.ready, was a net across the lane: 7.77 ns
         # at 485a352's seed 4)
         m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.o.payload.as_value()), depth=OUT_QUEUE)
-        # (credit +- 1 and its tests from the registers, chosen last by the take and the pop: take, from the slot's
-        # phase, into an adder and a comparator was 7.80 ns at c1c1896's seed 1)
-        credit = Signal(range(OUT_QUEUE + 1), init=OUT_QUEUE)
-        has_credit = Signal(init=1)                    # credit != 0, a register
-        popped = queue.r_rdy & queue.r_en
-        spend, earn = take & ~popped, popped & ~take
-        m.d.sync += [credit.eq(Mux(spend, credit - 1, Mux(earn, credit + 1, credit))),
-                     has_credit.eq(Mux(spend, credit != 1, earn | has_credit))]
-        m.d.comb += [take.eq(has_credit & self.pending),
-                     rows_r.addr.eq(Cat(out_idx, out_slot)), rows_r.en.eq(1)]
+        room, _ = queue_credit(m, OUT_QUEUE, take, queue.r_rdy & queue.r_en, "queue")
+        # (the row, gain and bias memories are read every cycle: their ports' enables stay at their init, 1)
+        m.d.comb += [take.eq(room & self.pending), rows_r.addr.eq(Cat(out_idx, out_slot))]
         # each gain and bias memory reads at a copy of out_idx of its own, counted alike (KEEP: not merged): one
         # index into every element's distributed RAM fanned out to some 200 cells a bit (into the gain's read
         # register, 7.14 ns at 52ab33d's seed 1)
         param_idx = [Signal.like(out_idx, name=f"param_idx{k}", attrs={KEEP: 1}) for k in range(2 * n)]
         m.d.comb += [p.addr.eq(i) for p, i in zip(gain_r + bias_r, param_idx)]
-        m.d.comb += [p.en.eq(1) for p in gain_r + bias_r]
         with m.If(take):
             for idx in (out_idx, *param_idx):
                 m.d.sync += idx.eq(Mux(idx == w.beats - 1, 0, idx + 1))

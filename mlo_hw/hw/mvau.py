@@ -86,7 +86,7 @@ from amaranth.utils import ceil_log2
 
 from ..model import numerics as nx
 from .buffers import NO_COLLISION
-from .pipeline import fits_signed, kept_copy, split_sum
+from .pipeline import fits_signed, kept_copy, queue_credit, split_sum
 
 __all__ = ["MVAUParams", "MVAU", "MVAUIssue", "MACArray", "Requantizer", "multiplier_ports"]
 
@@ -650,26 +650,14 @@ class MVAU(wiring.Component):
         # ---- issue: job registers and the (vector, nf, sf) counters, with credit from the FIFO ----
         m.submodules.fold_counters = issue_u = MVAUIssue(p, len(self.weights.addr))
         fifo = m.submodules.fifo = SyncFIFO(width=len(self.o.payload.as_value()), depth=self.fifo_depth)
-        # credit: ``used`` = results committed at issue and not yet read out of the FIFO (those in the
-        # pipeline plus the FIFO's level); ``room`` = used < depth, registered (computed from the next
-        # ``used``), so x.ready and issue come straight from flip-flops
-        used = Signal(range(self.fifo_depth + 1))
-        room = Signal(init=1)
+        # credit: results committed at issue and not yet read out of the FIFO (those in the pipeline plus the
+        # FIFO's level); ``room`` a register, so x.ready and issue come straight from flip-flops
+        tag0 = issue_u.step
+        issue = tag0.valid
+        room, used = queue_credit(m, self.fifo_depth, issue & tag0.last, self.o.valid & self.o.ready, "fifo")
         wiring.connect(m, wiring.flipped(self.cmd), issue_u.cmd)
         m.d.comb += [issue_u.room.eq(room),
                      issue_u.x_valid.eq(self.x.valid), self.x.ready.eq(issue_u.x_ready)]
-        tag0 = issue_u.step
-        issue = tag0.valid
-        used_next = Signal.like(used)
-        commit, out = issue & tag0.last, self.o.valid & self.o.ready
-        # used +- 1 from the register alone, chosen last: the issue decision and the consumer's ready select, not feed
-        # a carry chain (into ``used`` it was 6.79 ns at 52ab33d's seed 2, ECP5-85F aimed at 150 MHz)
-        m.d.comb += used_next.eq(Mux(commit & ~out, used + 1, Mux(out & ~commit, used - 1, used)))
-        # the comparisons precomputed from ``used`` alone: only a small LUT function of the issue decision
-        # and the consumer's ready sits in front of ``room`` (used + commit - out < depth; used <= depth)
-        below, below_by_2 = used < self.fifo_depth, used < self.fifo_depth - 1
-        m.d.sync += [used.eq(used_next),
-                     room.eq(Mux(commit, Mux(out, below, below_by_2), out | below))]
 
         # ---- stage 1: weight word and activation beat (buffer replay for nf > 0) ----------------
         m.d.comb += [self.weights.addr.eq(issue_u.waddr), self.weights.en.eq(issue)]

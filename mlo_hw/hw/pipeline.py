@@ -1,5 +1,5 @@
 """Small helpers shared by the blocks: a delay line, deliberate register copies, a signed range test, a sum and a
-counter in two halves."""
+counter in two halves, the credit of a queue behind a pipeline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed", "split_sum", "SplitCounter"]
+__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed", "split_sum", "SplitCounter", "queue_credit"]
 
 # The attribute of a register that is a deliberate copy (one per block of a signal that fans out across the die):
 # yosys' opt_merge merges flip-flops with equal inputs, and a keep attribute on the wire does not stop it, so the
@@ -24,6 +24,23 @@ def kept_copy(m, value, name: str, shape=None):
     r = Signal(value.shape() if shape is None else shape, name=name, reset_less=True, attrs={KEEP: 1})
     m.d.sync += r.eq(value)
     return r
+
+
+def queue_credit(m, depth: int, commit, release, name: str):
+    """The credit of a queue of ``depth`` entries behind a pipeline that never stalls: ``used`` (a register) counts
+    the entries committed (``commit``: a beat enters the pipeline, so an entry is kept for it) and not yet released
+    (``release``: a beat leaves the queue); ``room`` (a register, 1 after reset) is ``used < depth`` in the next
+    cycle, so a producer that commits only with ``room`` never overfills the queue. ``used +- 1`` and the comparisons
+    come from the register alone, chosen last by ``commit`` and ``release`` (which then feed no carry chain: into
+    the MVAU's count it was 6.79 ns at 52ab33d's seed 2, into LayerNorm's 7.80 at c1c1896's seed 1, on the ECP5-85F).
+    Returns ``(room, used)``, named ``<name>_room`` and ``<name>_used``."""
+    used = Signal(range(depth + 1), name=f"{name}_used")
+    room = Signal(name=f"{name}_room", init=1)
+    # used + commit - release < depth, from used <= depth
+    below, below_by_2 = used < depth, used < depth - 1
+    m.d.sync += [used.eq(Mux(commit & ~release, used + 1, Mux(release & ~commit, used - 1, used))),
+                 room.eq(Mux(commit, Mux(release, below, below_by_2), release | below))]
+    return room, used
 
 
 def delayed(m, value, cycles: int, name: str):

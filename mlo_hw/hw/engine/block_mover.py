@@ -190,7 +190,7 @@ class BlockMover(wiring.Component):
         wr = Signal(self.wr.shape(), name="wr_next")
         wr_q = Signal(self.wr.shape(), name="wr_q", reset_less=True)     # (the word: no reset; the valid has one)
         m.d.sync += [wr_q.eq(wr), self.wr.valid.eq(wr.valid)]
-        m.d.comb += [getattr(self.wr, f).eq(getattr(wr_q, f)) for f in ("addr", "data", "en", "y")]
+        m.d.comb += [self.wr[f].eq(wr_q[f]) for f in self.wr.shape().members if f != "valid"]
         m.d.comb += [load.w.ready.eq(1), wr.valid.eq(load.w.valid), wr.y.eq(self.load_y),
                      self.load_y.eq(lcmd.kind == Transfer.LOAD_Q)]
         lower = Const((1 << (simd // 2)) - 1, simd)
