@@ -63,8 +63,9 @@ def layer_bound(cfg, seq: int | None = None) -> int:
 # gains and biases (about 170 cycles on minilm_l6). 112 before NormaliseOutput's pipeline grew from 6 to 9 stages,
 # 115 before each lane got its two-element queues (a cycle each), 117 before the mean unit's multiply-subtract
 # took a cycle for its carry, 118 before the scale unit registered k ahead of the radicand's shift, 119 before the
-# multipliers' operands got copies beside them (a cycle in the ingest, two in the output pipeline).
-LN_ROW_LATENCY = 122
+# multipliers' operands got copies beside them (a cycle in the ingest, two in the output pipeline), 122 before the
+# scale unit registered the radicand's shift.
+LN_ROW_LATENCY = 123
 
 # A LayerNorm lane takes a row at most every this many cycles (its mean unit's time a row, MeanVariance in
 # mlo_hw.hw.layernorm): rows shorter than it (hidden < 52) do not keep a lane busy every cycle.

@@ -199,8 +199,8 @@ class InverseStd(wiring.Component):
         ``inv = floor(2**(e+15) / s)`` (0 when ``s == 0``); final from the cycle after the slot's
         ``done`` until the unit serves that slot again.
         ``done`` (out): one cycle when ``slot``'s row is finished; ``slot`` advances at that edge.
-    Timing: one row at a time, 47..49 cycles from ``pending`` (``bitlen(D)``, then ``k``, then a serial square
-    root of ``D << 2k`` with ``root_bits`` steps, a cycle to register ``e``, then a serial division with
+    Timing: one row at a time, 48..50 cycles from ``pending`` (``bitlen(D)``, then ``k``, then ``D << 2k``, then a
+    serial square root of it with ``root_bits`` steps, a cycle to register ``e``, then a serial division with
     ``inv_bits`` quotient bits). Each of ``bitlen(D)``, ``k`` and the shift by ``2k`` has a cycle of its own.
     """
 
@@ -228,8 +228,14 @@ class InverseStd(wiring.Component):
         m.submodules.sqrt = sqrt = SerialSqrt(w.rad_bits)
         m.submodules.recip = recip = SerialDivider(w.root_bits + nx.LN_NORM_BITS + 1, w.root_bits, w.inv_bits)
         root_len = Signal(range(w.root_bits + 1), reset_less=True)  # bitlen(s), registered: not before the divider
-        m.d.comb += [sqrt.radicand.eq(var << (k_now << 1)),
+        radicand = Signal(w.rad_bits, reset_less=True)   # D << 2k, registered: not in front of the root's load
+        m.d.comb += [sqrt.radicand.eq(radicand),
                      recip.dividend.eq(1 << (root_len + nx.LN_NORM_BITS)), recip.divisor.eq(sqrt.root)]
+        # the units' starts are registers, set by the state before SHIFT and LENGTH: each fans out to the enables of
+        # its unit's data registers (the state decode there was 7.43 ns at e49c98d's seed 1 on an ECP5-85F)
+        sqrt_start, recip_start = Signal(), Signal()
+        m.d.comb += [sqrt.start.eq(sqrt_start), recip.start.eq(recip_start)]
+        m.d.sync += [sqrt_start.eq(0), recip_start.eq(0)]
         with m.FSM(name="scale_fsm"):
             with m.State("IDLE"):
                 with m.If(self.pending):
@@ -239,14 +245,13 @@ class InverseStd(wiring.Component):
                 m.d.sync += [ks[sc_slot].eq(k), k_now.eq(k)]
                 m.next = "SHIFT"
             with m.State("SHIFT"):
-                m.d.comb += sqrt.start.eq(1)
+                m.d.sync += [radicand.eq(var << (k_now << 1)), sqrt_start.eq(1)]
                 m.next = "SQRT"
             with m.State("SQRT"):
                 with m.If(sqrt.done):
-                    m.d.sync += root_len.eq(bit_length(sqrt.root))
+                    m.d.sync += [root_len.eq(bit_length(sqrt.root)), recip_start.eq(1)]
                     m.next = "LENGTH"
-            with m.State("LENGTH"):
-                m.d.comb += recip.start.eq(1)
+            with m.State("LENGTH"):                 # recip.start
                 m.d.sync += es[sc_slot].eq(root_len)
                 m.next = "RECIP"
             with m.State("RECIP"):
@@ -443,7 +448,7 @@ class LayerNorm(wiring.Component):
         output pass reads them per element, so load them before the phase's first row (a write
         while rows are in flight changes the outputs not yet produced).
     Throughput: one beat per cycle in and out in steady state when ``hidden / width >= 52`` (the mean
-    unit takes 50 cycles per row, the scale unit 47..49, each overlapped with other rows; for 50..51 beats
+    unit takes 50 cycles per row, the scale unit 48..50, each overlapped with other rows; for 50..51 beats
     the four row slots are the bound); shorter rows run at one row per 50 cycles (measured: 8 rows of
     32 in 382 cycles, 0.67 elements per cycle; 375 when the mean unit took 49). At ``width`` > 1 a row's sum of
     squares takes :func:`row_sums_delay` cycles more (the elements' sums added). Latency (at ``width`` 1): from a

@@ -67,7 +67,10 @@ class VectorReader(wiring.Component):
                      self.busy.eq(active | (owed != 0))]
         request = m.d.sync if self.registered_request else m.d.comb
         request += [self.en.eq(issue), self.addr.eq(at)]
-        m.d.sync += [flight.eq(Cat(issue, flight[:-1])), owed.eq(owed + issue - pop)]
+        # owed +- 1 from the register, chosen last by the read's decision and the pop (which then feed no carry chain:
+        # the LayerNorm reader's ``hold`` through its adder was 6.52 ns at e49c98d's seed 1 on an ECP5-85F)
+        m.d.sync += [flight.eq(Cat(issue, flight[:-1])),
+                     owed.eq(Mux(issue & ~pop, owed + 1, Mux(pop & ~issue, owed - 1, owed)))]
         with m.If(issue):
             m.d.sync += [w.eq(w + 1), at.eq(at + 1)]
             with m.If(w == words - 1):
