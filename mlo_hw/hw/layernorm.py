@@ -236,6 +236,8 @@ class InverseStd(wiring.Component):
         sqrt_start, recip_start = Signal(), Signal()
         m.d.comb += [sqrt.start.eq(sqrt_start), recip.start.eq(recip_start)]
         m.d.sync += [sqrt_start.eq(0), recip_start.eq(0)]
+        with m.If(recip_start):                     # in LENGTH, e of the slot: enabled by the register, not the state
+            m.d.sync += es[sc_slot].eq(root_len)
         with m.FSM(name="scale_fsm"):
             with m.State("IDLE"):
                 with m.If(self.pending):
@@ -252,7 +254,6 @@ class InverseStd(wiring.Component):
                     m.d.sync += [root_len.eq(bit_length(sqrt.root)), recip_start.eq(1)]
                     m.next = "LENGTH"
             with m.State("LENGTH"):                 # recip.start
-                m.d.sync += es[sc_slot].eq(root_len)
                 m.next = "RECIP"
             with m.State("RECIP"):
                 with m.If(recip.done):
