@@ -20,8 +20,9 @@ its last output; a slot's phase says which unit owns it::
                                                                                  (NormaliseOutput)
 
 Each unit serves the slots in turn through the same handshake: it shows the slot it serves next
-(``slot``), LayerNorm answers whether that slot is in the unit's phase (``pending``), and the unit
-hands the slot on with a one-cycle ``done`` (LayerNorm then moves the slot to the next phase).
+(``slot``), LayerNorm answers whether that slot is in the unit's phase (``pending``; the output unit is told
+every slot's a cycle ahead, ``ready``), and the unit hands the slot on with a one-cycle ``done`` (LayerNorm then
+moves the slot to the next phase).
 
 The variance identity is exact in integers, so one pass over the row gives S and Q and the
 statistics never re-read the row. Every width below derives from ``residual_bits`` (r = a + b has
@@ -55,7 +56,7 @@ OUT_STAGES = 13                 # NormaliseOutput's pipeline: memory read to out
 # output, popped, back in the credit's register) is OUT_STAGES + 3 cycles, so as many credits keep one beat a cycle
 # (the full-rate bench fails with one fewer)
 OUT_QUEUE = OUT_STAGES + 3
-OUT_LATENCY = OUT_STAGES + 2   # pending to the row's first beat on o: the pipeline, then the queue's two cycles
+OUT_LATENCY = OUT_STAGES + 2   # a row's first take to its first beat on o: the pipeline, then the queue's two cycles
 
 
 def row_sums_delay(width: int) -> int:
@@ -270,7 +271,9 @@ class NormaliseOutput(wiring.Component):
     """Phase 3 of :class:`LayerNorm`: normalise, scale and saturate a row, with the gain and bias memories.
 
     Interface:
-        ``slot`` (out): the row slot read next; ``pending`` (in): that slot is in phase 3.
+        ``slot`` (out): the row slot read next; ``ready`` (in, a bit a slot): the slots in phase 3 from the next
+        cycle on (LayerNorm's phase registers' next values): the unit registers whether its next cycle's slot is one,
+        so that the take is a register's, not the phase multiplexer's.
         ``rows`` (read port, the unit drives ``addr``, ``en``; read latency 1): beat ``c`` (r of channels
         ``c * width ..``) of slot ``s`` at address ``Cat(c, s)`` (``idx_bits`` + slot bits).
         ``mean``, ``k``, ``e``, ``inv`` (in): the per-slot statistics of the earlier phases.
@@ -286,7 +289,7 @@ class NormaliseOutput(wiring.Component):
     side, into an output queue of :data:`OUT_QUEUE` beats (``o`` leaves its register). A beat is taken from a pending
     slot, one a cycle, while the queue has a credit for it (a counter of the queue's free entries less the beats in
     the pipeline, so nothing is ever dropped): ``o.ready`` reaches the queue and the counter, not the pipeline's
-    registers, which have no enable. The first beat of a row is on ``o`` 15 cycles after ``pending``; at one beat a
+    registers, which have no enable. The first beat of a row is on ``o`` 16 cycles after its ``ready``; at one beat a
     cycle taken by ``o`` the credit never runs out. ``shift`` reaches the elements three cycles after it is driven
     (copies of its own beside each).
     """
@@ -294,7 +297,7 @@ class NormaliseOutput(wiring.Component):
     def __init__(self, w: _Widths):
         self.w = w
         super().__init__({
-            "slot": Out(w.slot_bits), "pending": In(1),
+            "slot": Out(w.slot_bits), "ready": In(SLOTS),
             "rows": In(memory.ReadPort.Signature(addr_width=w.idx_bits + w.slot_bits,
                                                  shape=data.ArrayLayout(signed(w.r_bits), w.width))),
             "mean": In(w.slots(signed(w.d_bits))), "k": In(w.slots(w.k_shape)),
@@ -339,7 +342,14 @@ class NormaliseOutput(wiring.Component):
         m.submodules.queue = queue = SyncFIFOBuffered(width=len(self.o.payload.as_value()), depth=OUT_QUEUE)
         room, _ = queue_credit(m, OUT_QUEUE, take, queue.r_rdy & queue.r_en, "queue")
         # (the row, gain and bias memories are read every cycle: their ports' enables stay at their init, 1)
-        m.d.comb += [take.eq(room & self.pending), rows_r.addr.eq(Cat(out_idx, out_slot))]
+        # the slot served is pending: a register, set from ``ready`` of the slot served in the next cycle (the next
+        # slot when this take ends a row); the phase multiplexer into the take, and its fanout to the row and parameter
+        # reads' addresses, was 6.99 ns at 1d63e36's seed 1 on an ECP5-85F
+        pending, row_end = Signal(), Signal()
+        m.d.comb += row_end.eq(out_idx == w.beats - 1)
+        m.d.sync += pending.eq(Mux(take & row_end, self.ready.bit_select((out_slot + 1)[:w.slot_bits], 1),
+                                   self.ready.bit_select(out_slot, 1)))
+        m.d.comb += [take.eq(room & pending), rows_r.addr.eq(Cat(out_idx, out_slot))]
         # each gain and bias memory reads at a copy of out_idx of its own, counted alike (KEEP: not merged): one
         # index into every element's distributed RAM fanned out to some 200 cells a bit (into the gain's read
         # register, 7.14 ns at 52ab33d's seed 1)
@@ -348,7 +358,7 @@ class NormaliseOutput(wiring.Component):
         with m.If(take):
             for idx in (out_idx, *param_idx):
                 m.d.sync += idx.eq(Mux(idx == w.beats - 1, 0, idx + 1))
-            with m.If(out_idx == w.beats - 1):
+            with m.If(row_end):
                 m.d.sync += out_slot.eq(out_slot + 1)
         ometa = data.StructLayout({"valid": 1, "last": 1, "slot": w.slot_bits})
         o = [Signal(ometa, name=f"out_meta{j}") for j in range(OUT_STAGES + 1)]   # o[j]: stage j (o[-1]: the beat)
@@ -574,7 +584,10 @@ class LayerNorm(wiring.Component):
         wiring.connect(m, output.rows, rows.read_port())
         wiring.connect(m, wiring.flipped(self.param), output.param)
         wiring.connect(m, output.o, wiring.flipped(self.o))
-        m.d.comb += [output.pending.eq(phase[output.slot] == 3), output.shift.eq(self.shift),
+        # the slots in phase 3 from the next cycle on: in it and not freed now, or entering it now
+        m.d.comb += [output.ready[j].eq(((phase[j] == 3) & ~(output.done & (output.done_slot == j)))
+                                        | (inv_std.done & (inv_std.slot == j))) for j in range(SLOTS)]
+        m.d.comb += [output.shift.eq(self.shift),
                      output.mean.eq(mean_var.mean), output.k.eq(inv_std.k), output.e.eq(inv_std.e),
                      output.inv.eq(inv_std.inv)]
         with m.If(output.done):
