@@ -3,9 +3,9 @@
 :func:`fetch_program` lists, for one layer, everything the MVAU's weight port and the parameter store take
 from DRAM, in the order they are consumed: :class:`Fetch` entries of ``count`` commands each. The on-chip
 engine's program is the weight image's sections in order (:func:`mlo_hw.model.weight_image.layout`). The DRAM-tiled
-schedule's (``blocks`` > 1, see :mod:`mlo_hw.model.tiled`) is: the small sections; then Q, K, V once per token block;
+schedule's (``blocks`` > 1, see :mod:`mlo_hw.model.tiled`) is: the small sections; then K, V, Q once per token block;
 then per block, each head's K_h and V_h^T from scratch DRAM (raw tiles: weights only) followed by O, FFN up,
-FFN down. An encoder-decoder's (``docs/seq2seq.md``) adds the cross K and V per memory block before Q, K, V
+FFN down. An encoder-decoder's (``docs/seq2seq.md``) adds the cross K and V per memory block before K, V, Q
 (pass 0), and after O the cross Q, each head's cross K_h and V_h^T, and the cross O, flagged so that a run skips
 what is not its own. :class:`LoopController` walks the program for layers 0..L-1: one DMA command per tile (or per small
 section) at ``weight_base + l * stride + offset + i * step``, or ``scratch_base + offset + head * S * dh``
@@ -100,7 +100,7 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
     pass2 = pass1 + 3
     raw = dict(beats=head // b, count=1, step=0, tile=True, weight_beats=head // b, scratch=True, per_head=True)
     if not cfg.seq2seq:
-        return tuple(small + [section("q"), section("k"), section("v", loop_blocks=pass1),
+        return tuple(small + [section("k"), section("v"), section("q", loop_blocks=pass1),
                               Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
                               section("o"), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
     # an encoder-decoder (docs/seq2seq.md): pass 0 (the memory's cross K, V per block) before pass 1, the cross
@@ -111,7 +111,7 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
     xheads = pass2 + 4
     return tuple(small + [section("xk", prefill=True, **cross),
                           section("xv", prefill=True, loop_blocks=len(small), **cross),
-                          section("q"), section("k"), section("v", loop_blocks=pass1),
+                          section("k"), section("v"), section("q", loop_blocks=pass1),
                           Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
                           section("o"), section("xq", **cross),
                           Fetch("xk_head", sc.xk, cross=True, tag_as="k_head", **raw),

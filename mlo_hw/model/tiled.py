@@ -4,8 +4,9 @@ When the activations do not fit on chip, the engine runs each layer in two passe
 ``block`` rows (``block`` divides the padded sequence ``S``; ``T = S / block`` blocks), its activations in a
 scratch region of DRAM:
 
-- pass 1, per block t: read X_t (int16 [block, H]); Q_t, K_t, V_t = narrow(X_t) W^T (the Q, K and V weights
-  streamed once per block); write Q_t, K_t and V_t to scratch.
+- pass 1, per block t: read X_t (int16 [block, H]); K_t, V_t, Q_t = narrow(X_t) W^T (the K, V and Q weights
+  streamed once per block, in that order: the engine's K_t and V_t leave beside Q_t); write K_t, V_t and Q_t to
+  scratch.
 - pass 2, per block t: read Q_t; per head h read K_h and V_h^T (all S keys) and compute
   scores -> softmax -> P -> P V_h -> CTX_t; O (weights streamed once per block); read X_t again (the
   residual); LN1; FFN up; GELU; FFN down; LN2; write X'_t (the next layer's input, or the output).
@@ -176,8 +177,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
         dst = out if li == len(layers) - 1 else scratch + (sc.x0 if li % 2 else sc.x1)
         for name in ("header", "narrow", "ln1", "gelu", "ln2"):     # the small sections: once per layer
             dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
-        for t in range(s // block):                                 # pass 1: Q, K, V of every block
-            for name in ("q", "k", "v"):
+        for t in range(s // block):                                 # pass 1: K, V, Q of every block
+            for name in ("k", "v", "q"):
                 dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
             xt = np.frombuffer(dram.read("x", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
             pre = p.norm == "pre"         # pre-LN: LN1 of the block's rows before Q, K, V

@@ -10,9 +10,10 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
 
     IDLE -> LOAD (on chip) or FETCH (tiled) -> HEADER_WAIT -> HEADER_READ -> Q_PARAMS
     on chip:  Q, K, V -> per head SCORES, PV -> O -> LN1 -> FFN_UP -> FFN_DOWN -> LN2 -> (next layer | STORE)
-    tiled:    pass 1 per block: P1_LOAD_X (the first; the others load beside the stores before: P1_BLOCK), Q, K, V,
-              P1_STORE_Q (Q_t's store, issued after Q beside K and V; P1_NEXT_X: X_{t+1} loads into X's other
-              half beside K and V), P1_STORE_K/VT
+    tiled:    pass 1 per block: P1_LOAD_X (the first; the others load beside Q before: P1_BLOCK), K, V, P1_NEXT_X
+              (X_{t+1} loads into X's other half beside Q), P1_STORE_KV (K_t's and V_t^T's stores, beside Q), Q,
+              P1_STORE_Q (Q_t's store, beside the next block's K and V; the pass's last block waits for it:
+              P1_STORE_Q_WAIT; the pass's scratch is ready once the last K_t and V_t^T have left, beside the last Q)
               pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
               X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
               (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
@@ -100,8 +101,11 @@ class Sequencer:
         self.ln_rows = Signal(range(g.rows + 1), name="ln_rows")
         # tiled: the residual X_t is to load (from the heads' start, once the mover is idle: pending_transfers)
         self.x_pending = Signal(name="x_pending")
-        # tiled: block t's V_t^T store is to go once its K_t store ends (beside block t + 1's Q: pending_transfers)
+        # tiled: block t's V_t^T store is to go once its K_t store ends (beside block t's Q: pending_transfers)
         self.vt_pending = Signal(name="vt_pending")
+        # tiled: the pass's last K_t and V_t^T stores are under way; scratch_ready rises once they have ended (the
+        # first head's K_h then streams in beside the last block's Q: pending_transfers)
+        self.kv_leaving = Signal(name="kv_leaving")
         self.overlap_layernorm = layernorm_overlaps(cfg)
         self.pre_ln = cfg.model.norm == "pre"      # the layer kind: LayerNorm before (GPT-2) or after (BERT)
         # every state's (op, ln_op) and, per state a transition names, the constants goto() loads (driven in build,
@@ -210,7 +214,7 @@ class Sequencer:
         self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.hdr_field.eq(0), self.d.ln_behind.eq(0),
                           self.d.p_behind.eq(0),
                           self.x_pending.eq(0),
-                          self.vt_pending.eq(0)]
+                          self.vt_pending.eq(0), self.kv_leaving.eq(0)]
         self.goto("IDLE")
         self.set_ln_op(self.Op.IDLE)      # (a LayerNorm started early or behind: ln_op not its state's)
 
@@ -537,8 +541,8 @@ class Sequencer:
         with m.FSM(name="seq") as self.fsm:
             self.start_states()
             self.header_states()
-            if self.pre_ln:        # LN1 before Q, K, V (tiled: of every block in pass 1)
-                self.layernorm_states(Op.LN1, lambda: self.start_matrix(Op.Q))
+            if self.pre_ln:        # LN1 before Q, K, V (tiled: before K, V, Q of every block in pass 1)
+                self.layernorm_states(Op.LN1, lambda: self.start_matrix(Op.K if g.tiled else Op.Q))
             if g.tiled:
                 self.tiled_states()
                 after_layer = self.store_block
@@ -809,65 +813,66 @@ class Sequencer:
             if self.pre_ln:        # LN1's gains and biases while the block loads
                 self.request_copy(CopyKind.LN1)
                 self.goto("P1_LOAD_X_WAIT")
-            else:                  # Q reads X_t's rows as they come (d.load_wait)
-                self.start_matrix(Op.Q)
+            else:                  # K reads X_t's rows as they come (d.load_wait)
+                self.start_matrix(Op.K)
 
         def to_ln1():
             self.goto("LN1_PARAMS")
         if self.pre_ln:
-            # (the load side alone: the block before's K and V^T stores, from WORK, run on beside LN1 and Q)
+            # (the load side alone: the block before's Q_t store, from Y, runs on beside LN1 and K)
             self.transfer_wait("P1_LOAD_X_WAIT", Op.LOAD, to_ln1, until=d.mover.load_busy)
-        with self.state("P1_BLOCK", Op.LOAD):      # the next block, its X_t loading since the stores before
+        with self.state("P1_BLOCK", Op.LOAD):      # the next block, its X_t loading since the block before's V
             m.d.comb += d.busy.eq(1)
             if self.pre_ln:        # LN1 reads X_t once it is in
                 self.request_copy(CopyKind.LN1)
                 self.goto("P1_LOAD_X_WAIT")
-            else:                  # Q reads its rows as they come; K_{t-1} and V_{t-1}^T leave meanwhile
-                self.start_matrix(Op.Q)
-
-        def store_k():
-            with m.If(d.blk != d.run_blocks - 1):      # K_t and V_t^T leave beside the next block's Q
-                self.store_k(None)
-                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_at), d.x_rd_half.eq(~d.x_rd_half)]
-                self.advance_block()
-                self.goto("P1_BLOCK")
-            with m.Else():                              # the pass's last block: its stores before pass 2
-                self.store_k("P1_STORE_K")
-
-        def store_vt():
-            self.store_vt("P1_STORE_VT", self.vt_at)
+            else:                  # K reads its rows as they come; Q_{t-1} leaves meanwhile
+                self.start_matrix(Op.K)
 
         def pass1_done():
-            m.d.sync += d.scratch_ready.eq(1)
             if self.cfg.model.position_bias:
                 self.request_copy(CopyKind.BIAS)
             self.start_pass("P2_LOAD_Q")
-        self.matrix_states(Op.Q, lambda: self.goto("P1_STORES_WAIT"))
-        # K and V write WORK once the block before's K and V^T have left it; Q_t leaves Y beside them (nothing
-        # writes Y before the next block's Q, and nothing else reads it in pass 1); an error in its store ends the
-        # run from the matrices' states (abort)
-        with self.state("P1_STORES_WAIT", Op.Q):
-            m.d.comb += d.busy.eq(1)
-            with m.If(~self.vt_pending & ~d.mover.store_busy):
-                self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
-                self.goto("P1_NEXT_X")
-            self.abort()
-        # X holds two blocks: X_{t+1} loads into the half K_t and V_t do not read (X_t's load is over: Q_t read it
-        # all), so the next block's Q finds it in
-        with self.state("P1_NEXT_X", Op.K):
+        self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
+        self.matrix_states(Op.V, lambda: self.goto("P1_NEXT_X"))
+        # X holds two blocks: X_{t+1} loads into the half Q_t does not read (X_t's load is over: K_t read it all), so
+        # the next block's K finds it in
+        with self.state("P1_NEXT_X", Op.STORE_QKV):
             m.d.comb += d.busy.eq(1)
             with m.If(d.blk == d.run_blocks - 1):
-                self.start_matrix(Op.K)
+                self.goto("P1_STORE_KV")
             with m.Elif(~d.mover.load_busy):
                 self.transfer(Transfer.LOAD_X, self.x_next_at, Mux(self.first_layer, self.io_next, self.block_words))
                 m.d.sync += d.x_wr_half.eq(~d.x_rd_half)
-                self.start_matrix(Op.K)
+                self.goto("P1_STORE_KV")
             self.abort()
-        self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
-        self.matrix_states(Op.V, lambda: self.goto("P1_STORE_Q"))
-        self.transfer_wait("P1_STORE_Q", Op.STORE_QKV, store_k, until=d.mover.store_busy)   # Q_t's store, long done
-        self.transfer_wait("P1_STORE_K", Op.STORE_QKV, store_vt, until=d.mover.store_busy)
-        self.transfer_wait("P1_STORE_VT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done))
+        # K_t and V_t^T leave WORK beside Q_t (the store side is idle by then: Q_{t-1}'s store ran beside K and V;
+        # V_t^T pends until K_t's has ended, and no state issues a transfer meanwhile); the pass's last: scratch_ready
+        # once they have ended (kv_leaving), so that the first head's K_h streams in beside the last Q
+        with self.state("P1_STORE_KV", Op.STORE_QKV):
+            m.d.comb += d.busy.eq(1)
+            with m.If(~d.mover.store_busy):
+                self.store_k(None)
+                m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_at),
+                             self.kv_leaving.eq(d.blk == d.run_blocks - 1)]
+                self.start_matrix(Op.Q)
+            self.abort()
+        self.matrix_states(Op.Q, lambda: self.goto("P1_STORE_Q"))
+        # Q_t leaves Y once K_t and V_t^T have left WORK (the next block's K writes WORK; its Q writes Y once this
+        # store has ended: P1_STORE_KV), beside the next block's K and V; the pass's last block waits for it
+        with self.state("P1_STORE_Q", Op.STORE_QKV):
+            m.d.comb += d.busy.eq(1)
+            with m.If(~self.vt_pending & ~d.mover.store_busy):
+                self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
+                with m.If(d.blk != d.run_blocks - 1):
+                    m.d.sync += d.x_rd_half.eq(~d.x_rd_half)
+                    self.advance_block()
+                    self.goto("P1_BLOCK")
+                with m.Else():
+                    self.goto("P1_STORE_Q_WAIT")
+            self.abort()
+        self.transfer_wait("P1_STORE_Q_WAIT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done),
+                           until=d.mover.store_busy)
 
         def heads_and_residual():
             # the residual X_t loads while the heads compute, once X'_{t-1} has left (pending_transfers)
@@ -900,8 +905,8 @@ class Sequencer:
         """Outside the FSM (tiled), the transfers that wait for the mover, each issued once it allows: the residual
         X_t's load, pending from the heads' start (``x_pending``) until the mover is idle (X'_{t-1}, stored beside
         the heads, has left X; the last head's PV waits for the load), and block t's V_t^T store, pending
-        (``vt_pending``) while its K_t store runs beside the next block's Q (whose K waits for both:
-        P1_STORES_WAIT). They never pend together (pass 2, pass 1), and no FSM state issues a transfer meanwhile, so
+        (``vt_pending``) while its K_t store runs beside block t's Q (Q_t's store, and so the next block's K, waits for
+        both: P1_STORE_Q). They never pend together (pass 2, pass 1), and no FSM state issues a transfer meanwhile, so
         the command is driven while it pends, and only its start waits for the mover (its busy and the abandon, which
         its errors decide, stay out of the command's multiplexers: bert_tiny_auto's routed critical path on seed 2 at
         2244104, the store's error -> the abandon -> the pending load's select -> the mover's command register, 9.07 ns)."""
@@ -915,6 +920,10 @@ class Sequencer:
                 issue(~busy & ~d.abandon)
                 with m.If(~busy):
                     m.d.sync += pending.eq(0)
+        # the pass's last K_t and V_t^T have their B responses: the fetch program's scratch entries (K_h, V_h^T) may
+        # read them (the first head's K_h then streams in beside the last block's Q)
+        with m.If(self.kv_leaving & ~self.vt_pending & ~d.mover.store_busy & ~d.mover.error):
+            m.d.sync += [d.scratch_ready.eq(1), self.kv_leaving.eq(0)]
 
     def store_k(self, state):
         """A block's K (a run per head, from WORK's banks) into the pass's K region of the layer's scratch, at
