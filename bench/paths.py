@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlo_hw.cli import ArgumentParser, command, folder  # noqa: E402
+from mlo_hw.cli import ArgumentParser, command, folder, nonnegative_int, positive_int  # noqa: E402
 from mlo_hw.config import load_config  # noqa: E402
 from mlo_hw.synth import SynthError, ecp5_tools  # noqa: E402
 
@@ -148,8 +148,8 @@ def main(argv=None) -> int:
     ap = ArgumentParser(prog="bench/paths.py", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="a YAML file, or the name of a shipped config (small)")
     ap.add_argument("-o", "--output", type=folder, help="work folder (default build/<config>/paths_ecp5)")
-    ap.add_argument("--top", type=int, default=25, help="path families to list (default 25)")
-    ap.add_argument("--detail", type=int, default=0, help="of them, print this many net by net")
+    ap.add_argument("--top", type=positive_int, default=25, help="path families to list (default 25)")
+    ap.add_argument("--detail", type=nonnegative_int, default=0, help="of them, print this many net by net")
     args = ap.parse_args(argv)
     tools = ecp5_tools()
     cfg = load_config(args.config)

@@ -20,7 +20,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["BadInput", "UsageError", "ArgumentParser", "command", "positive_int", "folder", "staged_folder",
+__all__ = ["BadInput", "UsageError", "ArgumentParser", "command", "positive_int", "nonnegative_int", "folder", "staged_folder",
            "one_line", "EXIT_BAD_INPUT"]
 
 EXIT_BAD_INPUT = 2
@@ -62,14 +62,22 @@ def command(*extra: type[BaseException]):
     return wrap
 
 
-def positive_int(text: str) -> int:
+def _int_from(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_from(text, 1, "positive")
+
+
+def nonnegative_int(text: str) -> int:
+    return _int_from(text, 0, "non-negative")
 
 
 def positive_float(text: str) -> float:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .model import numerics as nx
 from .model.weight_image import layout
 
-__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_bank_words", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_ROW_LATENCY", "LN_ROW_CYCLES_MIN", "layernorm_row_tail",
+__all__ = ["buffer_group", "TileCost", "tile_banks", "tile_bank_words", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_LANES_CYCLES", "LN_ROW_CYCLES_MIN", "layernorm_row_latency", "layernorm_row_tail",
            "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
            "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
@@ -57,15 +57,19 @@ def layer_bound(cfg, seq: int | None = None) -> int:
     return sum(c.bound for c in matrix_costs(cfg, seq))
 
 
-# Cycles of a LayerNorm phase beyond its lanes' element cycles: the last row's statistics (about 100 cycles) before
-# its output pass, the start and the last words' write. Fitted to the LN2 cycles bench/cycles.py measured (minilm_l6
-# at 2 and 8 lanes, seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes"); LN1 may wait longer for its
-# gains and biases (about 170 cycles on minilm_l6). 112 before NormaliseOutput's pipeline grew from 6 to 9 stages,
-# 115 before each lane got its two-element queues (a cycle each), 117 before the mean unit's multiply-subtract
-# took a cycle for its carry, 118 before the scale unit registered k ahead of the radicand's shift, 119 before the
-# multipliers' operands got copies beside them (a cycle in the ingest, two in the output pipeline), 122 before the
-# scale unit registered the radicand's shift.
-LN_ROW_LATENCY = 123
+# The LayerNorm lanes' own cycles in a phase's last row, beyond the LayerNorm block's (the start, the reader's request
+# and read, the queues before and after the lane, the last word's gather and write). Fitted: with the block's
+# latencies, :func:`layernorm_row_latency` matches the LN2 cycles bench/cycles.py measured (minilm_l6 at 2 and 8 lanes,
+# seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes").
+LN_LANES_CYCLES = 5
+
+
+def layernorm_row_latency() -> int:
+    """Cycles of a LayerNorm phase beyond its lanes' element cycles: the last row's statistics and its output
+    pipeline (``hw.layernorm.ROW_STATS_CYCLES`` and ``OUT_LATENCY``, the block's), and :data:`LN_LANES_CYCLES`; 123
+    since 2026-12-06 (LN1 may wait longer for its gains and biases: about 170 cycles on minilm_l6)."""
+    from .hw.layernorm import OUT_LATENCY, ROW_STATS_CYCLES      # (hw imports perf)
+    return ROW_STATS_CYCLES + OUT_LATENCY + LN_LANES_CYCLES
 
 # A LayerNorm lane takes a row at most every this many cycles (its mean unit's time a row, MeanVariance in
 # mlo_hw.hw.layernorm): rows shorter than it (hidden < 52) do not keep a lane busy every cycle.
@@ -74,11 +78,11 @@ LN_ROW_CYCLES_MIN = 50
 
 def layernorm_row_tail(cfg) -> int:
     """Cycles of a LayerNorm lane's last row from its first input to its last output: its input, statistics and
-    output pass, ``2 hidden / ln_width + LN_ROW_LATENCY`` (and the elements' sums of squares added at ``ln_width`` >
+    output pass, ``2 hidden / ln_width +`` :func:`layernorm_row_latency` (and the elements' sums of squares added at ``ln_width`` >
     1: :func:`~mlo_hw.hw.layernorm.row_sums_delay`)."""
     from .hw.layernorm import row_sums_delay
     width = cfg.folding.ln_width
-    return 2 * (cfg.model.hidden // width) + LN_ROW_LATENCY + row_sums_delay(width)
+    return 2 * (cfg.model.hidden // width) + layernorm_row_latency() + row_sums_delay(width)
 
 
 def layernorm_cycles(cfg, rows: int | None = None) -> int:

@@ -41,7 +41,7 @@ def _bench(name):
     return mod
 
 
-BENCH = {name: _bench(name) for name in ("accuracy", "cycles", "decode", "dma", "synth_blocks")}
+BENCH = {name: _bench(name) for name in ("accuracy", "cycles", "decode", "dma", "synth_blocks", "paths", "fmax")}
 COMMANDS = {"elaborate": elaborate.main, "frontend": frontend, "boards": boards.main, "synth": synth.main,
             "regs": regs.main, **{f"bench/{n}": m.main for n, m in BENCH.items()}}
 
@@ -297,6 +297,13 @@ CASES = [
      "--extrapolate: at 8 tokens gpt2_tiny's activations stay on chip: no KV cache"),
     ("decode-steps-zero", "bench/decode", ["--steps", "0"], {}, "argument --steps: expected a positive integer, got '0'"),
     ("synth-blocks-unknown", "bench/synth_blocks", ["--block", "nope"], {}, "argument --block: invalid choice: 'nope'"),
+    ("paths-top-zero", "bench/paths", ["--config", "small", "--top", "0"], {},
+     "argument --top: expected a positive integer, got '0'"),
+    ("paths-detail-negative", "bench/paths", ["--config", "small", "--detail", "-1"], {},
+     "argument --detail: expected a non-negative integer, got '-1'"),
+    ("fmax-mhz-zero", "bench/fmax", ["--config", "small", "--mhz", "0"], {}, "--mhz: 0 is not a clock between"),
+    ("fmax-jobs-zero", "bench/fmax", ["--config", "small", "--jobs", "0"], {},
+     "argument --jobs: expected a positive integer, got '0'"),
 ]
 
 

@@ -42,7 +42,7 @@ from .divide import SerialDivider, SerialMultiplyAdd, SerialSqrt, bit_length
 from .mvau import SPLIT_BITS, split_product
 from .pipeline import KEEP, delayed, fits_signed, kept_copy, queue_credit, split_sum
 
-__all__ = ["PARAM_LUTRAM_DEPTH", "OUT_LATENCY", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
+__all__ = ["PARAM_LUTRAM_DEPTH", "OUT_LATENCY", "ROW_STATS_CYCLES", "row_sums_delay", "LayerNorm", "ParamWriteSignature", "pair_layout", "beat_layout",
            "MeanVariance", "InverseStd", "NormaliseOutput"]
 
 SLOTS = 4                       # rows in flight (a power of two: the slot pointers wrap)
@@ -57,6 +57,9 @@ OUT_STAGES = 13                 # NormaliseOutput's pipeline: memory read to out
 # (the full-rate bench fails with one fewer)
 OUT_QUEUE = OUT_STAGES + 3
 OUT_LATENCY = OUT_STAGES + 2   # a row's first take to its first beat on o: the pipeline, then the queue's two cycles
+# A row's last beat in to its first take by the output unit, at most: the ingest's stages, the mean unit's 50 cycles,
+# the scale unit's 48..50 and the phases' hand-offs (reached at H = 128, width 1: sim/tb_layernorm.py's full_rate)
+ROW_STATS_CYCLES = 103
 
 
 def row_sums_delay(width: int) -> int:

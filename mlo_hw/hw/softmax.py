@@ -282,16 +282,16 @@ class Softmax(wiring.Component):
             # MULT18X18D: e49c98d's seed 2, 7.91 ns)
             keep = [Signal(name=f"masked_in{k}_{j}", reset_less=True) for j in range(5)]
             m.d.sync += keep[0].eq(word.mask[k])
+
+            def below(top, lo, hi, name):        # bits lo..hi - 1 of top - s (0 where masked out), registered
+                r = Signal(hi - lo, name=f"{name}{k}", reset_less=True)
+                m.d.sync += r.eq(Mux(word.mask[k], top - word.score[k], 0)[lo:hi])
+                return r
             if split_parts(w, False) == 1:
-                dist = Signal(unsigned(w), name=f"dist{k}", reset_less=True)
-                m.d.sync += dist.eq(Mux(word.mask[k], row_max - word.score[k], 0))
+                dist = below(row_max, 0, w, "dist")
             else:
                 row_max_high = kept_copy(m, s.row_max[ex_slot], f"ex_row_max_high{k}", signed(w))
-                dist_lo = Signal(SPLIT_BITS, name=f"dist_lo{k}", reset_less=True)
-                dist_hi = Signal(w - SPLIT_BITS, name=f"dist_hi{k}", reset_less=True)
-                m.d.sync += [dist_lo.eq(Mux(word.mask[k], row_max - word.score[k], 0)[:SPLIT_BITS]),
-                             dist_hi.eq(Mux(word.mask[k], row_max_high - word.score[k], 0)[SPLIT_BITS:])]
-                dist = Cat(dist_lo, dist_hi)
+                dist = Cat(below(row_max, 0, SPLIT_BITS, "dist_lo"), below(row_max_high, SPLIT_BITS, w, "dist_hi"))
             # stages 3 and 4: the product, its partial products registered at their multipliers, each multiplier with
             # a copy of the multiplier of its own (ex_mult0 -> the high part's MULT18X18D was bert_tiny_auto's critical
             # path on an ECP5-85F at 9fb44e8, seed 4, 7.93 ns)

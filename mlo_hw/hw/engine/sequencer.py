@@ -871,8 +871,7 @@ class Sequencer:
                 with m.Else():
                     self.goto("P1_STORE_Q_WAIT")
             self.abort()
-        self.transfer_wait("P1_STORE_Q_WAIT", Op.STORE_QKV, lambda: self.next_block("P1_BLOCK", pass1_done),
-                           until=d.mover.store_busy)
+        self.transfer_wait("P1_STORE_Q_WAIT", Op.STORE_QKV, pass1_done, until=d.mover.store_busy)
 
         def heads_and_residual():
             # the residual X_t loads while the heads compute, once X'_{t-1} has left (pending_transfers)
