@@ -124,6 +124,11 @@ class Op(enum.Enum, shape=5):
     LNX = 19           # LayerNorm(LN1 output + XO output): the FFN's input
 
 
+# tiled: the weight streamer's bursts and how many may be in flight. A block load queues behind at most their product of
+# weight beats (the memory answers in order), and the first head's scores read Q_t as it loads: bert_tiny_auto's waited
+# 514 cycles a block behind two bursts of 256 beats, 66 behind two of 32 (run 475,951 -> 472,559 cycles). Two of 32 hide
+# a read latency of up to 32 cycles (bert_base_l2_arty, bus-bound, with the DDR3 timing model: +0.3 %)
+TILED_WEIGHT_BURST_BEATS, TILED_WEIGHT_BURSTS = 32, 2
 RES_BYTES = nx.RES_BITS // 8   # bytes of one element of the residual stream (X, Y, DRAM input and output)
 # registers between the MVAU's result (the op's result mux) and the result writer (by the buffers)
 RESULT_HOPS = 2
@@ -404,10 +409,14 @@ class LayerEngine(wiring.Component):
         cfg, g, ap, mp = self.cfg, self.g, self.axi, self.mvau_params
         H, I, S, simd, words = g.hidden, g.inter, g.seq, g.simd, g.words
         m.submodules.regs = d.regs = regs = ControlRegs(cfg)
-        # tiled, about 512 beats of weight bursts in flight (two at 256 beats): a block load, which the compute may
-        # be reading as it comes, waits behind no more
-        in_flight = min(8, max(2, 512 // cfg.memory.max_burst_beats)) if g.tiled else 8
-        m.submodules.ws = d.ws = ws = WeightStreamer(cfg, blocks=g.blocks, outstanding=in_flight)
+        # tiled, a block load, which the compute may be reading as it comes, queues behind the weight bursts in flight:
+        # they are few and short (TILED_WEIGHT_BURSTS of TILED_WEIGHT_BURST_BEATS)
+        if g.tiled:
+            ws = WeightStreamer(cfg, blocks=g.blocks, outstanding=TILED_WEIGHT_BURSTS,
+                                burst_beats=TILED_WEIGHT_BURST_BEATS)
+        else:
+            ws = WeightStreamer(cfg)
+        m.submodules.ws = d.ws = ws
         d.flush = Signal(name="flush")
         d.abandon = Signal(name="abandon")         # the run is abandoned: the mover cancels what it moves
         # the flush decode (START, a soft reset, every abandon) into one register beside the sequencer first: from the

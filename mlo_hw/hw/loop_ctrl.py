@@ -3,10 +3,10 @@
 :func:`fetch_program` lists, for one layer, everything the MVAU's weight port and the parameter store take
 from DRAM, in the order they are consumed: :class:`Fetch` entries of ``count`` commands each. The on-chip
 engine's program is the weight image's sections in order (:func:`mlo_hw.model.weight_image.layout`). The DRAM-tiled
-schedule's (``blocks`` > 1, see :mod:`mlo_hw.model.tiled`) is: the small sections; then K, V, Q once per token block;
-then per block, each head's K_h and V_h^T from scratch DRAM (raw tiles: weights only) followed by O, FFN up,
-FFN down. An encoder-decoder's (``docs/seq2seq.md``) adds the cross K and V per memory block before K, V, Q
-(pass 0), and after O the cross Q, each head's cross K_h and V_h^T, and the cross O, flagged so that a run skips
+schedule's (``blocks`` > 1, see :mod:`mlo_hw.model.tiled`) is: the small sections pass 1 needs (the header, the
+narrowing shifts; pre-LN also LN1's); then K, V, Q once per token block; the other small sections; then per
+block, each head's K_h and V_h^T from scratch DRAM (raw tiles: weights only) followed by O, FFN up, FFN down. An
+encoder-decoder's (``docs/seq2seq.md``) adds the cross K and V per memory block before K, V, Q (pass 0), and after O the cross Q, each head's cross K_h and V_h^T, and the cross O, flagged so that a run skips
 what is not its own. :class:`LoopController` walks the program for layers 0..L-1: one DMA command per tile (or per small
 section) at ``weight_base + l * stride + offset + i * step``, or ``scratch_base + offset + head * S * dh``
 for the per-head entries, looping over blocks and heads as the entries say. A tile command is issued only
@@ -21,7 +21,7 @@ master (``m_axi_*``) towards DRAM and the buffers' read ports towards compute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
@@ -91,32 +91,33 @@ def fetch_program(cfg, blocks: int = 1) -> tuple[Fetch, ...]:
         if cfg.seq2seq:
             raise ConfigError("model.encoder_layers: an encoder-decoder needs the DRAM-tiled engine")
         return tuple(section(s.name) for s in lay.sections)
-    from ..model.tiled import scratch_layout
+    from ..model.tiled import scratch_layout, small_sections
     sc, head = scratch_layout(cfg), cfg.seq_padded * cfg.head_dim
     if head % b:
         raise ConfigError(f"memory.axi_data_bits: a head's K ({head} bytes) is not a whole number of {b}-byte beats")
-    small = [section(s.name) for s in lay.sections if not s.tile_rows]
-    pass1 = len(small)
-    pass2 = pass1 + 3
+    # the small sections pass 1 needs first, the others after pass 1's weights (small_sections)
+    first, later = ([section(n) for n in names] for names in small_sections(cfg))
+    pass1 = len(first)
     raw = dict(beats=head // b, count=1, step=0, tile=True, weight_beats=head // b, scratch=True, per_head=True)
     if not cfg.seq2seq:
-        return tuple(small + [section("k"), section("v"), section("q", loop_blocks=pass1),
-                              Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
-                              section("o"), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
+        pass2 = pass1 + 3 + len(later)
+        return tuple(first + [section("k"), section("v"), section("q", loop_blocks=pass1)] + later
+                     + [Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
+                        section("o"), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
     # an encoder-decoder (docs/seq2seq.md): pass 0 (the memory's cross K, V per block) before pass 1, the cross
     # block (Q, each head's cross K_h and V_h^T, O) after O in pass 2; the cross entries tagged as their like
     cross = dict(cross=True, tag_as="q")
     pass1 = pass1 + 2
-    pass2 = pass1 + 3
+    pass2 = pass1 + 3 + len(later)
     xheads = pass2 + 4
-    return tuple(small + [section("xk", prefill=True, **cross),
-                          section("xv", prefill=True, loop_blocks=len(small), **cross),
-                          section("k"), section("v"), section("q", loop_blocks=pass1),
-                          Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
-                          section("o"), section("xq", **cross),
-                          Fetch("xk_head", sc.xk, cross=True, tag_as="k_head", **raw),
-                          Fetch("xvt_head", sc.xvt, loop_heads=xheads, cross=True, tag_as="vt_head", **raw),
-                          section("xo", **cross), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
+    return tuple(first + [section("xk", prefill=True, **cross),
+                          section("xv", prefill=True, loop_blocks=len(first), **cross),
+                          section("k"), section("v"), section("q", loop_blocks=pass1)] + later
+                 + [Fetch("k_head", sc.k, **raw), Fetch("vt_head", sc.vt, loop_heads=pass2, **raw),
+                    section("o"), section("xq", **cross),
+                    Fetch("xk_head", sc.xk, cross=True, tag_as="k_head", **raw),
+                    Fetch("xvt_head", sc.xvt, loop_heads=xheads, cross=True, tag_as="vt_head", **raw),
+                    section("xo", **cross), section("ffn_up"), section("ffn_down", loop_blocks=pass2)])
 
 
 class LoopController(wiring.Component):
@@ -288,9 +289,12 @@ class WeightStreamer(wiring.Component):
     hold a head's as well.
     """
 
-    def __init__(self, cfg, outstanding: int = 8, blocks: int = 1):
+    def __init__(self, cfg, outstanding: int = 8, blocks: int = 1, burst_beats: int | None = None):
         self.cfg, self.blocks = cfg, blocks
         self.p = AxiParams.from_config(cfg)
+        # the DMA's bursts: at most burst_beats (None: the config's max_burst_beats), up to outstanding in flight
+        self.dma_params = self.p if burst_beats is None else replace(
+            self.p, max_burst_beats=min(burst_beats, self.p.max_burst_beats))
         self.outstanding = outstanding
         self.program = fetch_program(cfg, blocks)
         self.raw_tile_bytes = cfg.seq_padded * cfg.head_dim if blocks > 1 else 0
@@ -319,7 +323,7 @@ class WeightStreamer(wiring.Component):
         m = Module()
         cfg, p = self.cfg, self.p
         m.submodules.loop = loop = LoopController(cfg, self.blocks)
-        m.submodules.dma = dma = ReadDma(p, beats_bits=BEATS_BITS, tag_bits=TAG_BITS, outstanding=self.outstanding)
+        m.submodules.dma = dma = ReadDma(self.dma_params, beats_bits=BEATS_BITS, tag_bits=TAG_BITS, outstanding=self.outstanding)
         m.submodules.tiles = tiles = TileBuffer(cfg, tag_bits=TAG_BITS, raw_tile_bytes=self.raw_tile_bytes)
         m.submodules.params = params = ParamStore(cfg)
 

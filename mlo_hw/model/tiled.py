@@ -40,7 +40,7 @@ from . import numerics as nx
 from .golden import IntLayer, int_matmul
 from .weight_image import layout, pack_tile_weights, unpack_tile_weights
 
-__all__ = ["PAGE", "ScratchLayout", "scratch_layout", "kv_writes", "kv_head", "Transfer", "TiledRun", "tiled_stack",
+__all__ = ["PAGE", "ScratchLayout", "scratch_layout", "small_sections", "kv_writes", "kv_head", "Transfer", "TiledRun", "tiled_stack",
            "layer_traffic"]
 
 PAGE = 4096
@@ -137,6 +137,15 @@ class _Dram:
         self.mem[addr:addr + len(data)] = data
 
 
+def small_sections(cfg) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A layer's small sections (the parameter store's), split by when the tiled schedule fetches them: those pass 1
+    needs (the header, the narrowing shifts; pre-LN also LN1's gains and biases) before pass 1's weights, the rest
+    (pass 2's) after them, so that a run's first weight tile does not queue behind parameters it does not need."""
+    first = ("header", "narrow") + (("ln1",) if cfg.model.norm == "pre" else ())
+    small = [sec.name for sec in layout(cfg).sections if not sec.tile_rows]
+    return first, tuple(n for n in small if n not in first)
+
+
 def _linear(x, m, bits=8):
     return nx.requant(int_matmul(x, m.w.T) + m.bias, m.mult, m.shift, bits)
 
@@ -175,7 +184,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
         wbase = weight_base + li * lay.stride
         src = inp if li == 0 else scratch + (sc.x1 if li % 2 else sc.x0)
         dst = out if li == len(layers) - 1 else scratch + (sc.x0 if li % 2 else sc.x1)
-        for name in ("header", "narrow", "ln1", "gelu", "ln2"):     # the small sections: once per layer
+        first, later = small_sections(cfg)     # the small sections, once per layer: pass 1's first, pass 2's after it
+        for name in first:
             dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
         for t in range(s // block):                                 # pass 1: K, V, Q of every block
             for name in ("k", "v", "q"):
@@ -188,6 +198,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
             dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
             for region, off, data in kv_writes(cfg, k, v, t * block):
                 dram.write(region, scratch + getattr(sc, region) + kv + off, data)
+        for name in later:
+            dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
         for t in range(s // block):                                 # pass 2: the rest, per query block
             q = np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
             ctx = np.zeros((block, h), np.int64)
