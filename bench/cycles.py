@@ -1,6 +1,6 @@
 """Measured cycles of the layer engine RTL against the roofline bound, per layer and in total.
 
-    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3|litedram] [--bram36-budget N]
+    python bench/cycles.py --config bert_tiny [--seq 32] [--memory ideal|ddr3|litedram] [--bram36-budget N] [--timeline]
 
 Runs the engine RTL in the full-stack harness (sim/harness.py: the DRAM model in the simulated design)
 on one input with every token valid, checks it tensor by tensor against the golden model (a DRAM-tiled
@@ -8,7 +8,8 @@ plan's tensors gathered block by block), and prints
 per layer: measured cycles, the roofline bound of the config's plan (``mlo_hw.plan``: for the on-chip engine
 ``mlo_hw.perf.layer_bound``, the sum over tiles of max(compute, DMA) plus the attention products), their
 ratio, the compute-busy and DMA-stall counters,
-then the cycles per phase. ``--memory ideal`` answers every beat at once (no stalls); ``--memory ddr3``
+then the cycles per phase (``--timeline``: and each stretch of one phase, in order, with its MVAU result beats: where
+a block's or a head's cycles go). ``--memory ideal`` answers every beat at once (no stalls); ``--memory ddr3``
 applies the DRAM timing model (``sim.harness.ddr3``: read latency, row misses, refresh, turnaround and the
 DRAM's data rate); ``--memory litedram`` puts LiteDRAM's real controller and its DFI-level DDR3 model in place of
 the model (``sim.litedram_model``: MT41K128M16 at 100 MHz, 1:4, peak 16 bytes a cycle). On chip, input load and output store are counted in the total only (and so is their transfer time in
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
     ap.add_argument("--memory", choices=MEMORIES, default="ideal")
     ap.add_argument("--bram36-budget", type=float, help="block RAM the plan may use (forces the DRAM-tiled "
                                                                 "plan on a small config)")
+    ap.add_argument("--timeline", action="store_true", help="also print each stretch of one phase: its first "
+                                                            "cycle, layer, phase, cycles and MVAU result beats")
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
     if args.seq is not None or args.bram36_budget is not None:
@@ -137,6 +140,12 @@ def main(argv=None) -> int:
     print("phases (all layers):")
     for op, row in per_op.items():
         print(f"  {op:>9}: cycles={row['cycles']:>9} compute-busy={row['compute']:>9} dma-stall={row['stall']:>8}")
+    if args.timeline:
+        print("timeline (each stretch of one phase): cycle layer phase cycles mvau_beats")
+        for label, r in zip([lab for lab, _, _ in stacks], results):
+            for t in r.timeline:
+                print(f"  {(label[:3] + ' ' if label else '')}{t['cycle']:>9} {t['layer']:>3} {Op(t['op']).name:>9} "
+                      f"{t['cycles']:>7} {t['mvau_beats']:>6}")
     print("bound per matrix (per layer): " + ", ".join(f"{c.matrix}={c.bound}" for c in matrix_costs(cfg)))
     total = total_bound(cfg)
     cycles = sum(r.cycles for r in results)

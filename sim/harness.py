@@ -24,7 +24,7 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -324,6 +324,7 @@ class RunResult:
     stats: dict                 # DRAM model counters and the simulated cycles of the whole script
     wall_s: float               # the harness process (all runs of its script), loads and dumps included
     scratch: bytes | None = None  # the scratch region after the run (Run.dump_scratch)
+    timeline: list = field(default_factory=list)   # per stretch of one (layer, op): cycle, layer, op, cycles, mvau_beats
 
 
 @dataclass
@@ -431,7 +432,8 @@ class EngineSim:
                            *([f"write {h.reg('CACHE_LEN')} {r.cache_len}"] if r.cache_len is not None else []),
                            f"trace {tmp / f'trace{i}'}" if r.trace else "trace off",
                            f"write {h.reg('CTRL')} {h.bit('CTRL', 'irq_enable') | h.bit('CTRL', 'start')}",
-                           f"wait_irq {timeout_cycles}", "trace off", f"profile {tmp / f'profile{i}.txt'}",
+                           f"wait_irq {timeout_cycles}", "trace off", f"timeline {tmp / f'timeline{i}.txt'}",
+                           f"profile {tmp / f'profile{i}.txt'}",
                            *(f"read {h.reg(n)}" for n in ("STATUS", "ERROR_CODE", "ERROR_ADDR_LO", "CYCLES",
                                                           "COMPUTE_CYCLES", "STALL_CYCLES")),
                            "stats", f"dump {d.memory_base if r.output_to_memory else d.output_base} {act_bytes} "
@@ -463,8 +465,10 @@ class EngineSim:
             tr = Trace(rec("mvau", 2 + cfg.folding.pe), rec("probs", 2), rec("ln", 4))
         profile = [dict(zip(("layer", "op", "cycles", "compute", "stall"), map(int, line.split())))
                    for line in (tmp / f"profile{i}.txt").read_text().splitlines()]
+        timeline = [dict(zip(("cycle", "layer", "op", "cycles", "mvau_beats"), map(int, line.split())))
+                    for line in (tmp / f"timeline{i}.txt").read_text().splitlines()]
         output = from_dram((tmp / f"output{i}.bin").read_bytes(), cfg.model.seq_len, cfg.model.hidden)
         scratch = (tmp / f"scratch{i}.bin").read_bytes() if run.dump_scratch else None
         return RunResult(output, reads[h.reg("STATUS")], reads[h.reg("ERROR_CODE")], reads[h.reg("ERROR_ADDR_LO")],
                          reads[h.reg("CYCLES")], reads[h.reg("COMPUTE_CYCLES")], reads[h.reg("STALL_CYCLES")],
-                         any(line.startswith("irq ") for line in lines), tr, profile, stats, wall, scratch)
+                         any(line.startswith("irq ") for line in lines), tr, profile, stats, wall, scratch, timeline)

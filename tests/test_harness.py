@@ -131,6 +131,14 @@ def test_ddr3_timing_costs_cycles_and_ideal_memory_does_not_stall(small):
     assert np.array_equal(ideal.output, ddr3.output)
     assert ddr3.cycles > ideal.cycles and ddr3.stall_cycles > ideal.stall_cycles
     assert sum(p["cycles"] for p in ideal.profile) >= ideal.cycles
+    # the timeline (bench/cycles.py --timeline): back-to-back stretches of one phase that add up to the profile's
+    spans, at = {}, 0
+    for t in ideal.timeline:
+        assert t["cycle"] == at and t["cycles"] > 0, t
+        at += t["cycles"]
+        spans[t["layer"], t["op"]] = spans.get((t["layer"], t["op"]), 0) + t["cycles"]
+    assert spans == {(p["layer"], p["op"]): p["cycles"] for p in ideal.profile}
+    assert sum(t["mvau_beats"] for t in ideal.timeline) > 0
 
 
 @pytest.fixture(scope="module")

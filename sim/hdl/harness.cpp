@@ -11,7 +11,11 @@
 //   write OFFSET VALUE      AXI4-Lite write of a register
 //   read OFFSET             AXI4-Lite read; prints "read OFFSET VALUE"
 //   trace PREFIX | off      record the engine's trace ports into PREFIX.{mvau,probs,ln}.bin (int32 records)
-//   profile FILE            write the per-(layer, op) cycle profile so far ("layer op cycles compute stall")
+//   profile FILE            write the per-(layer, op) cycle profile so far ("layer op cycles compute stall"); it
+//                           starts the next profile and timeline
+//   timeline FILE           write the profile's timeline so far: a line per stretch of one (layer, op), "cycle layer
+//                           op cycles mvau_beats" (its first cycle since the profile began, its length, the MVAU's
+//                           result beats in it)
 //   wait N                  N idle cycles
 //   wait_irq N              run until irq is high, at most N cycles; prints "irq CYCLES" or "timeout CYCLES"
 //   stats                   prints "stats cycle=.. rd_beats=.. wr_beats=.. rd_bursts=.. wr_bursts=.."
@@ -81,6 +85,9 @@ static void trace_stop() {
 
 // ---- the profile: cycles, compute-busy and stall cycles per (layer, op) -------------------------------
 static std::map<std::pair<int, int>, std::vector<uint64_t>> profile;
+// and the timeline: per stretch of one (layer, op), its first cycle, layer, op, cycles and MVAU result beats
+static std::vector<std::vector<uint64_t>> timeline;
+static uint64_t profile_cycles = 0;
 
 // Values just before the rising edge: the handshakes that complete at it.
 static void sample() {
@@ -93,6 +100,11 @@ static void sample() {
         top->final();
         exit(top->trace_collision ? 4 : 5);
     }
+    if (timeline.empty() || timeline.back()[1] != uint64_t(layer) || timeline.back()[2] != uint64_t(op))
+        timeline.push_back({profile_cycles, uint64_t(layer), uint64_t(op), 0, 0});
+    timeline.back()[3]++;
+    timeline.back()[4] += top->trace_mvau_valid;
+    profile_cycles++;
     auto& row = profile[{layer, op}];
     if (row.empty()) row.assign(3, 0);
     row[0]++;
@@ -252,6 +264,13 @@ int main(int argc, char** argv) {
                 f << kv.first.first << " " << kv.first.second << " " << kv.second[0] << " " << kv.second[1] << " "
                   << kv.second[2] << "\n";
             profile.clear();
+            timeline.clear();
+            profile_cycles = 0;
+        } else if (cmd == "timeline") {
+            std::string path; in >> path;
+            std::ofstream f(path);
+            for (auto& row : timeline)
+                f << row[0] << " " << row[1] << " " << row[2] << " " << row[3] << " " << row[4] << "\n";
         } else if (cmd == "wait") {
             uint64_t n; in >> n;
             for (uint64_t i = 0; i < n; i++) tick();
