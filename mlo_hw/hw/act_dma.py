@@ -150,9 +150,11 @@ class WriteDma(wiring.Component):
         # ---- command intake ---------------------------------------------------------------------
         good, checking = command_intake(m, self, accept, ~active & ~drop)
         idle &= ~checking
+        c = self.cmd.payload
+        with m.If(accept):       # (every command taken: the check stays off these registers' enables)
+            m.d.sync += [cur_addr.eq(c.addr), remaining.eq(c.beats)]
         with m.If(good):
-            c = self.cmd.payload
-            m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats)]
+            m.d.sync += active.eq(1)
         m.d.comb += self.busy.eq(~idle)
 
         # ---- W side: a registered stage, one beat per cycle -------------------------------------

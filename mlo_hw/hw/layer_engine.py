@@ -248,7 +248,10 @@ def with_seq_len(cfg, seq_len: int, bram36_budget: float | None = None):
 
 
 BUFFER_READ_LATENCY = 2     # an activation buffer read: the request registered beside the block RAM, then the read
-OPERAND_READ_LATENCY = BUFFER_READ_LATENCY + 1    # the MVAU operand's: its word registered after the buffer select
+# WORK's row-major reads (the operand's, the mover's): each bank's word registered beside it before the bank select
+WORK_READ_LATENCY = BUFFER_READ_LATENCY + 1
+# the MVAU operand's: its word registered after the buffer select (X's, Y's and P's registered before it, as WORK's)
+OPERAND_READ_LATENCY = WORK_READ_LATENCY + 1
 
 
 class _Buffer:
@@ -317,17 +320,25 @@ class _Banks:
         m.d.sync += req_bank.eq(self.rd_bank)
         with m.If(self.banks[0].req_en):
             m.d.sync += self.sel.eq(req_bank)
-        # the one multiplexer over the banks: every one-bank read (row-major operand, the mover's K and V^T) shares it
-        self.data = Signal(8 * word_bytes, name=f"{name}_data")
-        m.d.comb += self.data.eq(Array(b.r.data for b in self.banks)[self.sel])
+        # every one-bank read (row-major operand, the mover's K and V^T): each bank's word registered beside its block
+        # RAM, then the one multiplexer over those registers, ``word`` (WORK_READ_LATENCY cycles after the request):
+        # the block RAMs' outputs, spread over the die, no longer reach the bank select and a reader's register in one
+        # cycle (WORK's bank select into the operand's word, 7.12 ns, and into the mover's, 7.08, at e3a54ec's seed 3
+        # on an ECP5-85F)
+        held = [Signal(8 * word_bytes, name=f"{name}{k}_word", reset_less=True) for k in range(n)]
+        m.d.sync += [h.eq(b.r.data) for h, b in zip(held, self.banks)]
+        held_sel = Signal.like(self.sel, name=f"{name}_word_sel")
+        m.d.sync += held_sel.eq(self.sel)
+        self.word = Signal(8 * word_bytes, name=f"{name}_word")
+        m.d.comb += self.word.eq(Array(held)[held_sel])
 
     def split(self, addr):
         """Row-major word ``addr``'s (bank, bank-local word)."""
         return (addr[:self.lp], addr[self.lp:]) if self.lp else (Const(0, 1), addr)
 
     def read_bank(self, bank, local, en) -> list:
-        """The assignments of a read of word ``local`` of bank ``bank`` (its word on :attr:`data`
-        :data:`BUFFER_READ_LATENCY` cycles later), for the caller's ``m.d.comb``."""
+        """The assignments of a read of word ``local`` of bank ``bank`` (its word on :attr:`word`
+        :data:`WORK_READ_LATENCY` cycles later), for the caller's ``m.d.comb``."""
         return [self.rd_bank.eq(bank), *(a for b in self.banks for a in (b.rd_addr.eq(local), b.rd_en.eq(en)))]
 
     def read_side_by_side(self, m, local):
@@ -476,11 +487,18 @@ class LayerEngine(wiring.Component):
             img = max(cfg.model.layers, cfg.model.encoder_layers) * lay.stride if cfg.seq2seq else lay.total_bytes
             io = g.tokens * H * RES_BYTES
 
-            def overlaps(base, n):
-                return (sb < base + n) & (base < sb + scratch_layout(cfg).bytes)
-            d.scratch_bad = ((sb[:12] != 0) | overlaps(regs.weight_base, img)
-                             | overlaps(regs.input_base, io) | overlaps(regs.output_base, io)
-                             | (overlaps(regs.memory_base, io) if cfg.seq2seq else 0))
+            # each comparison registered, their combination registered by the sequencer: two stages, as the base
+            # registers change two cycles or more before START (Sequencer.start_states; in one stage, 15 nets deep,
+            # 6.90 ns at e3a54ec's seed 1 on an ECP5-85F)
+            def registered(check, name):
+                return delayed(m, check, 1, f"scratch_{name}")
+
+            def overlaps(base, n, name):
+                return (registered(sb < base + n, f"below_{name}_end")
+                        & registered(base < sb + scratch_layout(cfg).bytes, f"{name}_below_end"))
+            d.scratch_bad = (registered(sb[:12] != 0, "misaligned") | overlaps(regs.weight_base, img, "weights")
+                             | overlaps(regs.input_base, io, "input") | overlaps(regs.output_base, io, "output")
+                             | (overlaps(regs.memory_base, io, "memory") if cfg.seq2seq else 0))
         d.op, d.layer, d.layers = Signal(Op, name="op"), Signal(16, name="layer"), Signal(16, name="layers")
         # the LayerNorm the lanes run (their buffer ports and shift select on it, not on op: LN1 starts during O's
         # last tile, LN2 during FFN down's) and the pair words they may read meanwhile
@@ -589,12 +607,20 @@ class LayerEngine(wiring.Component):
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
                 m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
                 m.d.sync += read_src.eq(names.index("work"))
+        # X's, Y's and P's words registered beside their block RAMs, as WORK's banks' are (WORK_READ_LATENCY), then
+        # the select into the operand's word: OPERAND_READ_LATENCY cycles after its request, whatever the buffer
+        late_src = delayed(m, read_src, 1, "operand_src")
         operand_word = Signal.like(operand.rd_data, name="operand_word", reset_less=True)
         m.d.comb += operand.rd_data.eq(operand_word)
-        with m.Switch(read_src):
+        held = {}
+        for name in names:
+            if name != "work":
+                held[name] = Signal.like(bufs[name].r.data, name=f"buf_{name}_word", reset_less=True)
+                m.d.sync += held[name].eq(bufs[name].r.data)
+        with m.Switch(late_src):
             for i, name in enumerate(names):
                 with m.Case(i):
-                    data = work.data if name == "work" else bufs[name].r.data
+                    data = work.word if name == "work" else held[name]
                     m.d.sync += operand_word.eq(zero_extended(data) if name in ("p", "work") else data)
         wiring.connect(m, operand.o, mvau.x)
         # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
@@ -814,7 +840,7 @@ class LayerEngine(wiring.Component):
                 m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en)]
         with m.If(mover.rd_banks & mover.store_busy):
             m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
-        m.d.comb += [mover.x_word.eq(x.r.data), mover.y_word.eq(y.r.data), mover.work_word.eq(d.work.data)]
+        m.d.comb += [mover.x_word.eq(x.r.data), mover.y_word.eq(y.r.data), mover.work_word.eq(d.work.word)]
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

@@ -244,12 +244,19 @@ class Softmax(wiring.Component):
         end = delayed(m, meta, levels + INGEST_PIPE, "max_meta")
         # across the row's beats
         run = Signal(ext, reset_less=True)
-        merged = Signal(ext)
-        m.d.comb += merged.eq(Mux(end.first | (beat_max > run), beat_max, run))
         with m.If(end.valid):
-            m.d.sync += run.eq(merged)
+            m.d.sync += run.eq(Mux(end.first | (beat_max > run), beat_max, run))
             with m.If(end.last):
-                m.d.sync += [s.row_max[end.slot].eq(merged[:w]), s.phase[end.slot].eq(Phase.EXP)]
+                m.d.sync += s.phase[end.slot].eq(Phase.EXP)
+        # the row's max goes into its slot a cycle after the last step, from ``run``: the comparison drives ``run``
+        # alone, not every slot's row max as well (a 23-bit compare and the row max's write, 5 ns of wire, were 7.04 ns
+        # at e3a54ec's seed 1 on an ECP5-85F). In that cycle the slot is already EXP: the exp unit takes ``run``
+        # (``s.max_of``), which holds the row's max for that one cycle (the next row's first step lands at its end)
+        row_done = delayed(m, end.valid & end.last, 1, "max_row_done")
+        row_slot = delayed(m, end.slot, 1, "max_row_slot")
+        with m.If(row_done):
+            m.d.sync += s.row_max[row_slot].eq(run[:w])
+        s.max_of = lambda slot: Mux(row_done & (row_slot == slot), run[:w], s.row_max[slot])
 
     def _exp(self, m, s):
         """Exponents of a word of scores a cycle (a fixed pipeline, no stalls), stored; the row sum."""
@@ -267,7 +274,7 @@ class Softmax(wiring.Component):
         meta = Signal(self._meta(s), name="ex_meta")
         row_max = Signal(signed(w))
         m.d.sync += [meta.valid.eq(issue), meta.first.eq(ex_idx == 0), meta.last.eq(ex_idx == n - 1),
-                     meta.slot.eq(ex_slot), meta.idx.eq(ex_idx), row_max.eq(s.row_max[ex_slot])]
+                     meta.slot.eq(ex_slot), meta.idx.eq(ex_idx), row_max.eq(s.max_of(ex_slot))]
         # stage 1 (score word from memory) .. EXP_PIPE (exponents), per lane
         word = score_r.data
         e = Signal(data.ArrayLayout(unsigned(EXP_BITS), self.lanes), reset_less=True)   # ``end`` says which hold one
@@ -290,7 +297,7 @@ class Softmax(wiring.Component):
             if split_parts(w, False) == 1:
                 dist = below(row_max, 0, w, "dist")
             else:
-                row_max_high = kept_copy(m, s.row_max[ex_slot], f"ex_row_max_high{k}", signed(w))
+                row_max_high = kept_copy(m, s.max_of(ex_slot), f"ex_row_max_high{k}", signed(w))
                 dist = Cat(below(row_max, 0, SPLIT_BITS, "dist_lo"), below(row_max_high, SPLIT_BITS, w, "dist_hi"))
             # stages 3 and 4: the product, its partial products registered at their multipliers, each multiplier with
             # a copy of the multiplier of its own (ex_mult0 -> the high part's MULT18X18D was bert_tiny_auto's critical

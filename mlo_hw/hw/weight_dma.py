@@ -50,7 +50,9 @@ def command_intake(m, dma, accept, may_take):
     """A DMA's command intake: ``dma.cmd.ready`` while ``may_take`` (the DMA's own state), no ``error``, no
     ``cancel`` and no bad command being flagged; ``accept`` (a signal the caller made) is driven with the
     handshake. Returns ``(good, checking)``: ``good`` is high when a well-formed command is taken (the caller
-    starts it), ``checking`` in the cycle after a bad one was taken (the caller counts it as busy). A bad command
+    starts it: its ``active``; the command's fields it loads on every ``accept``, a bad command's never used, so that
+    the check is not at their enables: the weight DMA's were 7.10 ns at e3a54ec's seed 3 on an ECP5-85F),
+    ``checking`` in the cycle after a bad one was taken (the caller counts it as busy). A bad command
     (zero beats, or an address not a multiple of the beat size) sets ``error``, ``error_addr`` (its address) and
     ``error_code`` (:data:`ERR_BAD_COMMAND`) in that next cycle, from registers: the check stays off the enables
     of the error registers, a wide fan-out behind the handshake."""
@@ -141,9 +143,11 @@ class ReadDma(wiring.Component):
         # ---- command intake ---------------------------------------------------------------------
         good, checking = command_intake(m, self, accept, ~active & ~drop)
         idle &= ~checking
+        c = self.cmd.payload
+        with m.If(accept):       # (every command taken: the check stays off these registers' enables)
+            m.d.sync += [cur_addr.eq(c.addr), remaining.eq(c.beats), cur_tag.eq(c.tag)]
         with m.If(good):
-            c = self.cmd.payload
-            m.d.sync += [active.eq(1), cur_addr.eq(c.addr), remaining.eq(c.beats), cur_tag.eq(c.tag)]
+            m.d.sync += active.eq(1)
 
         m.d.comb += self.busy.eq(~idle)
 

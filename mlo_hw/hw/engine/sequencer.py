@@ -28,8 +28,8 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
               XO -> LNX, then FFN_UP (pre-LN: after O, LNX -> XQ -> the cross heads -> XO, then LN2)
 
 A weight matrix is four states per tile (``*_TILE_WAIT``, ``*_LATCH``, ``*_JOB``, ``*_WAIT``); CTRL.soft_reset,
-a weight read error or an activation transfer error abandons the run in any state (the blocks are flushed; the
-AXI masters complete what is in flight).
+a weight read error or an activation transfer error abandons the run in any state, a cycle later (``halt``, a
+register; the blocks are flushed; the AXI masters complete what is in flight).
 
 It is a generator, not a component: it runs inside ``LayerEngine.elaborate`` on the handles the datapath
 exposes (``d``, a namespace built there) so that each job's handshake is written once, next to its state.
@@ -218,10 +218,26 @@ class Sequencer:
         self.goto("IDLE")
         self.set_ln_op(self.Op.IDLE)      # (a LayerNorm started early or behind: ln_op not its state's)
 
+    def halt_register(self):
+        """``halt``: a register, high from the cycle after a soft reset or an AXI error (the weight streamer's, the
+        mover's) until the run is abandoned, so that the errors, which come from across the die, reach the FSM's
+        next-state logic from a flip-flop beside it (the mover's error into every state's abort was 7.32 ns at
+        e3a54ec's seed 1 on an ECP5-85F). The soft reset, a pulse, is kept (``reset_pending``) until the run is
+        abandoned: a state that does not abort (a pass's one-cycle start) hands it on. The errors stay set until the
+        next START clears them; START's cycle is kept out, so a run does not see the last run's."""
+        m, d = self.m, self.d
+        regs = d.regs
+        self.halt = Signal(name="halt")
+        pending = Signal(name="soft_reset_pending")
+        with m.If(regs.soft_reset):
+            m.d.sync += pending.eq(1)
+        with m.Elif(d.abandon | regs.start):
+            m.d.sync += pending.eq(0)
+        m.d.sync += self.halt.eq((pending | regs.soft_reset | d.ws.error | d.mover.error) & ~regs.start)
+
     def abort(self):
-        # an AXI error on the weights or the activations, or a soft reset, abandons the run
-        d = self.d
-        with self.m.If(d.regs.soft_reset | d.ws.error | d.mover.error):
+        # an AXI error on the weights or the activations, or a soft reset, abandons the run (a cycle later: halt)
+        with self.m.If(self.halt):
             self.abandon()
 
     def request_copy(self, kind):
@@ -510,11 +526,11 @@ class Sequencer:
 
     def transfer_wait(self, name, o, then, until=None):
         """Wait for the mover (busy from the cycle after its start; ``until``: the busy to wait for, one side's, the
-        other running on); an error ends the run (ERROR)."""
+        other running on); an error ends the run (ERROR): ``halt`` at once, the mover's as the transfer ends too."""
         m, d = self.m, self.d
         with self.state(name, o):
             m.d.comb += d.busy.eq(1)
-            with m.If(d.regs.soft_reset):                # the mover finishes its bursts (cancel)
+            with m.If(self.halt):                # the mover finishes its bursts (cancel)
                 self.abandon()
             with m.Elif(~(d.mover.busy if until is None else until)):
                 with m.If(d.mover.error):
@@ -525,6 +541,7 @@ class Sequencer:
     # ---- the FSM --------------------------------------------------------------------------------------
     def build(self):
         m, g, Op = self.m, self.g, self.Op
+        self.halt_register()
         self.blocks_setup()
         if g.tiled:
             self.block_registers()
@@ -715,9 +732,11 @@ class Sequencer:
         m, d, g, Op = self.m, self.d, self.g, self.Op
         regs = d.regs
         # START's checks of TOKENS, SCRATCH_BASE, CACHE_LEN and MEMORY_TOKENS, registered: those registers change only
-        # by AXI-Lite writes, at least two cycles before CTRL.start's (a write waits for the last one's B), so the
-        # checks are current at START, and its acceptance (the enables of op, seq_state and the run's registers) does
-        # not wait on their comparisons. A build without a check has a constant, kept one.
+        # by AXI-Lite writes, at least two cycles before CTRL.start's (a write waits for the last one's B: a register
+        # written in cycle t holds its value from t + 1, START comes in t + 3 at the earliest), so the checks are
+        # current at START, and its acceptance (the enables of op, seq_state and the run's registers) does not wait on
+        # their comparisons. SCRATCH_BASE's takes both cycles (its comparisons registered in ``d.scratch_bad``). A
+        # build without a check has a constant, kept one.
         def registered(check, name):
             return check if isinstance(check, Const) else delayed(m, check, 1, name)
         tokens_bad = registered((regs.tokens == 0) | (regs.tokens > g.tokens), "tokens_bad")
