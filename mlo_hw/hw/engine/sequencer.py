@@ -222,7 +222,7 @@ class Sequencer:
         """``halt``: a register, high from the cycle after a soft reset or an AXI error (the weight streamer's, the
         mover's) until the run is abandoned, so that the errors, which come from across the die, reach the FSM's
         next-state logic from a flip-flop beside it (the mover's error into every state's abort was 7.32 ns at
-        e3a54ec's seed 1 on an ECP5-85F). The soft reset, a pulse, is kept (``reset_pending``) until the run is
+        e3a54ec's seed 1 on an ECP5-85F). The soft reset, a pulse, is kept (``soft_reset_pending``) until the run is
         abandoned: a state that does not abort (a pass's one-cycle start) hands it on. The errors stay set until the
         next START clears them; START's cycle is kept out, so a run does not see the last run's."""
         m, d = self.m, self.d
