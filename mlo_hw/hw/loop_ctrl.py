@@ -286,7 +286,8 @@ class WeightStreamer(wiring.Component):
     Parameter side (see :class:`~mlo_hw.hw.buffers.ParamStore`): ``param_slot``, ``param_addr``,
     ``param_data``, ``param_loaded``. ``blocks`` > 1: the DRAM-tiled fetch program (:func:`fetch_program`),
     whose per-head K_h / V_h^T come from ``scratch_base`` once ``scratch_ready``; the tile buffer's banks then
-    hold a head's as well.
+    hold a head's as well. The DMA keeps up to ``outstanding`` bursts of at most ``burst_beats`` (default the
+    config's ``memory.max_burst_beats``) in flight: what another master's read on a shared port queues behind.
     """
 
     def __init__(self, cfg, outstanding: int = 8, blocks: int = 1, burst_beats: int | None = None):
