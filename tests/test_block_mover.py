@@ -110,9 +110,7 @@ class MoverTop(wiring.Component):
         m.d.sync += req_bank.eq(mover.rd_bank)
         with m.If(rd_en):
             m.d.sync += bank_q.eq(req_bank)
-        # and a cycle later than X's and Y's words, as the engine's WORK gives them (its banks' words registered)
-        bank_word = Signal.like(mover.work_word)
-        m.d.sync += bank_word.eq(Array(banks)[bank_q])
+        bank_word = Array(banks)[bank_q]
         m.d.comb += mover.work_word.eq(bank_word)
         return m
 

@@ -248,17 +248,19 @@ def with_seq_len(cfg, seq_len: int, bram36_budget: float | None = None):
 
 
 BUFFER_READ_LATENCY = 2     # an activation buffer read: the request registered beside the block RAM, then the read
-# WORK's row-major reads (the operand's, the mover's): each bank's word registered beside it before the bank select
-WORK_READ_LATENCY = BUFFER_READ_LATENCY + 1
-# the MVAU operand's: its word registered after the buffer select (X's, Y's and P's registered before it, as WORK's)
-OPERAND_READ_LATENCY = WORK_READ_LATENCY + 1
+# a buffer's read data registered beside its block RAM (``word``: what the operand and the mover take; WORK's the
+# bank select's over its banks' registered words)
+BUFFER_WORD_LATENCY = BUFFER_READ_LATENCY + 1
+# the MVAU operand's: its word registered after the buffer select
+OPERAND_READ_LATENCY = BUFFER_WORD_LATENCY + 1
 
 
 class _Buffer:
     """A word memory (``lanes`` elements of ``lane_bits`` a word, one write enable per element) with one
     read and one write port. A read is requested on ``rd_addr``/``rd_en`` (driven by the block that reads; the
     op's multiplexer in front), registered beside the block RAM and answered on ``r.data``
-    :data:`BUFFER_READ_LATENCY` cycles later. A write (``w.addr``, ``w.data``, ``w.en``, one bit an element) is
+    :data:`BUFFER_READ_LATENCY` cycles later, and on ``word``, a register beside the block RAM, a cycle after that
+    (:data:`BUFFER_WORD_LATENCY`: the readers far from it, the operand and the mover, take ``word``). A write (``w.addr``, ``w.data``, ``w.en``, one bit an element) is
     registered likewise and lands a cycle later, so a read requested in the cycle after a write's sees the old
     word; the engine reads nothing that soon after it was written (a reader waits for a row's or a transfer's
     completion, which the writers count as they write, before its request). The registers keep the op decode and
@@ -289,6 +291,8 @@ class _Buffer:
                          self.req_addr.eq(self._in_half(self.rd_addr, rd_half, words // 2))]
         m.d.comb += [*(getattr(port, f).eq(held[f]) for f in held),
                      self.r.addr.eq(self.req_addr), self.r.en.eq(self.req_en)]
+        self.word = Signal.like(self.r.data, name=f"{name}_word", reset_less=True)
+        m.d.sync += self.word.eq(self.r.data)
 
     @staticmethod
     def _in_half(addr, half, size: int):
@@ -320,17 +324,14 @@ class _Banks:
         m.d.sync += req_bank.eq(self.rd_bank)
         with m.If(self.banks[0].req_en):
             m.d.sync += self.sel.eq(req_bank)
-        # every one-bank read (row-major operand, the mover's K and V^T): each bank's word registered beside its block
-        # RAM, then the one multiplexer over those registers, ``word`` (WORK_READ_LATENCY cycles after the request):
-        # the block RAMs' outputs, spread over the die, no longer reach the bank select and a reader's register in one
-        # cycle (WORK's bank select into the operand's word, 7.12 ns, and into the mover's, 7.08, at e3a54ec's seed 3
-        # on an ECP5-85F)
-        held = [Signal(8 * word_bytes, name=f"{name}{k}_word", reset_less=True) for k in range(n)]
-        m.d.sync += [h.eq(b.r.data) for h, b in zip(held, self.banks)]
-        held_sel = Signal.like(self.sel, name=f"{name}_word_sel")
-        m.d.sync += held_sel.eq(self.sel)
+        # every one-bank read (row-major operand, the mover's K and V^T): the one multiplexer over the banks' registered
+        # words, ``word`` (BUFFER_WORD_LATENCY cycles after the request, as a buffer's): the block RAMs' outputs,
+        # spread over the die, no longer reach the bank select and a reader's register in one cycle (WORK's bank select
+        # into the operand's word, 7.12 ns, and into the mover's, 7.08, at e3a54ec's seed 3 on an ECP5-85F)
+        word_sel = Signal.like(self.sel, name=f"{name}_word_sel")
+        m.d.sync += word_sel.eq(self.sel)
         self.word = Signal(8 * word_bytes, name=f"{name}_word")
-        m.d.comb += self.word.eq(Array(held)[held_sel])
+        m.d.comb += self.word.eq(Array(b.word for b in self.banks)[word_sel])
 
     def split(self, addr):
         """Row-major word ``addr``'s (bank, bank-local word)."""
@@ -338,7 +339,7 @@ class _Banks:
 
     def read_bank(self, bank, local, en) -> list:
         """The assignments of a read of word ``local`` of bank ``bank`` (its word on :attr:`word`
-        :data:`WORK_READ_LATENCY` cycles later), for the caller's ``m.d.comb``."""
+        :data:`BUFFER_WORD_LATENCY` cycles later), for the caller's ``m.d.comb``."""
         return [self.rd_bank.eq(bank), *(a for b in self.banks for a in (b.rd_addr.eq(local), b.rd_en.eq(en)))]
 
     def read_side_by_side(self, m, local):
@@ -456,7 +457,7 @@ class LayerEngine(wiring.Component):
         ap_in = AxiParams.from_config(cfg)                # the masters inside (ID 1 bit)
         m.submodules.mover = d.mover = mover = BlockMover(ap_in, simd=simd, pe=g.pe, max_words=2 * words(g.rows * H),
                                                           max_runs=max(g.heads, H // g.pe), local_bits=g.addr_bits,
-                                                          read_latency=BUFFER_READ_LATENCY)
+                                                          read_latency=BUFFER_WORD_LATENCY)
         forward_ports(m, self, regs, axil_slave_members(AXIL_ADDR_BITS))
         m.d.comb += self.irq.eq(regs.irq)
         # AXI: the weight streamer and the activation mover share AR/R at once (ReadArbiter: round robin per
@@ -607,20 +608,15 @@ class LayerEngine(wiring.Component):
             with m.Case(Op.O, Op.FFN_DOWN, Op.XO):
                 m.d.comb += work.read_bank(*work.split(operand.rd_addr), operand.rd_en)
                 m.d.sync += read_src.eq(names.index("work"))
-        # X's, Y's and P's words registered beside their block RAMs, as WORK's banks' are (WORK_READ_LATENCY), then
-        # the select into the operand's word: OPERAND_READ_LATENCY cycles after its request, whatever the buffer
+        # the buffers' registered words (BUFFER_WORD_LATENCY), then the select into the operand's word:
+        # OPERAND_READ_LATENCY cycles after its request, whatever the buffer
         late_src = delayed(m, read_src, 1, "operand_src")
         operand_word = Signal.like(operand.rd_data, name="operand_word", reset_less=True)
         m.d.comb += operand.rd_data.eq(operand_word)
-        held = {}
-        for name in names:
-            if name != "work":
-                held[name] = Signal.like(bufs[name].r.data, name=f"buf_{name}_word", reset_less=True)
-                m.d.sync += held[name].eq(bufs[name].r.data)
         with m.Switch(late_src):
             for i, name in enumerate(names):
                 with m.Case(i):
-                    data = work.word if name == "work" else held[name]
+                    data = (work if name == "work" else bufs[name]).word
                     m.d.sync += operand_word.eq(zero_extended(data) if name in ("p", "work") else data)
         wiring.connect(m, operand.o, mvau.x)
         # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
@@ -840,7 +836,7 @@ class LayerEngine(wiring.Component):
                 m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en)]
         with m.If(mover.rd_banks & mover.store_busy):
             m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
-        m.d.comb += [mover.x_word.eq(x.r.data), mover.y_word.eq(y.r.data), mover.work_word.eq(d.work.word)]
+        m.d.comb += [mover.x_word.eq(x.word), mover.y_word.eq(y.word), mover.work_word.eq(d.work.word)]
 
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),

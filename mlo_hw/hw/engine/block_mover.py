@@ -55,9 +55,6 @@ def zero_extended(byte_word):
     return Cat(*(Cat(byte_word.word_select(i, 8), Const(0, nx.RES_BITS - 8)) for i in range(len(byte_word) // 8)))
 
 
-STORE_WORD_STAGES = 3     # registers between a store's buffer word (X's, Y's; WORK's a cycle later) and its queue
-
-
 class BlockMover(wiring.Component):
     """Runs a load and a store :class:`Transfer` (module docstring) at once, each on its own AXI master.
 
@@ -72,9 +69,9 @@ class BlockMover(wiring.Component):
         of either side is started after an error.
         Buffer reads (stores): ``rd_addr``/``rd_en`` (an X word while ``reads_x``, a Y word while ``reads_y``, or,
         when ``rd_banks``, the bank-local word of WORK bank ``rd_bank``); ``read_latency`` cycles later the buffer's
-        read data, straight from its port: ``x_word`` (STORE_X; X is free while the tiled engine's heads compute,
-        when X'_t is stored), ``y_word`` (STORE_Q, int16 lanes), or a cycle later (WORK's banks register their words)
-        ``work_word`` (STORE_K, STORE_VT; WORK is free while the next block's Q computes).
+        read data (the engine's buffers' registered words): ``x_word`` (STORE_X; X is free while the tiled engine's
+        heads compute, when X'_t is stored), ``y_word`` (STORE_Q, int16 lanes) or ``work_word`` (STORE_K, STORE_VT;
+        WORK is free while the next block's Q computes).
         Buffer writes (loads): ``wr`` (``valid``, word ``addr``, ``data``, per-int16-lane ``en``, ``y``; registers, a
         cycle after the load's word) into X (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so
         that a load may run beside the engine's other work. ``loaded``: the words of that buffer written whole since
@@ -90,8 +87,7 @@ class BlockMover(wiring.Component):
     its side ended (a transfer's first run three cycles after ``start``), from a state register: the decision to
     start it (runs left, an error, a cancel) is made the cycle before, when the run's registers step; words move at
     one a cycle (see ``BufferLoad``/``BufferStore``). A store's word, chosen from ``x_word``, ``y_word`` or
-    ``work_word`` (a cycle later), is registered three times before the store's queue, ``work_word`` twice (the
-    store's read latency is ``read_latency + STORE_WORD_STAGES``).
+    ``work_word``, is registered twice before the store's queue (the store's read latency is ``read_latency + 2``).
     """
 
     def __init__(self, p: AxiParams, *, simd: int, pe: int, max_words: int, max_runs: int, local_bits: int,
@@ -118,8 +114,7 @@ class BlockMover(wiring.Component):
         p, simd, pe = self.p, self.simd, self.pe
         m.submodules.load = load = BufferLoad(p, 8 * simd, self.max_words)
         # the store's words two registers behind the buffers' (its read latency two more): see "buffer reads" below
-        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words,
-                                                 read_latency=self.read_latency + STORE_WORD_STAGES)
+        m.submodules.store = store = BufferStore(p, 8 * simd, self.max_words, read_latency=self.read_latency + 2)
         forward_ports(m, self, load, axi_read_master_members(p))
         forward_ports(m, self, store, axi_write_master_members(p))
 
@@ -173,22 +168,19 @@ class BlockMover(wiring.Component):
             with m.Case(Transfer.STORE_K, Transfer.STORE_VT):
                 m.d.comb += self.rd_addr.eq(walk_word)
         # X's int16 lanes leave as they are (a byte word is half an X word); Q, K and V^T are bytes, the lanes' low ones.
-        # The word is chosen in registered steps before the store's queue: WORK's bank word (from the banks' registers
-        # and their one multiplexer, a cycle after X's and Y's words) is registered on its own beside X's half or Y's
-        # low bytes (registered twice), then one of the two (with the choice registered beside them); a block RAM's
-        # output and WORK's bank multiplexer were one path with the queue's write (9fb44e8's seed 3 on the ECP5-85F,
-        # 8.15 ns), then, with one register, the bank select's fan-out, the multiplexer and the choice (a2656b6's
-        # seed 3, 7.49 ns), then the block RAMs' outputs and the bank select (e3a54ec's seed 3, 7.08 ns)
+        # The word is chosen in two registered steps before the store's queue: WORK's bank word (the banks' one
+        # multiplexer, its select a register) is registered on its own beside X's half or Y's low bytes, then one of
+        # the two (with the choice registered beside them); a block RAM's output and WORK's bank multiplexer were one
+        # path with the queue's write (9fb44e8's seed 3 on the ECP5-85F, 8.15 ns), then, with one register, the bank
+        # select's fan-out, the multiplexer and the choice (a2656b6's seed 3, 7.49 ns)
         work_q = Signal(w8, name="store_work_word", reset_less=True)
         other_q = Signal(w8, name="store_other_word", reset_less=True)
-        other_qq = Signal(w8, name="store_other_word_late", reset_less=True)
         from_work = Signal(name="store_from_work", reset_less=True)
         word = Signal(w8, name="store_word", reset_less=True)
-        m.d.sync += [work_q.eq(self.work_word), from_work.eq(delayed(m, self.rd_banks, 1, "store_banks_q")),
+        m.d.sync += [work_q.eq(self.work_word), from_work.eq(self.rd_banks),
                      other_q.eq(Mux(cmd.kind == Transfer.STORE_X, Mux(half, self.x_word[w8:], self.x_word[:w8]),
                                     low_bytes)),
-                     other_qq.eq(other_q),
-                     word.eq(Mux(from_work, work_q, other_qq))]
+                     word.eq(Mux(from_work, work_q, other_q))]
         m.d.comb += store.r_data.eq(word)
 
         # ---- buffer writes from the load ---------------------------------------------------------------
