@@ -511,6 +511,8 @@ class LayerEngine(wiring.Component):
         d.ln_avail = Signal(range(ln_words + 1), name="ln_avail", init=ln_words)
         # post-LN: LN1 still runs while FFN up, started once the GELU table is in, reads the rows it has finished
         d.ln_behind = Signal(name="ln_behind")
+        # tiled post-LN: LN2 still writes X'_t while the next block's heads run (its lanes have read every row)
+        d.ln2_behind = Signal(name="ln2_behind")
         # PV runs while the softmax still writes the last rows of P (once the MVAU's scores are all in the softmax)
         d.p_behind = Signal(name="p_behind")
         d.scores_start = Signal(name="scores_start")        # a SCORES job starts (the sequencer's decode)
@@ -797,8 +799,9 @@ class LayerEngine(wiring.Component):
             with m.If(running):
                 m.d.comb += [bufs["x"].rd_addr.eq(ln_lanes.rd_addr), bufs["x"].rd_en.eq(ln_lanes.rd_en)]
                 # LN1 behind FFN up (d.ln_behind): the lanes take Y's read port in the cycles they read, and FFN up's
-                # operand waits in them and for the rows the lanes have not written whole
-                with m.If(~d.ln_behind | ln_lanes.rd_en):
+                # operand waits in them and for the rows the lanes have not written whole; LN2 behind the next
+                # block's heads (d.ln2_behind) reads no more (the heads' scores read Q_{t+1} from Y)
+                with m.If(~(d.ln_behind | d.ln2_behind) | ln_lanes.rd_en):
                     m.d.comb += [bufs["y"].rd_addr.eq(ln_lanes.rd_addr), bufs["y"].rd_en.eq(ln_lanes.rd_en)]
                 with m.If(lanes_turn):   # the output overwrites the row's b buffer
                     b = bufs[b_buf]

@@ -43,6 +43,9 @@ class LayerNormLanes(wiring.Component):
         first when several words are complete; ``written``: words written since ``start``; ``rows_done``: rows
         ``0 .. rows_done - 1`` are written whole (a register, a cycle behind their last word's write), so that
         the matrix after the LayerNorm may read them while it runs.
+        ``rd_done``: every pair word has been read (a register, 0 from ``start`` until the reader's last word has left
+        it): the buffers' rows may then be overwritten while the lanes still write (the tiled engine's next block
+        loads Q into Y while LN2 finishes).
         ``taps``: each lane's output handshake and beat of ``width`` elements (for a tracing testbench).
 
     Timing: the reader delivers one word (``simd`` pairs) a cycle, through a two-word queue, while the current row's
@@ -78,7 +81,7 @@ class LayerNormLanes(wiring.Component):
             "rd_hold": In(1), "rd_want": Out(1),
             "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
-            "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)),
+            "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)), "rd_done": Out(1),
             "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb * width, lanes)})),
         })
 
@@ -111,6 +114,11 @@ class LayerNormLanes(wiring.Component):
                      reader.words.eq(self.rows * rw), reader.vectors.eq(1),
                      self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
                      self.rd_want.eq(reader.wants & ~past), reader.hold.eq(past | self.rd_hold)]
+        # (the reader runs from the cycle after restart: busy until its last word has left its queue)
+        with m.If(self.start | restart):
+            m.d.sync += self.rd_done.eq(0)
+        with m.Elif(~reader.busy):
+            m.d.sync += self.rd_done.eq(1)
 
         # ---- rows to the lanes in turn: a row's words wait in its lane's FIFO, so the lanes work together
         lanes_out, fifos = [], []

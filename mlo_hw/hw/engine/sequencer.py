@@ -10,14 +10,17 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
 
     IDLE -> LOAD (on chip) or FETCH (tiled) -> HEADER_WAIT -> HEADER_READ -> Q_PARAMS
     on chip:  Q, K, V -> per head SCORES, PV -> O -> LN1 -> FFN_UP -> FFN_DOWN -> LN2 -> (next layer | STORE)
-    tiled:    pass 1 per block: P1_LOAD_X (the first; the others load beside Q before: P1_BLOCK), K, V, P1_NEXT_X
+    tiled:    pass 1 per block: P1_LOAD_X (the first, post-LN in the run's first layer once K's first tile is in; the
+              others load beside Q before: P1_BLOCK), K, V, P1_NEXT_X
               (X_{t+1} loads into X's other half beside Q), P1_STORE_KV (K_t's and V_t^T's stores, beside Q), Q,
               P1_STORE_Q (Q_t's store, beside the next block's K and V; the pass's last block waits for it:
               P1_STORE_Q_WAIT; the pass's scratch is ready once the last K_t and V_t^T have left, beside the last Q)
               pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
               X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
               (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
-              leaves beside them) or, the layer's last block, P2_STORE_X -> (next layer | IDLE); a pass's first
+              leaves beside them; post-LN the next block starts once LN2's lanes have read every row, P2_BLOCK,
+              and X'_t leaves once they have written it: ``block_behind_ln2``) or, the layer's last block,
+              P2_STORE_X -> (next layer | IDLE); a pass's first
               state (P1_LOAD_X, P2_LOAD_Q, P0_LOAD_M) follows a one-cycle ``<state>_START``, in which the
               block's addresses load (``block_registers``)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
@@ -102,6 +105,9 @@ class Sequencer:
         # tiled: the residual X_t is to load (from the heads' start, once the mover is idle: pending_transfers)
         self.x_pending = Signal(name="x_pending")
         # tiled: block t's V_t^T store is to go once its K_t store ends (beside block t's Q: pending_transfers)
+        # tiled, post-LN: block t's X'_t store is to go once LN2, running behind block t + 1's heads, has written it
+        # (from xout_at, xout_words: x_out_at's and x_out_words' of block t; pending_transfers)
+        self.xout_pending = Signal(name="xout_pending")
         self.vt_pending = Signal(name="vt_pending")
         # tiled: the pass's last K_t and V_t^T stores are under way; scratch_ready rises once they have ended (the
         # first head's K_h then streams in beside the last block's Q: pending_transfers)
@@ -175,7 +181,8 @@ class Sequencer:
         traced engine's ``trace_stale_op``, a simulation check (also 1 while ``ln_is`` is not ``ln_op``'s decode).
         Outside the LayerNorm's states ``ln_op`` may name the LayerNorm started early (``ln_partial``)."""
         d, Op = self.d, self.Op
-        stale = Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind)
+        stale = Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind
+                                                                                    | d.ln2_behind)
                                                                                   if lo == Op.IDLE else 1)))
                       for name, (o, lo) in self.state_ops.items())).any()
         return stale | (d.ln_is.as_value() != self.ln_flags(d.ln_op))
@@ -212,8 +219,8 @@ class Sequencer:
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
         self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.hdr_field.eq(0), self.d.ln_behind.eq(0),
-                          self.d.p_behind.eq(0),
-                          self.x_pending.eq(0),
+                          self.d.p_behind.eq(0), self.d.ln2_behind.eq(0),
+                          self.x_pending.eq(0), self.xout_pending.eq(0),
                           self.vt_pending.eq(0), self.kv_leaving.eq(0)]
         self.goto("IDLE")
         self.set_ln_op(self.Op.IDLE)      # (a LayerNorm started early or behind: ln_op not its state's)
@@ -492,10 +499,12 @@ class Sequencer:
                 then()
             self.abort()
 
-    def layernorm_states(self, o, then, behind=None):
+    def layernorm_states(self, o, then, behind=None, read_behind=None):
         """LayerNorm ``o`` over the block's rows, once its gains and biases (copied during the phase before) are in;
         then ``then()``, or, with ``behind`` (post-LN LN1: FFN up's start), ``behind()`` once the GELU table is in,
-        the lanes running on (``d.ln_behind``, :meth:`behind_layernorm`)."""
+        the lanes running on (``d.ln_behind``, :meth:`behind_layernorm`), or, with ``read_behind`` (tiled post-LN LN2:
+        the next block's start, :meth:`block_behind_ln2`), ``read_behind()`` once the lanes have read every row
+        (``rd_done``): it decides whether it goes."""
         m, d, g = self.m, self.d, self.g
         with self.state(f"{o.name}_PARAMS", o, ln_op=o):
             self.wait_for_copy()
@@ -512,18 +521,22 @@ class Sequencer:
                     behind()
                     m.d.sync += d.ln_behind.eq(1)
                     self.set_ln_op(o)     # over the transition's IDLE
+            if read_behind is not None:
+                with m.Elif(d.ln_lanes.rd_done):
+                    read_behind()
             self.abort()
 
     def behind_layernorm(self):
-        """Outside the FSM, after it: while ``d.ln_behind``, ``ln_op`` stays LN1 (the matrix states' transitions
-        load IDLE) until the lanes have written every row."""
+        """Outside the FSM, after it: while ``d.ln_behind`` (``d.ln2_behind``), ``ln_op`` stays LN1 (LN2) (the
+        states' transitions load IDLE) until the lanes have written every row."""
         m, d, g = self.m, self.d, self.g
-        with m.If(d.ln_behind & ~d.abandon):
-            with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
-                m.d.sync += d.ln_behind.eq(0)
-                self.set_ln_op(self.Op.IDLE)
-            with m.Else():
-                self.set_ln_op(self.Op.LN1)
+        for behind, o in ((d.ln_behind, self.Op.LN1), (d.ln2_behind, self.Op.LN2)):
+            with m.If(behind & ~d.abandon):
+                with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
+                    m.d.sync += behind.eq(0)
+                    self.set_ln_op(self.Op.IDLE)
+                with m.Else():
+                    self.set_ln_op(o)
 
     def behind_softmax(self):
         """Outside the FSM, after it: ``d.p_behind`` (PV started once the MVAU's scores were all in the softmax; its
@@ -639,6 +652,8 @@ class Sequencer:
         self.x_next_at = split_sum(m, self.x_in_at, 2 * g.rows * g.hidden, "x_next_at", addr_bits)
         self.q_next_at = split_sum(m, self.q_at, g.rows * g.hidden, "q_next_at", addr_bits)
         self.vt_base = Signal(addr_bits, name="vt_base")    # vt_at of the block whose V^T store is pending
+        self.xout_at = Signal(addr_bits, name="xout_at")    # x_out_at of the block whose X' store is pending
+        self.xout_words = Signal.like(self.io_left, name="xout_words")
         # the pulses that load them (block_registers): a pass's start (and whether it is the memory pass), a block's
         # advance
         self.pass_start, self.pass_cross = Signal(name="pass_start"), Signal(name="pass_cross")
@@ -837,12 +852,18 @@ class Sequencer:
             self.memory_pass_states()
         with self.state("P1_LOAD_X", Op.LOAD):
             m.d.comb += d.busy.eq(1)
-            self.transfer(Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words))
             if self.pre_ln:        # LN1's gains and biases while the block loads
+                self.transfer(Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words))
                 self.request_copy(CopyKind.LN1)
                 self.goto("P1_LOAD_X_WAIT")
-            else:                  # K reads X_t's rows as they come (d.load_wait)
-                self.start_matrix(Op.K)
+            else:                  # K reads X_t's rows as they come (d.load_wait); the run's first block loads once K's
+                # first tile is in (the weights and X_0 share the read port: K's tile first, then X_0 at K's pace)
+                with m.If(self.tile_ready | ~self.first_layer):
+                    self.transfer(Transfer.LOAD_X, self.x_in_at,
+                                  Mux(self.first_layer, self.io_block, self.block_words))
+                    self.start_matrix(Op.K)
+                m.d.comb += d.stall.eq(~self.tile_ready & self.first_layer)
+            self.abort()
 
         def to_ln1():
             self.goto("LN1_PARAMS")
@@ -930,17 +951,22 @@ class Sequencer:
 
     def pending_transfers(self):
         """Outside the FSM (tiled), the transfers that wait for the mover, each issued once it allows: the residual
-        X_t's load, pending from the heads' start (``x_pending``) until the mover is idle (X'_{t-1}, stored beside
-        the heads, has left X; the last head's PV waits for the load), and block t's V_t^T store, pending
-        (``vt_pending``) while its K_t store runs beside block t's Q (Q_t's store, and so the next block's K, waits for
-        both: P1_STORE_Q). They never pend together (pass 2, pass 1), and no FSM state issues a transfer meanwhile, so
-        the command is driven while it pends, and only its start waits for the mover (its busy and the abandon, which
+        X_t's load, pending from the heads' start (``x_pending``) until the mover is idle and X'_{t-1} has left X
+        (the last head's PV waits for the load); post-LN, X'_{t-1}'s store, pending (``xout_pending``) while LN2 writes
+        it behind the heads (:meth:`block_behind_ln2`); and block t's V_t^T store, pending (``vt_pending``) while its
+        K_t store runs beside block t's Q (Q_t's store, and so the next block's K, waits for both: P1_STORE_Q). The
+        first two pend together (pass 2: X'_{t-1}'s command then drives the mover, the load waits for its end), never
+        with the third (pass 1), and no FSM state issues a transfer meanwhile, so the command is driven while it
+        pends, and only its start waits for the mover (its busy and the abandon, which
         its errors decide, stay out of the command's multiplexers: bert_tiny_auto's routed critical path on seed 2 at
         2244104, the store's error -> the abandon -> the pending load's select -> the mover's command register, 9.07 ns)."""
         m, d = self.m, self.d
+        # (X'_t's store and X_{t+1}'s load pend together: the store first, its command driven over the load's)
         for pending, busy, issue in (
-                (self.x_pending, d.mover.busy, lambda go: self.transfer(
+                (self.x_pending, d.mover.busy | self.xout_pending, lambda go: self.transfer(
                     Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words), start=go)),
+                (self.xout_pending, d.mover.store_busy | d.ln2_behind, lambda go: self.transfer(
+                    Transfer.STORE_X, self.xout_at, self.xout_words, start=go)),
                 (self.vt_pending, d.mover.store_busy, lambda go: self.store_vt(None, self.vt_base, start=go))):
             # (the flag falls with the start, or with the abandon, which clears it too: not on the abandon's decode)
             with m.If(pending):
@@ -992,14 +1018,36 @@ class Sequencer:
         """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), and X'_t out to the
         next layer's input (or the output), both beside that block's heads (whose scores follow Q_{t+1}'s rows:
         ``d.load_wait``); the layer's last block: X'_t out alone."""
-        m, d, g = self.m, self.d, self.g
-        last = d.blk == d.run_blocks - 1      # (one command of the state: both chosen by it)
-        self.transfer(Mux(last, Transfer.STORE_X, Transfer.LOAD_Q), Mux(last, self.x_out_at, self.q_next_at),
-                      Mux(last, self.x_out_words(), g.words(g.rows * g.hidden)))
-        with m.If(last):
+        m, d = self.m, self.d
+        self.block_end_transfer()
+        with m.If(d.blk == d.run_blocks - 1):
             self.goto("P2_STORE_X")
         with m.Else():
             self.goto("P2_NEXT_Q")
+
+    def block_end_transfer(self):
+        """LN2's state's command (one, chosen by the block): the layer's last block's X'_t store, else the next
+        block's Q_{t+1} load."""
+        d, g = self.d, self.g
+        last = d.blk == d.run_blocks - 1
+        self.transfer(Mux(last, Transfer.STORE_X, Transfer.LOAD_Q), Mux(last, self.x_out_at, self.q_next_at),
+                      Mux(last, self.x_out_words(), g.words(g.rows * g.hidden)))
+
+    def block_behind_ln2(self):
+        """Tiled post-LN, once LN2's lanes have read every row of X and Y (but the layer's last block): the next
+        block's Q_{t+1} loads into Y and its heads start, while the lanes write X'_t on behind them
+        (``d.ln2_behind``); X'_t's store pends until they have written it (``xout_pending``, from block t's address
+        and length, latched here), the residual X_{t+1}'s load until that store has ended (pending_transfers). The
+        heads read neither X nor LN2's parameters, and the next block's LN1 copy follows its last head's P . V,
+        which waits for the residual's load."""
+        m, d = self.m, self.d
+        with m.If(d.blk != d.run_blocks - 1):
+            self.block_end_transfer()
+            m.d.sync += [self.xout_pending.eq(1), self.xout_at.eq(self.x_out_at),
+                         self.xout_words.eq(self.x_out_words()), d.ln2_behind.eq(1)]
+            self.advance_block()
+            self.goto("P2_BLOCK")
+            self.set_ln_op(self.Op.LN2)     # over the transition's IDLE (then behind_layernorm)
 
     def store_x(self):
         self.transfer(Transfer.STORE_X, self.x_out_at, self.x_out_words())
@@ -1065,7 +1113,7 @@ class Sequencer:
             self.matrix_states(Op.O, to_ln1)
             self.layernorm_states(Op.LN1, after_ln1, behind=lambda: self.start_matrix(Op.FFN_UP))
             self.matrix_states(Op.FFN_DOWN, to_ln2)
-            self.layernorm_states(Op.LN2, after_layer)
+            self.layernorm_states(Op.LN2, after_layer, read_behind=self.block_behind_ln2 if g.tiled else None)
             if self.seq2seq:
                 self.matrix_states(Op.XQ, lambda: self.to_attention(cross=True))
                 self.matrix_states(Op.XO, to_lnx)
