@@ -19,7 +19,8 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
 - tiled, per layer: per block and phase, max(the phase's weight tiles' sum of max(compute, DMA), all the
   phase's DRAM bytes / beat). Phases: pass 1 (Q, K, V tiles; X_t in, Q_t K_t V_t out), attention (per head a
   K_h and a V_h^T raw tile; Q_t in), the rest (O, FFN up, FFN down tiles; X_t in again, X'_t out). The small
-  parameter sections are counted once per layer, in the first phase's bytes.
+  parameter sections are counted once per layer, in the first phase's bytes. The last block's Q_t stays on chip
+  (pass 2 starts with that block): its pass 1 writes no Q_t, and pass 2's first heads read none.
 
 The two LayerNorm phases of a layer (per block, when tiled) start during the last weight tile before each: the plan
 carries the cycles they add beyond the matrices (:func:`mlo_hw.perf.layernorm_visible_cycles`, ``folding.ln_lanes``
@@ -80,8 +81,8 @@ class Plan:
     # an encoder-decoder: the bound of an encoder layer (``layer_cycles`` is a decoder layer's; ``cycles`` counts
     # the encoder's run and the decoder's prefill; ``layers`` both stacks' layers)
     encoder_layer_cycles: int = 0
-    # tiled: per layer, the block transfers that no compute hides (every store, and a layer's first X_0 and Q_0 loads;
-    # the other loads run beside the stores or the heads: docs/tiling.md)
+    # tiled: per layer, the block transfers that no compute hides (every store, and a layer's first X_0 load; the
+    # other loads run beside the stores or the heads, and pass 2's first block's Q_t is on chip: docs/tiling.md)
     serial_transfer_cycles: int = 0
     # per layer: the weight tiles' fetches the tile buffer's banks hold back (:func:`mlo_hw.perf.tile_stream_stall`)
     tile_stall_cycles: int = 0
@@ -157,18 +158,38 @@ def _tiled_traffic(cfg, block: int) -> tuple[int, int, int]:
     lay, t = layout(cfg), s // block
     small = sum(lay[n].bytes for n in SMALL_SECTIONS)
     weights = small + t * sum(lay[m.name].bytes for m in cfg.matrices)
-    act_read = 2 * s * h + s * h + t * 2 * s * h + 2 * s * h      # X, Q, K/V^T per query block, X again
-    act_written = 3 * s * h + 2 * s * h                           # Q, K, V^T, X'
+    # X, Q, K/V^T per query block, X again; Q, K, V^T, X' (the last block's Q stays on chip: pass 2 starts with it)
+    act_read = 2 * s * h + s * h - block * h + t * 2 * s * h + 2 * s * h
+    act_written = 3 * s * h - block * h + 2 * s * h
     if cfg.seq2seq:       # a decoder layer: the memory in, its cross K/V^T out, read again per query block
         act_read += 2 * s * h + t * 2 * s * h
         act_written += 2 * s * h
     return weights, act_read, act_written
 
 
-def _tiled_phases(cfg, block: int, cross: bool | None = None) -> tuple:
-    """A layer's phases at ``block`` rows, each (cycles, DRAM bytes): pass 1 of the first block (with the small
-    sections), of another block, the attention and the rest of a block; an encoder-decoder's decoder layer's
-    (``cross``, default ``cfg.seq2seq``) with pass 0 and the cross-attention block."""
+@dataclass(frozen=True)
+class _Phases:
+    """A tiled layer's phases, each (cycles, DRAM bytes). Pass 1's last block keeps its Q_t on chip and pass 2 starts
+    with it, so that block's pass 1 writes no Q_t and its heads read none."""
+    first: tuple            # pass 1 of the first block, with the small sections
+    pass1: tuple            # pass 1 of another block
+    last: tuple             # pass 1 of the last block (of two or more)
+    only: tuple             # pass 1 of a run of one block (the small sections, no Q_t out)
+    attention: tuple        # a block's heads
+    first_attention: tuple  # pass 2's first block's heads (no Q_t in)
+    rest: tuple             # the rest of a block
+
+    def layer(self, blocks: int) -> int:
+        """The cycles of a layer of ``blocks`` blocks."""
+        if blocks == 1:
+            return self.only[0] + self.first_attention[0] + self.rest[0]
+        return (self.first[0] + (blocks - 2) * self.pass1[0] + self.last[0] + self.first_attention[0]
+                + (blocks - 1) * self.attention[0] + blocks * self.rest[0])
+
+
+def _tiled_phases(cfg, block: int, cross: bool | None = None) -> _Phases:
+    """A layer's phases at ``block`` rows (:class:`_Phases`); an encoder-decoder's decoder layer's (``cross``, default
+    ``cfg.seq2seq``) with pass 0 and the cross-attention block."""
     s, h, dh = cfg.seq_padded, cfg.model.hidden, cfg.head_dim
     lanes, beat = cfg.mac_lanes, cfg.axi_data_bytes
     lay = layout(cfg)
@@ -182,9 +203,10 @@ def _tiled_phases(cfg, block: int, cross: bool | None = None) -> tuple:
     small = sum(lay[n].bytes for n in SMALL_SECTIONS)
     cross = cfg.seq2seq if cross is None else cross     # a decoder layer: pass 0 (the memory's cross K, V) joins pass 1
     pass1_matrices, raw_tiles, rest_matrices = _phase_matrices(cfg, cross)
-    pass1_act = (9 if cross else 5) * block * h
-    return (phase(pass1_matrices, 0, pass1_act + small), phase(pass1_matrices, 0, pass1_act),
-            phase((), raw_tiles, block * h), phase(rest_matrices, 0, 4 * block * h))
+    pass1_act, q = (9 if cross else 5) * block * h, block * h       # (Q_t: out in pass 1, in before the heads)
+    return _Phases(phase(pass1_matrices, 0, pass1_act + small), phase(pass1_matrices, 0, pass1_act),
+                   phase(pass1_matrices, 0, pass1_act - q), phase(pass1_matrices, 0, pass1_act - q + small),
+                   phase((), raw_tiles, q), phase((), raw_tiles, 0), phase(rest_matrices, 0, 4 * block * h))
 
 
 def _phase_matrices(cfg, cross: bool) -> tuple:
@@ -214,9 +236,7 @@ def _tile_stall(cfg, block: int | None) -> int:
 
 
 def _tiled_layer_cycles(cfg, block: int, cross: bool | None = None) -> int:
-    (first, _), (pass1, _), (attention, _), (rest, _) = _tiled_phases(cfg, block, cross)
-    blocks = cfg.seq_padded // block
-    return first + (blocks - 1) * pass1 + blocks * (attention + rest)
+    return _tiled_phases(cfg, block, cross).layer(cfg.seq_padded // block)
 
 
 @dataclass(frozen=True)
@@ -232,7 +252,8 @@ def decode_step(cfg) -> DecodeStep:
     """A decode step of ``cfg``'s KV-cache engine (:func:`kv_cache`): one block through every layer, per layer pass 1
     with the small sections, the heads over the cache's whole capacity, the rest."""
     p = plan(cfg)
-    phases = [ph for i, ph in enumerate(_tiled_phases(cfg, p.block)) if i != 1]
+    ph = _tiled_phases(cfg, p.block)
+    phases = (ph.only, ph.first_attention, ph.rest)
     n = cfg.model.layers
     return DecodeStep(n * sum(c for c, _ in phases), n * layernorm_visible_cycles(cfg, p.block),
                       n * sum(b for _, b in phases))
@@ -246,7 +267,7 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc, -(-(aw + 3 * block * m.hidden) // cfg.axi_data_bytes), _tile_stall(cfg, block))
+                cfg.image_layers, enc, -(-(aw + 2 * block * m.hidden) // cfg.axi_data_bytes), _tile_stall(cfg, block))
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:

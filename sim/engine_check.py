@@ -103,8 +103,8 @@ def expected(cfg, trace: dict, seq_len: int) -> dict:
 
 
 def observed(cfg, tr: Trace, layers: int) -> list[dict]:
-    """Per layer, name -> the values the engine produced (flat, in stream order; the DRAM-tiled engine's blocks
-    one after another, each head's attention tensors gathered over the blocks)."""
+    """Per layer, name -> the values the engine produced (flat; the DRAM-tiled engine's blocks one after another in
+    block order, each head's attention tensors gathered over the blocks)."""
     S, H, heads, B = cfg.seq_padded, cfg.model.hidden, cfg.model.heads, _block(cfg)
     lanes, names = cfg.folding.ln_lanes, ln_names(cfg.model.norm)
     parts = [dict() for _ in range(layers)]
@@ -144,6 +144,14 @@ def observed(cfg, tr: Trace, layers: int) -> list[dict]:
                     rows[i::lanes] = v.reshape(-1, H)
                 vals = rows.reshape(-1)
             add(layer, names[op], vals)
+    # the DRAM-tiled engine's pass 2 runs its blocks from the last one on (T - 1, 0, .., T - 2: the sequencer's
+    # start_pass): a tensor of it, one part a block, back in block order (pass 1's Q, K, V and pre-LN's LN1 are in it)
+    blocks, pass1 = S // B, {"q", "k", "v"} | ({"ln1"} if cfg.model.norm == "pre" else set())
+    for p in parts:
+        for name, v in p.items():
+            if len(v) > 1 and name not in pass1:        # (a decode step's run computes one block)
+                assert len(v) == blocks, f"{name}: {len(v)} parts, expected one a block ({blocks})"
+                p[name] = v[1:] + v[:1]
     return [{name: np.concatenate(v) for name, v in p.items()} for p in parts]
 
 

@@ -474,6 +474,10 @@ class LayerEngine(wiring.Component):
         d.bad_scratch = Signal(name="bad_scratch")                  # START with a misaligned or overlapping SCRATCH_BASE (tiled)
         d.scratch_ready = Signal(name="scratch_ready")                # tiled: this layer's K and V^T are in scratch DRAM
         d.blk = Signal(range(max(g.blocks, 2)), name="blk")   # the token block of the pass (tiled)
+        # the pass's blocks done before this one, and whether this one is its last (a register beside blk): pass 2 runs
+        # its blocks from the last one on (T - 1, 0, 1, .., T - 2: Sequencer.start_pass)
+        d.pass_blk = Signal(range(max(g.blocks, 2)), name="pass_blk")
+        d.last_blk = Signal(name="last_blk")
         # a decoder's KV cache (tiled): CACHE_LEN, latched at START; the keys a run attends end at key_end
         # (CACHE_LEN + TOKENS); a run after a prefill (CACHE_LEN > 0) computes one block (run_blocks)
         d.cache_len = Signal(range(g.seq + 1), name="cache_len")
@@ -844,7 +848,7 @@ class LayerEngine(wiring.Component):
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
                      copier.loaded.eq(ws.param_loaded[d.slot]), copier.flush.eq(d.flush),
-                     ws.param_release.eq(copier.release & (d.blk == d.run_blocks - 1))]   # the last LN2 copy: slot done
+                     ws.param_release.eq(copier.release & d.last_blk)]   # the pass's last LN2 copy: slot done
         wiring.connect(m, copier.shift, d.operand.shift)
         wiring.connect(m, copier.gelu, d.gelu.table_w)
         wiring.connect(m, copier.ln, ln_lanes.param)

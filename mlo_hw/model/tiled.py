@@ -6,8 +6,9 @@ scratch region of DRAM:
 
 - pass 1, per block t: read X_t (int16 [block, H]); K_t, V_t, Q_t = narrow(X_t) W^T (the K, V and Q weights
   streamed once per block, in that order: the engine's K_t and V_t leave beside Q_t); write K_t, V_t and Q_t to
-  scratch.
-- pass 2, per block t: read Q_t; per head h read K_h and V_h^T (all S keys) and compute
+  scratch (the last block's Q_t stays on chip).
+- pass 2, per block t, from the last block on (T - 1, then 0 .. T - 2): read Q_t (the last block's: the one on
+  chip); per head h read K_h and V_h^T (all S keys) and compute
   scores -> softmax -> P -> P V_h -> CTX_t; O (weights streamed once per block); read X_t again (the
   residual); LN1; FFN up; GELU; FFN down; LN2; write X'_t (the next layer's input, or the output).
 
@@ -187,7 +188,8 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
         first, later = small_sections(cfg)     # the small sections, once per layer: pass 1's first, pass 2's after it
         for name in first:
             dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
-        for t in range(s // block):                                 # pass 1: K, V, Q of every block
+        blocks = s // block
+        for t in range(blocks):                                     # pass 1: K, V, Q of every block
             for name in ("k", "v", "q"):
                 dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
             xt = np.frombuffer(dram.read("x", *rows(src, t, 2 * h)), "<i2").reshape(block, h).astype(np.int64)
@@ -195,13 +197,16 @@ def tiled_stack(cfg, layers: list[IntLayer], x, mask, block: int, weight_base: i
             x8 = nx.narrow(nx.layernorm(xt, p.ln1_gain, p.ln1_bias, p.ln1_shift, nx.RES_BITS, p.rms) if pre else xt,
                            p.narrow_in)
             q, k, v = (_linear(x8, getattr(p, n)) for n in ("q", "k", "v"))
-            dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
+            if t < blocks - 1:            # the last block's Q stays on chip: pass 2 starts with that block
+                dram.write("q", rows(scratch + sc.q, t, h)[0], _i8(q))
             for region, off, data in kv_writes(cfg, k, v, t * block):
                 dram.write(region, scratch + getattr(sc, region) + kv + off, data)
         for name in later:
             dram.read(f"weights.{name}", wbase + lay[name].offset, lay[name].bytes)
-        for t in range(s // block):                                 # pass 2: the rest, per query block
-            q = np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
+        last_q = q
+        for t in [blocks - 1, *range(blocks - 1)]:                  # pass 2: the rest, per query block, the last first
+            q = last_q if t == blocks - 1 else \
+                np.frombuffer(dram.read("q", *rows(scratch + sc.q, t, h)), np.int8).reshape(block, h).astype(np.int64)
             ctx = np.zeros((block, h), np.int64)
             for hh in range(heads):
                 kh, vth = kv_head(cfg, dram.read("k", scratch + sc.k + kv + hh * s * dh, s * dh),

@@ -13,15 +13,16 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
     tiled:    pass 1 per block: P1_LOAD_X (the first, post-LN in the run's first layer once K's first tile is in; the
               others load beside Q before: P1_BLOCK), K, V, P1_NEXT_X
               (X_{t+1} loads into X's other half beside Q), P1_STORE_KV (K_t's and V_t^T's stores, beside Q), Q,
-              P1_STORE_Q (Q_t's store, beside the next block's K and V; the pass's last block waits for it:
-              P1_STORE_Q_WAIT; the pass's scratch is ready once the last K_t and V_t^T have left, beside the last Q)
-              pass 2 per block: P2_LOAD_Q (the first; the others: P2_BLOCK), per head SCORES, PV (K_h/V_h^T tiles;
+              P1_STORE_Q (Q_t's store, beside the next block's K and V; the pass's last Q_t stays in Y; the pass's
+              scratch is ready once the last K_t and V_t^T have left, beside the last Q)
+              pass 2 per block, from the last block on (T - 1, then 0 .. T - 2: the first's Q_t is in Y): P2_BLOCK
+              (the others' Q_t loading since the block before's LN2), per head SCORES, PV (K_h/V_h^T tiles;
               X'_{t-1} leaves, then the residual X_t loads meanwhile), O, LN1, FFN_UP, FFN_DOWN, LN2, P2_NEXT_Q
               (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
               leaves beside them; post-LN the next block starts once LN2's lanes have read every row, P2_BLOCK,
               and X'_t leaves once they have written it: ``block_behind_ln2``) or, the layer's last block,
               P2_STORE_X -> (next layer | IDLE); a pass's first
-              state (P1_LOAD_X, P2_LOAD_Q, P0_LOAD_M) follows a one-cycle ``<state>_START``, in which the
+              state (P1_LOAD_X, P2_BLOCK, P0_LOAD_M) follows a one-cycle ``<state>_START``, in which the
               block's addresses load (``block_registers``)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
               FFN_DOWN, the layer's end (``model.norm: pre``: ``docs/engine.md``, "Pre-LN layers")
@@ -657,7 +658,8 @@ class Sequencer:
         # the pulses that load them (block_registers): a pass's start (and whether it is the memory pass), a block's
         # advance
         self.pass_start, self.pass_cross = Signal(name="pass_start"), Signal(name="pass_cross")
-        self.advancing = Signal(name="advancing")
+        self.pass_rotated = Signal(name="pass_rotated")     # pass 2: its first block is the last
+        self.advancing, self.wrapping = Signal(name="advancing"), Signal(name="wrapping")
         self.k_words = Signal(range(g.words(g.rows * g.head_dim) + 1), name="k_words")
         self.vt_words = Signal(range(g.words(g.rows * g.pe) + 1), name="vt_words")
 
@@ -685,19 +687,24 @@ class Sequencer:
             return Const(0)
         return (memory_tokens > self.g.tokens) | ((memory_tokens == 0) & (cache_len != 0))
 
-    def start_pass(self, first, cross=False):
+    def start_pass(self, first, cross=False, rotated=False):
         """The pass's block counter, and its addresses (a cycle later, ``block_registers``), then state ``first``
         through its one-cycle ``<first>_START``; ``cross``: the memory pass, whose K and V^T stores go to the cross
-        regions (XK, XV^T)."""
+        regions (XK, XV^T); ``rotated``: pass 2, which starts with the last block (pass 1's last Q_t is still in Y),
+        then runs blocks 0 .. T - 2."""
         m, d = self.m, self.d
-        m.d.sync += [d.blk.eq(0), self.pass_start.eq(1), self.pass_cross.eq(cross), self.advancing.eq(0),
-                     d.x_rd_half.eq(0), d.x_wr_half.eq(0)]
+        m.d.sync += [d.blk.eq(d.run_blocks - 1 if rotated else 0), d.pass_blk.eq(0), d.last_blk.eq(d.run_blocks == 1),
+                     self.pass_start.eq(1), self.pass_cross.eq(cross), self.pass_rotated.eq(rotated),
+                     self.advancing.eq(0), d.x_rd_half.eq(0), d.x_wr_half.eq(0)]
         self.goto(f"{first}_START")
 
     def advance_block(self):
-        """The block counter, and its companions a cycle later (``block_registers``), to the next block."""
+        """The block counter, and its companions a cycle later (``block_registers``), to the next block: from the last
+        block (pass 2's first) to block 0 (``wrapping``)."""
         m, d = self.m, self.d
-        m.d.sync += [d.blk.eq(d.blk + 1), self.advancing.eq(1)]
+        wrap = d.blk == d.run_blocks - 1
+        m.d.sync += [d.blk.eq(Mux(wrap, 0, d.blk + 1)), d.pass_blk.eq(d.pass_blk + 1),
+                     d.last_blk.eq(d.pass_blk + 2 == d.run_blocks), self.advancing.eq(1), self.wrapping.eq(wrap)]
 
     def block_registers(self):
         """Outside the FSM: the block's addresses and lengths load a cycle after a pass's start or a block's advance,
@@ -709,7 +716,16 @@ class Sequencer:
         m, d, g, sc = self.m, self.d, self.g, self.sc
         R, H = g.rows, g.hidden
         m.d.sync += [self.pass_start.eq(0), self.advancing.eq(0)]        # pulses (the FSM's assignments win)
-        with m.If(self.advancing):
+        # pass 2's first block is the last (T - 1, of the run's blocks: one, or the plan's T), then block 0's addresses
+        # (the Q_t of the block after T - 1, block 0's, at q_at + R H: q_at starts a block before the Q region)
+        last_io = max(self.io_words - (g.blocks - 1) * self.block_words, 0)
+        one = d.run_blocks == 1
+        x_last = Mux(one, 0, (g.blocks - 1) * 2 * R * H)
+        first_io_block, last_io_block = min(self.io_words, self.block_words), min(last_io, self.block_words)
+        with m.If(self.advancing & self.wrapping):
+            m.d.sync += [self.x_in_at.eq(self.src), self.x_out_at.eq(self.dst), self.q_at.eq(self.q_next_at),
+                         self.io_left.eq(self.io_words), self.io_block.eq(first_io_block)]
+        with m.Elif(self.advancing):
             # x_in_at and q_at step to their next-block sums (split_sum registers, settled a block's work after the
             # last step)
             m.d.sync += [self.x_in_at.eq(self.x_next_at),
@@ -718,7 +734,12 @@ class Sequencer:
                          self.k_off.eq(self.k_off + R * g.head_dim), self.vt_off.eq(self.vt_off + R * g.pe),
                          self.io_left.eq(Mux(self.io_left > self.block_words, self.io_left - self.block_words, 0)),
                          self.io_block.eq(self.io_next)]
-        with m.If(self.pass_start):
+        with m.If(self.pass_start & self.pass_rotated):
+            m.d.sync += [self.x_in_at.eq(self.src + x_last), self.x_out_at.eq(self.dst + x_last),
+                         self.q_at.eq(d.regs.scratch_base + sc.q - R * H),
+                         self.io_left.eq(Mux(one, self.io_words, last_io)),
+                         self.io_block.eq(Mux(one, first_io_block, last_io_block))]
+        with m.Elif(self.pass_start):
             # K_h's and V_h^T's first key: CACHE_LEN (a multiple of pe and simd, so of a weight word's keys)
             k_region, vt_region = (Mux(self.pass_cross, sc.xk, sc.k), Mux(self.pass_cross, sc.xvt, sc.vt)) \
                 if self.seq2seq else (sc.k, sc.vt)
@@ -731,7 +752,7 @@ class Sequencer:
     def next_block(self, more, last):
         m, d = self.m, self.d
         self.advance_block()
-        with m.If(d.blk == d.run_blocks - 1):
+        with m.If(d.last_blk):
             last()
         with m.Else():
             self.goto(more)
@@ -843,7 +864,7 @@ class Sequencer:
         self.params_state(Op.Q, first_pass)
         # a cycle before a pass's first state (and, in the memory pass, before a block's load): the block's registers
         # load (block_registers)
-        firsts = [("P1_LOAD_X", Op.LOAD), ("P2_LOAD_Q", Op.LOAD_Q)] + ([("P0_LOAD_M", Op.LOAD)] if self.seq2seq else [])
+        firsts = [("P1_LOAD_X", Op.LOAD), ("P2_BLOCK", Op.LOAD_Q)] + ([("P0_LOAD_M", Op.LOAD)] if self.seq2seq else [])
         for first, o in firsts:
             with self.state(f"{first}_START", o):
                 m.d.comb += d.busy.eq(1)
@@ -881,14 +902,14 @@ class Sequencer:
         def pass1_done():
             if self.cfg.model.position_bias:
                 self.request_copy(CopyKind.BIAS)
-            self.start_pass("P2_LOAD_Q")
+            self.start_pass("P2_BLOCK", rotated=True)
         self.matrix_states(Op.K, lambda: self.start_matrix(Op.V))
         self.matrix_states(Op.V, lambda: self.goto("P1_NEXT_X"))
         # X holds two blocks: X_{t+1} loads into the half Q_t does not read (X_t's load is over: K_t read it all), so
         # the next block's K finds it in
         with self.state("P1_NEXT_X", Op.STORE_QKV):
             m.d.comb += d.busy.eq(1)
-            with m.If(d.blk == d.run_blocks - 1):
+            with m.If(d.last_blk):
                 self.goto("P1_STORE_KV")
             with m.Elif(~d.mover.load_busy):
                 self.transfer(Transfer.LOAD_X, self.x_next_at, Mux(self.first_layer, self.io_next, self.block_words))
@@ -903,40 +924,38 @@ class Sequencer:
             with m.If(~d.mover.store_busy):
                 self.store_k(None)
                 m.d.sync += [self.vt_pending.eq(1), self.vt_base.eq(self.vt_at),
-                             self.kv_leaving.eq(d.blk == d.run_blocks - 1)]
+                             self.kv_leaving.eq(d.last_blk)]
                 self.start_matrix(Op.Q)
             self.abort()
         self.matrix_states(Op.Q, lambda: self.goto("P1_STORE_Q"))
         # Q_t leaves Y once K_t and V_t^T have left WORK (the next block's K writes WORK; its Q writes Y once this
-        # store has ended: P1_STORE_KV), beside the next block's K and V; the pass's last block waits for it
+        # store has ended: P1_STORE_KV), beside the next block's K and V; the pass's last Q_t stays in Y, where pass 2's
+        # first block, this one, reads it (once K_t's and V_t^T's stores are under way: no transfer pends)
         with self.state("P1_STORE_Q", Op.STORE_QKV):
             m.d.comb += d.busy.eq(1)
             with m.If(~self.vt_pending & ~d.mover.store_busy):
-                self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
-                with m.If(d.blk != d.run_blocks - 1):
+                with m.If(~d.last_blk):
+                    self.transfer(Transfer.STORE_Q, self.q_at, words(R * H))
                     m.d.sync += d.x_rd_half.eq(~d.x_rd_half)
                     self.advance_block()
                     self.goto("P1_BLOCK")
                 with m.Else():
-                    self.goto("P1_STORE_Q_WAIT")
+                    pass1_done()
             self.abort()
-        self.transfer_wait("P1_STORE_Q_WAIT", Op.STORE_QKV, pass1_done, until=d.mover.store_busy)
 
         def heads_and_residual():
             # the residual X_t loads while the heads compute, once X'_{t-1} has left (pending_transfers)
             m.d.sync += self.x_pending.eq(1)
-            if self.cfg.model.position_bias:      # the first block's heads wait for the bias table (copied from pass 2 on)
-                with m.If(d.blk == 0):
+            if self.cfg.model.position_bias:      # the pass's first heads wait for the bias table (copied from pass 2 on)
+                with m.If(d.pass_blk == 0):
                     self.goto("SCORES_PARAMS")
                 with m.Else():
                     self.to_attention()
             else:
                 self.to_attention()
-        with self.state("P2_LOAD_Q", Op.LOAD_Q):    # the heads start at once: the scores read Q_t's rows as they come
-            m.d.comb += d.busy.eq(1)
-            self.transfer(Transfer.LOAD_Q, self.q_at, words(R * H))
-            heads_and_residual()
-        with self.state("P2_BLOCK", Op.LOAD_Q):    # the next block, its Q_t loading since the block before ended
+        # pass 2's first block (Q_t in Y since pass 1), or the next block, its Q_t loading since the block before ended
+        # (the scores read its rows as they come)
+        with self.state("P2_BLOCK", Op.LOAD_Q):
             m.d.comb += d.busy.eq(1)
             heads_and_residual()
         if self.cfg.model.position_bias:
@@ -1020,7 +1039,7 @@ class Sequencer:
         ``d.load_wait``); the layer's last block: X'_t out alone."""
         m, d = self.m, self.d
         self.block_end_transfer()
-        with m.If(d.blk == d.run_blocks - 1):
+        with m.If(d.last_blk):
             self.goto("P2_STORE_X")
         with m.Else():
             self.goto("P2_NEXT_Q")
@@ -1029,7 +1048,7 @@ class Sequencer:
         """LN2's state's command (one, chosen by the block): the layer's last block's X'_t store, else the next
         block's Q_{t+1} load."""
         d, g = self.d, self.g
-        last = d.blk == d.run_blocks - 1
+        last = d.last_blk
         self.transfer(Mux(last, Transfer.STORE_X, Transfer.LOAD_Q), Mux(last, self.x_out_at, self.q_next_at),
                       Mux(last, self.x_out_words(), g.words(g.rows * g.hidden)))
 
@@ -1041,7 +1060,7 @@ class Sequencer:
         heads read neither X nor LN2's parameters, and the next block's LN1 copy follows its last head's P . V,
         which waits for the residual's load."""
         m, d = self.m, self.d
-        with m.If(d.blk != d.run_blocks - 1):
+        with m.If(~d.last_blk):
             self.block_end_transfer()
             m.d.sync += [self.xout_pending.eq(1), self.xout_at.eq(self.x_out_at),
                          self.xout_words.eq(self.x_out_words()), d.ln2_behind.eq(1)]
