@@ -3,7 +3,7 @@
 word-write stream; every written word compared with ``numerics.layernorm(a + b, ...)``, row counts below the
 maximum, rows made available a few at a time through ``avail`` (a read beyond it returns garbage), the taps (row r in
 lane r % lanes, a beat of ``width`` elements each), ``rows_done`` (never a row not yet written whole; every row at the
-end), and a negative check."""
+end), ``rd_done`` (never before the trial's last read, no read after it, high at the end), and a negative check."""
 import math
 import random
 
@@ -36,6 +36,7 @@ class Bench:
         self.p_ready = 1.0
         self.avail = 0                    # pair words the DUT may read; a read beyond them returns garbage
         self.rows = self.whole = self.most = 0   # the trial's rows (0: rows_done not checked), rows written whole
+        self.reads, self.read_all = 0, False     # the trial's reads, rd_done seen
         self.rng = random.Random(0)
         cocotb.start_soon(self._run())
 
@@ -59,6 +60,13 @@ class Bench:
                 assert addr not in self.out, f"word {addr} written twice"
                 self.out[addr] = [((word >> (RB * i)) & 0xFFFF) - (1 << 16) * ((word >> (RB * i + 15)) & 1)
                                   for i in range(SIMD)]
+            if self.rows:                 # rd_done: every read issued (none after it)
+                if int(dut.rd_en.value):
+                    assert not self.read_all, f"a read (word {int(dut.rd_addr.value)}) after rd_done"
+                    self.reads += 1
+                if int(dut.rd_done.value):
+                    assert self.reads == self.rows * RW, f"rd_done after {self.reads} of {self.rows * RW} reads"
+                    self.read_all = True
             if self.rows:                 # rows_done never counts a row with a word not yet written
                 while self.whole < self.rows and all((self.whole * RW + c) in self.out for c in range(RW)):
                     self.whole += 1
@@ -108,7 +116,7 @@ async def random_rows_under_backpressure(dut):
         dut.shift.value, dut.rows.value, dut.start.value = shift, rows, 1
         await RisingEdge(dut.clk)
         dut.start.value = 0
-        b.rows, b.whole, b.most = rows, 0, 0
+        b.rows, b.whole, b.most, b.reads, b.read_all = rows, 0, 0, 0, False
         next_row = 0
         for _ in range(rows * (5 * H + 400) + 1000):
             await RisingEdge(dut.clk)
@@ -122,6 +130,7 @@ async def random_rows_under_backpressure(dut):
         assert int(dut.written.value) == rows * RW == len(b.out), \
             f"trial {trial}: {len(b.out)} words written, counter {int(dut.written.value)}, expected {rows * RW}"
         assert b.most == int(dut.rows_done.value) == rows, f"trial {trial}: rows_done {int(dut.rows_done.value)}"
+        assert b.read_all and int(dut.rd_done.value), f"trial {trial}: rd_done low at the end"
         b.rows = 0
         want = nx.layernorm(a + bb, gain, bias, shift, RB)
         got = np.array([sum((b.out[r * RW + c] for c in range(RW)), []) for r in range(rows)])
