@@ -81,8 +81,9 @@ class Plan:
     # an encoder-decoder: the bound of an encoder layer (``layer_cycles`` is a decoder layer's; ``cycles`` counts
     # the encoder's run and the decoder's prefill; ``layers`` both stacks' layers)
     encoder_layer_cycles: int = 0
-    # tiled: per layer, the block transfers that no compute hides (every store, and a layer's first X_0 load; the
-    # other loads run beside the stores or the heads, and pass 2's first block's Q_t is on chip: docs/tiling.md)
+    # tiled: per layer, the block transfers that no compute hides: the layer's last X'_t store and its first X_0
+    # load (the other stores run beside the next block's matrices, the other loads beside the stores or the heads,
+    # and pass 2's first block's Q_t is on chip: docs/tiling.md)
     serial_transfer_cycles: int = 0
     # per layer: the weight tiles' fetches the tile buffer's banks hold back (:func:`mlo_hw.perf.tile_stream_stall`)
     tile_stall_cycles: int = 0
@@ -267,7 +268,7 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc, -(-(aw + 2 * block * m.hidden) // cfg.axi_data_bytes), _tile_stall(cfg, block))
+                cfg.image_layers, enc, -(-(4 * block * m.hidden) // cfg.axi_data_bytes), _tile_stall(cfg, block))
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -366,7 +367,7 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
               "", f"LayerNorm beyond the matrices (a post-LN layer's phases start during the last tile before them; "
                   f"not in the bound): {p.layernorm_cycles} cycles per layer."]
     if p.serial_transfer_cycles:
-        lines += ["", f"Block transfers no compute hides (the stores, a layer's first loads; not in the bound): "
+        lines += ["", f"Block transfers no compute hides (a layer's last store and first load; not in the bound): "
                       f"{p.serial_transfer_cycles} cycles per layer."]
     if p.tile_stall_cycles:
         lines += ["", f"Weight tiles the tile buffer's banks hold back (a long tile after short ones streams in behind "

@@ -53,6 +53,10 @@ class Bench:
             en, a, avail = requests.pop(0)
             if en:
                 data = self.mem[a] if a < min(len(self.mem), avail) else self.rng.getrandbits(32 * SIMD)
+            if self.rows:                 # all_written: high from the cycle after the last word's write, not before
+                complete = len(self.out) == self.rows * RW
+                assert int(dut.all_written.value) == complete, \
+                    f"all_written {int(dut.all_written.value)} after {len(self.out)} of {self.rows * RW} words"
             if int(dut.w__valid.value) and ready:
                 v = int(dut.w__payload.value)
                 addr_bits = len(dut.w__payload) - RB * SIMD
@@ -131,6 +135,7 @@ async def random_rows_under_backpressure(dut):
             f"trial {trial}: {len(b.out)} words written, counter {int(dut.written.value)}, expected {rows * RW}"
         assert b.most == int(dut.rows_done.value) == rows, f"trial {trial}: rows_done {int(dut.rows_done.value)}"
         assert b.read_all and int(dut.rd_done.value), f"trial {trial}: rd_done low at the end"
+        assert int(dut.all_written.value), f"trial {trial}: all_written low at the end"
         b.rows = 0
         want = nx.layernorm(a + bb, gain, bias, shift, RB)
         got = np.array([sum((b.out[r * RW + c] for c in range(RW)), []) for r in range(rows)])

@@ -40,7 +40,9 @@ class LayerNormLanes(wiring.Component):
         matrix before it still writes its last tile's rows, and raises ``avail`` a row at a time (it may fall only with
         ``start``: the reader judges it a cycle late).
         ``w``: a stream of ``{addr, data}`` word writes, row r's word c at ``r * hidden / simd + c``, lane 0
-        first when several words are complete; ``written``: words written since ``start``; ``rows_done``: rows
+        first when several words are complete; ``written``: words written since ``start``; ``all_written``: every
+        word of the ``rows`` (at least one) has been written (a register, set with ``written``'s last step, cleared
+        with ``start``: the sequencer's "LayerNorm done" without a comparison of its own); ``rows_done``: rows
         ``0 .. rows_done - 1`` are written whole (a register, a cycle behind their last word's write), so that
         the matrix after the LayerNorm may read them while it runs.
         ``rd_done``: every pair word has been read (a register, 0 from ``start`` until the reader's last word has left
@@ -81,7 +83,7 @@ class LayerNormLanes(wiring.Component):
             "rd_hold": In(1), "rd_want": Out(1),
             "avail": In(range(max_words + 1), init=max_words),
             "w": Out(stream.Signature(word_write_layout(rb * simd, max_words))),
-            "written": Out(range(max_words + 1)), "rows_done": Out(range(max_rows + 1)), "rd_done": Out(1),
+            "written": Out(range(max_words + 1)), "all_written": Out(1), "rows_done": Out(range(max_rows + 1)), "rd_done": Out(1),
             "taps": Out(data.StructLayout({"valid": lanes, "data": data.ArrayLayout(rb * width, lanes)})),
         })
 
@@ -189,8 +191,10 @@ class LayerNormLanes(wiring.Component):
                 m.d.sync += [full[i].eq(0), idx.eq(0), wcol.eq(0), addr.eq(i * rw), nxt[i].eq(i)]
         with m.If(self.w.valid & self.w.ready):
             m.d.sync += self.written.eq(self.written + 1)
+            with m.If(self.written == self.rows * rw - 1):
+                m.d.sync += self.all_written.eq(1)
         with m.If(restart):
             m.d.sync += [col.eq(0), lane.eq(0)]
         with m.If(self.start):
-            m.d.sync += [self.written.eq(0), self.rows_done.eq(0)]
+            m.d.sync += [self.written.eq(0), self.all_written.eq(0), self.rows_done.eq(0)]
         return m

@@ -515,7 +515,7 @@ class Sequencer:
             self.abort()
         with self.state(f"{o.name}_RUN", o, ln_op=o):
             m.d.comb += d.busy.eq(1)
-            with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
+            with m.If(d.ln_lanes.all_written):
                 then()
             if behind is not None:       # the GELU table (requested as LN1 started, not in a cross run) is in
                 with m.Elif(d.copier.done & (~d.cross_run if self.seq2seq else 1)):
@@ -533,7 +533,7 @@ class Sequencer:
         m, d, g = self.m, self.d, self.g
         for behind, o in ((d.ln_behind, self.Op.LN1), (d.ln2_behind, self.Op.LN2)):
             with m.If(behind & ~d.abandon):
-                with m.If(d.ln_lanes.written == g.words(g.rows * g.hidden)):
+                with m.If(d.ln_lanes.all_written):
                     m.d.sync += behind.eq(0)
                     self.set_ln_op(self.Op.IDLE)
                 with m.Else():
@@ -700,9 +700,9 @@ class Sequencer:
 
     def advance_block(self):
         """The block counter, and its companions a cycle later (``block_registers``), to the next block: from the last
-        block (pass 2's first) to block 0 (``wrapping``)."""
+        block (pass 2's first) to block 0 (``wrapping``): a rotated pass's first advance, told by two registers."""
         m, d = self.m, self.d
-        wrap = d.blk == d.run_blocks - 1
+        wrap = self.pass_rotated & (d.pass_blk == 0)
         m.d.sync += [d.blk.eq(Mux(wrap, 0, d.blk + 1)), d.pass_blk.eq(d.pass_blk + 1),
                      d.last_blk.eq(d.pass_blk + 2 == d.run_blocks), self.advancing.eq(1), self.wrapping.eq(wrap)]
 
