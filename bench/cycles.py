@@ -64,13 +64,20 @@ def throughput(cfg, cycles: int) -> str:
             f"{mhz:g} MHz = {peak:.1f} GMAC/s)")
 
 
+def timeout_cycles(cfg) -> int:
+    """How long a run may take before it counts as hung: twice the plan's expected cycles (BERT-base at 512 tokens
+    expects about 780 million), and never less than the harness's default."""
+    return max(50_000_000, 2 * plan(cfg).expected_cycles)
+
+
 def measure(cfg, memory: str):
     """The result of one run of every layer with all tokens valid, checked against the golden model (an
     encoder-decoder: the results of the encoder's run and the decoder's prefill, checked in DRAM)."""
     if cfg.seq2seq:
         return measure_seq2seq(cfg, memory)
     sim = EngineSim(cfg, build_model(cfg)[1], backend=backend_of(memory))
-    return [sim.run_checked(random_input(cfg, sim.model, 1), cfg.model.seq_len, memory=memory)[0]]
+    return [sim.run_checked(random_input(cfg, sim.model, 1), cfg.model.seq_len, memory=memory,
+                            timeout_cycles=timeout_cycles(cfg))[0]]
 
 
 def measure_seq2seq(cfg, memory: str):
@@ -85,7 +92,7 @@ def measure_seq2seq(cfg, memory: str):
                                                                                   q.decoder_scale)
     res = sim.run_many([Run(x, m.seq_len, m.encoder_layers, memory_tokens=0, output_to_memory=True, trace=False),
                         Run(y, m.seq_len, m.layers, memory_tokens=m.seq_len, weight_layer=m.encoder_layers,
-                            cache_len=0, trace=False)], memory=memory)
+                            cache_len=0, trace=False)], memory=memory, timeout_cycles=timeout_cycles(cfg))
     keys = np.ones(m.seq_len, bool)
     enc = q.encode(x, keys)
     dec = q.decode(y, nx.attention_mask(keys, True), enc, keys)

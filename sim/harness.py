@@ -391,7 +391,7 @@ class EngineSim:
         """``runs`` one after another in one simulation (no reset between them), the DRAM model stalling each
         channel with probability ``stall`` and timed by ``memory`` (``ideal`` or ``ddr3``: axi_dram; or
         ``litedram``: LiteDRAM's controller and DRAM model, built on first use, which neither stalls at random
-        nor injects errors)."""
+        nor injects errors); a run not done within ``timeout_cycles`` fails its check (no interrupt)."""
         cfg, h = self.cfg, self.harness(backend_of(memory))
         d = h.dram
         if h.backend == "litedram" and (stall or any(r.err_addr is not None for r in runs)):
@@ -442,7 +442,8 @@ class EngineSim:
                     base = d.scratch_base if r.scratch_base is None else r.scratch_base
                     script += [f"dump {base} {scratch_layout(cfg).bytes} {tmp / f'scratch{i}.bin'}"]
             t0 = time.time()
-            lines = h.run(script)
+            # the wall-clock limit: an hour, or the cycle limit at 20,000 simulated cycles a second if longer
+            lines = h.run(script, timeout_s=max(3600, timeout_cycles * len(runs) / 20_000))
             wall = time.time() - t0
             marks = [k for k, line in enumerate(lines) if line.startswith("echo run ")] + [len(lines)]
             return [self._result(h, tmp, i, r, lines[marks[i]:marks[i + 1]], wall) for i, r in enumerate(runs)]

@@ -56,8 +56,8 @@ class ResultWriter(wiring.Component):
         itself after ``vectors * tile_rows / pe`` beats (jobs overlap). ``start`` and ``cfg`` are registered on
         the way in: every counter but ``count`` restarts in the cycle after ``start`` (from a register, not from
         the decode that starts the writer), and no beat may arrive in that cycle (the MVAU's first result of a
-        job comes many cycles after its command); ``count`` is cleared by ``start`` itself (its few flip-flops), so it
-        reads 0 from the cycle after ``start``.
+        job comes many cycles after its command); ``count`` too, so it reads 0 from the second cycle after
+        ``start`` and still holds the job before's count in the first (its reader masks that cycle).
         ``i``: the result beats (``ready`` is always 1).
         ``rows``: a write of ``simd`` int16 lanes (``addr``, ``data``, per-lane ``en``) for ROWS16;
         ``rows_writing``: ``rows.en`` has a bit set (a register of its own, for the writers that yield to it);
@@ -114,8 +114,8 @@ class ResultWriter(wiring.Component):
             m.d.comb += [b.addr.eq(banks_q[i].addr), b.data.eq(banks_q[i].data), b.en.eq(banks_en[i * simd:(i + 1) * simd])]
         with m.If(wrote):
             m.d.sync += count.eq(count + 1)
-        with m.If(self.start):          # ``count`` alone restarts from ``start`` itself: the sequencer compares it,
-            m.d.sync += count.eq(0)     # and a multiplexer from ``started`` in front of it deepened those paths
+        with m.If(started):             # from the register: ``start`` itself, the sequencer's decode, into count's
+            m.d.sync += count.eq(0)     # reset was 6.80 ns at e5b69cb's seed 3 on an ECP5-85F (7.69 at 7204dd3's)
         rep = self.i.payload.bytes.replicate(simd // pe)
         addr = row + chan_word + cw
         # ROWS8's ``cfg.base + row + chan_word``, kept in a register beside the counters (stepped with ``row`` and

@@ -97,6 +97,8 @@ class Sequencer:
         # registers take the store's data at bit i + 1, an enable straight from a flip-flop, not a decode of hdr_addr
         self.hdr_field = Signal(len(header_fields(cfg)) + 1, name="hdr_field")
         self.expected = Signal.like(d.writer.count, name="expected")
+        self.writer_fresh = Signal(name="writer_fresh")      # the writer was started last cycle
+        m.d.sync += self.writer_fresh.eq(d.writer.start)
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
         # the LayerNorm after O / FFN down started during the matrix's last tile (``ln_early``, until the next
@@ -189,6 +191,11 @@ class Sequencer:
         return stale | (d.ln_is.as_value() != self.ln_flags(d.ln_op))
 
     # ---- small actions (combinational in the current state) ------------------------------------------
+    def results_written(self):
+        """The result writer has written ``expected`` beats since its start: its ``count`` (which still holds the
+        job before's in the cycle after a start, ``writer_fresh``) equals ``expected``."""
+        return (self.d.writer.count == self.expected) & ~self.writer_fresh
+
     def start_writer(self, where, beats, row_step, chan_word=0, base=0, tiles=0):
         w = self.d.writer
         c = w.cfg
@@ -355,7 +362,7 @@ class Sequencer:
             with m.Else():
                 if o in (Op.O, Op.FFN_DOWN) and self.overlap_layernorm:
                     self.early_layernorm(Op.LN1 if o == Op.O else Op.LN2)
-                with m.If(d.writer.count == self.expected):
+                with m.If(self.results_written()):
                     m.d.comb += d.ws.tile_release.eq(1)
                     m.d.sync += [self.tile.eq(self.tile + 1), self.ln_partial.eq(0)]
                     if o in (Op.O, Op.FFN_DOWN) and self.overlap_layernorm:
@@ -445,7 +452,7 @@ class Sequencer:
         with self.state(f"{o.name}_WAIT", o):
             m.d.comb += d.busy.eq(1)
             # SCORES: every score beat is in the softmax (PV runs behind it: behind_softmax)
-            done = d.scores_in & ~d.scores_restart if o == Op.SCORES else (d.writer.count == self.expected)
+            done = d.scores_in & ~d.scores_restart if o == Op.SCORES else self.results_written()
             if g.tiled and o == Op.PV:       # and the residual X_t's load (pending_transfers)
                 done &= ~d.mover.busy & ~self.x_pending
             with m.If(done):
