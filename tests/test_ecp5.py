@@ -2,6 +2,7 @@
 ``--pnr ecp5`` option of ``mlo_hw.synth`` and, marked slow, the small config placed and routed."""
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -331,6 +332,74 @@ def test_operand_registers_move_into_their_multipliers(tmp_path):
     assert len(driven) == 3 * 16 and set(ports["c_seen"]) <= driven       # c, d and e stay
     routed = ecp5.route_engine(OPERANDS, tmp_path / "pnr", 200.0, synth.ecp5_tools())
     assert routed["ran"] and routed["fmax_mhz"] > 0 and routed["multipliers"]["input_registered"] == 1
+
+
+# Four small products (4-bit operands, so that SAT proves them quickly) whose registers can and cannot move: both
+# operands and the product with an enable; c shared with an output (only the product's register, with a reset,
+# moves); unsigned operands with a reset (their constant 0 bits are no obstacle); operands alone, the product read
+# unregistered.
+FUNCTION = """
+module mlo_ecp5(input clk, input rst, input ce, input signed [3:0] ai, bi, ci, di, input [3:0] ei, fi, gi, hi,
+                output reg signed [7:0] p_ce, p_rst, output reg [7:0] p_u, output [7:0] raw,
+                output signed [3:0] c_seen);
+  reg signed [3:0] a, b, c, d;
+  reg [3:0] e, f, g, h;
+  always @(posedge clk) if (ce) {a, b} <= {ai, bi};
+  always @(posedge clk) if (rst) {c, d} <= 0; else {c, d} <= {ci, di};
+  always @(posedge clk) if (rst) {e, f} <= 0; else {e, f} <= {ei, fi};
+  always @(posedge clk) if (ce) {g, h} <= {gi, hi};
+  assign c_seen = c;
+  always @(posedge clk) if (ce) p_ce <= a * b;
+  always @(posedge clk) if (rst) p_rst <= 0; else p_rst <= c * d;
+  always @(posedge clk) p_u <= e * f;
+  assign raw = g * h;
+endmodule
+"""
+
+EQUIVALENCE = """
+read_verilog -D NO_INCLUDES +/ecp5/cells_sim.v
+read_verilog {model}
+read_json gold.json
+read_json gate.json
+miter -equiv -make_assert gold gate miter
+hierarchy -top miter
+proc
+flatten
+opt -fast
+sat -verify -prove-asserts -set-init-zero -seq 6 miter
+"""
+
+
+def _equivalent(folder: Path, gold: dict, gate: dict, yosys: str) -> bool:
+    """Whether the netlists ``gold`` and ``gate`` (yosys JSON modules) give the same outputs for every input sequence
+    of 6 cycles from an all-zero state (yosys ``sat`` on their miter; the MULT18X18D from ``sim/hdl/mult18x18d.v``)."""
+    for name, module in (("gold", gold), ("gate", gate)):
+        (folder / f"{name}.json").write_text(json.dumps({"modules": {name: module}}))
+    model = Path(__file__).parent.parent / "sim" / "hdl" / "mult18x18d.v"
+    (folder / "equiv.ys").write_text(EQUIVALENCE.format(model=model))
+    return subprocess.run([yosys, "-q", "-s", "equiv.ys"], cwd=folder, capture_output=True).returncode == 0
+
+
+def test_moved_registers_keep_the_function(tmp_path):
+    """The netlist with the product and operand registers moved into the MULT18X18D (``top.json``) is equivalent to
+    ``synth_ecp5``'s (``synth.json``), proved by SAT over 6 cycles; the proof fails when an operand register loses
+    its enable or one operand's register is dropped."""
+    tools = synth.ecp5_tools()
+    (tmp_path / "top.v").write_text(FUNCTION)
+    assert ecp5.synthesize(tmp_path, tools) is None
+    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 4, "output_registered": 3,
+                                                                       "input_registered": 3}
+    gold = json.loads((tmp_path / "synth.json").read_text())["modules"][ecp5.WRAP_TOP]
+    gate = json.loads((tmp_path / "top.json").read_text())["modules"][ecp5.WRAP_TOP]
+    assert _equivalent(tmp_path, gold, gate, tools["yosys"])
+    enabled = next(c for c in gate["cells"].values() if c["type"] == "MULT18X18D"
+                   and c["connections"].get("CE1", ["1"]) != ["1"])
+    enabled["connections"]["CE1"] = ["1"]
+    assert not _equivalent(tmp_path, gold, gate, tools["yosys"])
+    enabled["connections"]["CE1"] = enabled["connections"]["CE2"]
+    assert _equivalent(tmp_path, gold, gate, tools["yosys"])      # (restored)
+    enabled["parameters"]["REG_INPUTB_CLK"] = "NONE"
+    assert not _equivalent(tmp_path, gold, gate, tools["yosys"])
 
 
 def test_quick_proxy_times_a_registered_multiplier_as_a_register(tmp_path):
