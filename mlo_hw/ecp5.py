@@ -37,12 +37,12 @@ from amaranth.lib import wiring
 from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from .cli import BadInput
+from .cli import ArgumentParser, BadInput, command
 from .hw.pipeline import KEEP_REGISTERS
 
 __all__ = ["DEVICE", "DEVICE_ARGS", "WRAP_TOP", "ToolMissing", "find_tools", "tool_wrappers", "synth_ecp5_lines",
-           "yosys_workaround", "absorb_output_registers", "absorb_input_registers", "parse_nextpnr", "path_cells", "block_of", "path_summary",
-           "worst_endpoints",
+           "yosys_workaround", "absorb_output_registers", "absorb_input_registers", "absorb_registers",
+           "absorb_registers_in_file", "parse_nextpnr", "path_cells", "block_of", "path_summary", "worst_endpoints",
            "fmax_line", "routed_lines", "path_report_lines", "PinWrapper", "wrapped_verilog", "synthesize", "ROUTERS",
            "PLACERS", "PROXY_PART", "proxy_config", "proxy_verilog",
            "route_engine", "route_seeds", "seeds_line"]
@@ -244,6 +244,46 @@ def absorb_input_registers(module: dict) -> int:
             p["RESETMODE"] = modes.pop()
         changed += 1
     return changed
+
+
+def absorb_registers(module: dict) -> dict:
+    """Both moves on a ``synth_ecp5`` netlist module (products first): the counts ``multipliers.json`` keeps."""
+    registered = absorb_output_registers(module)
+    operands = absorb_input_registers(module)
+    total = sum(c["type"] == "MULT18X18D" for c in module["cells"].values())
+    return {"MULT18X18D": total, "output_registered": registered, "input_registered": operands}
+
+
+def absorb_registers_in_file(path: Path, top: str) -> dict:
+    """:func:`absorb_registers` on module ``top`` of the yosys JSON netlist ``path``, rewritten in place (whole or
+    not at all); the counts."""
+    try:
+        netlist = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{path}: not a yosys JSON netlist ({e.msg} at line {e.lineno})") from None
+    module = netlist.get("modules", {}).get(top) if isinstance(netlist, dict) else None
+    if not isinstance(module, dict) or "cells" not in module:
+        raise BadInput(f"{path}: no module {top} with cells (a yosys JSON netlist from synth_ecp5 -top {top})")
+    counts = absorb_registers(module)
+    partial = Path(f"{path}.partial")
+    partial.write_text(json.dumps(netlist))
+    os.replace(partial, path)
+    return counts
+
+
+@command()
+def main(argv=None) -> int:
+    """``python -m mlo_hw.ecp5 NETLIST.json --top TOP``: the multipliers' registers moved into them in a netlist
+    (the SoC's open flow runs it between yosys and nextpnr-ecp5)."""
+    ap = ArgumentParser(prog="python -m mlo_hw.ecp5", description="move the flip-flops that register a "
+                        "MULT18X18D's operands and product into it, in a synth_ecp5 JSON netlist (in place)")
+    ap.add_argument("netlist", type=Path)
+    ap.add_argument("--top", required=True, help="the netlist's top module")
+    args = ap.parse_args(argv)
+    counts = absorb_registers_in_file(args.netlist, args.top)
+    print(f"MULT18X18D: {counts['MULT18X18D']}, output registered: {counts['output_registered']}, "
+          f"input registered: {counts['input_registered']}")
+    return 0
 
 # ---- nextpnr's log -----------------------------------------------------------------------------------------
 
@@ -463,11 +503,7 @@ def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     module = netlist.get("modules", {}).get(WRAP_TOP)
     if module is None:
         return f"yosys synth_ecp5 wrote no module {WRAP_TOP} into {out / 'synth.json'}"
-    registered = absorb_output_registers(module)
-    operands = absorb_input_registers(module)
-    total = sum(c["type"] == "MULT18X18D" for c in module["cells"].values())
-    (out / "multipliers.json").write_text(json.dumps({"MULT18X18D": total, "output_registered": registered,
-                                                      "input_registered": operands}))
+    (out / "multipliers.json").write_text(json.dumps(absorb_registers(module)))
     (out / "top.json.partial").write_text(json.dumps(netlist))
     os.replace(out / "top.json.partial", out / "top.json")
     return None
@@ -556,3 +592,7 @@ def seeds_line(results: list[dict]) -> str:
     mid = len(mhz) // 2
     median = mhz[mid] if len(mhz) % 2 else (mhz[mid - 1] + mhz[mid]) / 2
     return f"fmax: seeds={len(mhz)} min={mhz[0]:.2f} median={median:.2f} max={mhz[-1]:.2f} MHz"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

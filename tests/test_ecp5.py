@@ -402,6 +402,23 @@ def test_moved_registers_keep_the_function(tmp_path):
     assert not _equivalent(tmp_path, gold, gate, tools["yosys"])
 
 
+def test_the_command_moves_the_registers_of_a_netlist_in_place(tmp_path, capsys):
+    """``python -m mlo_hw.ecp5 NETLIST --top TOP`` (the SoC's open flow) rewrites a netlist as ``synthesize`` does;
+    a missing file, a file that is not a netlist or a missing module is one line and status 2, the file unchanged."""
+    (tmp_path / "top.v").write_text(PRODUCTS)
+    assert ecp5.synthesize(tmp_path, synth.ecp5_tools()) is None
+    netlist = tmp_path / "synth.json"
+    before = netlist.read_text()
+    assert ecp5.main([str(netlist), "--top", "nope"]) == 2 and netlist.read_text() == before
+    assert ecp5.main([str(tmp_path / "missing.json"), "--top", ecp5.WRAP_TOP]) == 2
+    assert ecp5.main([str(tmp_path / "top.v"), "--top", ecp5.WRAP_TOP]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(e.startswith("error: ") for e in err), err
+    assert ecp5.main([str(netlist), "--top", ecp5.WRAP_TOP]) == 0
+    assert "output registered: 2, input registered: 4" in capsys.readouterr().out
+    assert json.loads(netlist.read_text()) == json.loads((tmp_path / "top.json").read_text())
+
+
 def test_quick_proxy_times_a_registered_multiplier_as_a_register(tmp_path):
     """``bench/paths.py`` ends a path at a multiplier with its output register and starts one at its product."""
     import importlib.util

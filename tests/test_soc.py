@@ -403,6 +403,10 @@ def test_ecp5_soc_writes_the_open_flow_scripts(tmp_path_factory):
     assert "yosys" in sh and "mlo_soc.ys" in sh
     assert re.search(r"nextpnr-ecp5 --json mlo_soc\.json --lpf mlo_soc\.lpf .*--um5g-85k --package CABGA554 --speed 8", sh)
     assert "ecppack" in sh and "--bit mlo_soc.bit" in sh
+    # the multipliers' registers move into them between yosys and nextpnr-ecp5, as in the proxy flow
+    steps = [ln.split()[0] for ln in sh.splitlines() if ln.strip() and not ln.startswith(("#", "set"))]
+    absorb = next(i for i, ln in enumerate(sh.splitlines()) if "-m mlo_hw.ecp5 mlo_soc.json --top mlo_soc" in ln)
+    assert [ln.split()[0] for ln in sh.splitlines()[absorb - 1:absorb + 2:2]] == ["yosys", "nextpnr-ecp5"], steps
     lpf = (gw / "mlo_soc.lpf").read_text()
     assert 'FREQUENCY PORT "clk100" 100.0 MHz;' in lpf
     assert re.search(r'LOCATE COMP "ddram_dq\[0\]" SITE "\w+";', lpf)
@@ -431,6 +435,15 @@ def test_yosys_workaround_splits_synth_ecp5_around_abc():
     assert "-json x.json" in soc.yosys_workaround("synth_ecp5 -top t -json x.json\n", "t")
     with pytest.raises(BadInput):
         soc.yosys_workaround("read_verilog a.v\n", "t")
+
+
+def test_absorb_step_follows_the_yosys_line():
+    script = "set -e\nyosys -l mlo_soc.rpt mlo_soc.ys\nnextpnr-ecp5 --json mlo_soc.json\n"
+    lines = soc.absorb_step(script, "mlo_soc", python="/v/bin/python").splitlines()
+    assert lines == ["set -e", "yosys -l mlo_soc.rpt mlo_soc.ys", "/v/bin/python -m mlo_hw.ecp5 mlo_soc.json --top mlo_soc",
+                     "nextpnr-ecp5 --json mlo_soc.json"]
+    with pytest.raises(BadInput):
+        soc.absorb_step("nextpnr-ecp5 --json x.json\n", "x")
 
 
 NEXTPNR_LOG = """\
