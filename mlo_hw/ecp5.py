@@ -190,7 +190,7 @@ def absorb_input_registers(module: dict) -> int:
     times the inputs as registers only then): every bit of A (and of B) is a constant or the output of a flip-flop
     that nothing but this multiplier's same operand reads, all of them on the clock of its output register (if it
     has one), without an inverted clock, enable or reset, a set value, or a reset on an operand with a constant 1
-    bit (the register would clear it). The operand pins then take the flip-flops' inputs: a cycle of the
+    bit (the register would clear it), and its sign and source selects are constants. The operand pins then take the flip-flops' inputs: a cycle of the
     multiplier's delay leaves the paths into it. A uses CE1/RST1, B CE2/RST2 (the output register CE0/RST0).
     Returns the number of multipliers changed."""
     cells = module["cells"]
@@ -204,6 +204,9 @@ def absorb_input_registers(module: dict) -> int:
         p = mult["parameters"]
         if mult["type"] != "MULT18X18D" or any(str(p.get(f"REG_{r}_CLK", "NONE")).strip() != "NONE"
                                                for r in ("INPUTA", "INPUTB", "INPUTC", "PIPELINE")):
+            continue
+        if any(mult["connections"].get(pin, ["0"])[0] not in ("0", "1")      # a sign the input register would delay
+               for pin in ("SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB")):
             continue
         sides = {}
         for side in "AB":
