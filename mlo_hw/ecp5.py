@@ -167,7 +167,6 @@ def absorb_output_registers(module: dict) -> int:
     return changed
 
 
-
 def _readers(module: dict) -> dict:
     """Every net bit's readers: ``bit -> [(cell, port)]`` (a module port reads as ``("", "port")``)."""
     readers = defaultdict(list)
@@ -183,64 +182,62 @@ def _readers(module: dict) -> dict:
     return readers
 
 
+def _operand_flops(cells: dict, mult: str, side: str, readers: dict, driver: dict) -> tuple | None:
+    """Multiplier ``mult``'s operand ``side`` ("A" or "B") as an input register can take it: ``(pins, flops,
+    settings)``, ``pins`` each operand pin's net bit, ``flops`` the flip-flop driving each non-constant bit (read by
+    nothing but this operand), ``settings`` theirs (:func:`_output_register`, one for all); None when it cannot."""
+    pins = {port: bits[0] for port, bits in cells[mult]["connections"].items() if re.fullmatch(side + r"\d+", port)}
+    flops = {b: driver.get(b) for b in pins.values() if b not in ("0", "1", "x")}
+    if not flops or None in flops.values() or any({(n, port[0]) for n, port in readers[b]} != {(mult, side)}
+                                                  for b in flops):
+        return None
+    settings = {_output_register(cells[ff]) for ff in flops.values()}
+    if len(settings) != 1 or None in settings:
+        return None
+    settings = settings.pop()
+    if settings[2] != "0" and "1" in pins.values():        # a reset would clear the constant 1 bit
+        return None
+    return pins, flops, settings
+
+
 def absorb_input_registers(module: dict) -> int:
     """Move the flip-flops that hold a MULT18X18D's operands into the multiplier's input registers
     (``REG_INPUTA_CLK``, ``REG_INPUTB_CLK``), in a ``synth_ecp5`` netlist ``module``, as Vivado and yosys'
     ``xilinx_dsp`` do with a DSP48E1's A and B registers. A multiplier qualifies when both operands can move (nextpnr
-    times the inputs as registers only then): every bit of A (and of B) is a constant or the output of a flip-flop
-    that nothing but this multiplier's same operand reads, all of them on the clock of its output register (if it
-    has one), without an inverted clock, enable or reset, a set value, or a reset on an operand with a constant 1
-    bit (the register would clear it), and its sign and source selects are constants. The operand pins then take the flip-flops' inputs: a cycle of the
-    multiplier's delay leaves the paths into it. A uses CE1/RST1, B CE2/RST2 (the output register CE0/RST0).
-    Returns the number of multipliers changed."""
+    times the inputs as registers only then, :func:`_operand_flops`), on the clock of its output register if it has
+    one, with constant sign and source selects (an input register would delay a signal), one reset mode and one GSR
+    setting. The operand pins then take the flip-flops' inputs and the flip-flops go: the multiplier's delay leaves
+    the paths into it. A uses CE1/RST1, B CE2/RST2 (the output register CE0/RST0). Returns the number of
+    multipliers changed."""
     cells = module["cells"]
     readers = _readers(module)
-    driver = {}
-    for name, cell in cells.items():
-        if cell["type"] == "TRELLIS_FF":
-            driver[cell["connections"]["Q"][0]] = name
+    driver = {c["connections"]["Q"][0]: n for n, c in cells.items() if c["type"] == "TRELLIS_FF"}
     changed = 0
     for name, mult in list(cells.items()):
-        p = mult["parameters"]
+        p, conn = mult["parameters"], mult["connections"]
         if mult["type"] != "MULT18X18D" or any(str(p.get(f"REG_{r}_CLK", "NONE")).strip() != "NONE"
                                                for r in ("INPUTA", "INPUTB", "INPUTC", "PIPELINE")):
             continue
-        if any(mult["connections"].get(pin, ["0"])[0] not in ("0", "1")      # a sign the input register would delay
-               for pin in ("SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB")):
+        if any(conn.get(pin, ["0"])[0] not in ("0", "1") for pin in ("SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB")):
             continue
-        sides = {}
-        for side in "AB":
-            pins = {port: bits[0] for port, bits in mult["connections"].items() if re.fullmatch(side + r"\d+", port)}
-            ffs = {b: driver.get(b) for b in pins.values() if b not in ("0", "1", "x")}
-            if not ffs or None in ffs.values() or any(
-                    {(n, q[0]) for n, q in readers[b]} != {(name, side)} for b in ffs):
-                break
-            settings = {_output_register(cells[ff]) for ff in ffs.values()}
-            if len(settings) != 1 or None in settings:
-                break
-            clk, ce, rst, mode, gsr = settings.pop()
-            if rst != "0" and "1" in pins.values():
-                break
-            sides[side] = pins, ffs, (clk, ce, rst, mode, gsr)
-        if len(sides) != 2:
+        sides = {side: _operand_flops(cells, name, side, readers, driver) for side in "AB"}
+        if None in sides.values():
             continue
-        regs = {s[2] for s in sides.values()}
-        clocks = {r[0] for r in regs} | ({mult["connections"]["CLK0"][0]} if "CLK0" in mult["connections"] else set())
+        regs = {settings for _, _, settings in sides.values()}        # (clk, ce, rst, mode, gsr)
+        clocks = {r[0] for r in regs} | ({conn["CLK0"][0]} if "CLK0" in conn else set())
         gsrs = {r[4] for r in regs} | ({p["GSR"].strip()} if "GSR" in p and "REG_OUTPUT_CLK" in p else set())
         modes = {r[3] for r in regs if r[2] != "0"} | (
-            {p["RESETMODE"].strip()} if mult["connections"].get("RST0", ["0"])[0] != "0" else set())
+            {p["RESETMODE"].strip()} if conn.get("RST0", ["0"])[0] != "0" else set())
         if len(clocks) != 1 or len(gsrs) != 1 or len(modes) > 1:
             continue
-        for side, n in (("A", 1), ("B", 2)):
-            pins, ffs, (clk, ce, rst, _, _) = sides[side]
-            for port, b in pins.items():
-                if b in ffs:
-                    mult["connections"][port] = cells[ffs[b]]["connections"]["DI"]
-            mult["connections"].update({"CLK0": [clk], f"CE{n}": [ce], f"RST{n}": [rst]})
+        for (side, (pins, flops, (clk, ce, rst, _, _))), n in zip(sides.items(), (1, 2)):
+            conn.update({port: cells[flops[b]]["connections"]["DI"] for port, b in pins.items() if b in flops})
+            conn.update({"CLK0": [clk], f"CE{n}": [ce], f"RST{n}": [rst]})
             mult.setdefault("port_directions", {}).update({"CLK0": "input", f"CE{n}": "input", f"RST{n}": "input"})
-            p.update({f"REG_INPUT{side}_CLK": "CLK0", f"REG_INPUT{side}_CE": f"CE{n}", f"REG_INPUT{side}_RST": f"RST{n}"})
-        for pins, ffs, _ in sides.values():
-            for ff in set(ffs.values()):
+            p.update({f"REG_INPUT{side}_CLK": "CLK0", f"REG_INPUT{side}_CE": f"CE{n}",
+                      f"REG_INPUT{side}_RST": f"RST{n}"})
+        for _, flops, _ in sides.values():
+            for ff in set(flops.values()):
                 cells.pop(ff, None)
         p["GSR"] = gsrs.pop()
         if modes:
@@ -268,10 +265,15 @@ def absorb_registers_in_file(path: Path, top: str) -> dict:
     if not isinstance(module, dict) or "cells" not in module:
         raise BadInput(f"{path}: no module {top} with cells (a yosys JSON netlist from synth_ecp5 -top {top})")
     counts = absorb_registers(module)
-    partial = Path(f"{path}.partial")
+    _write_whole(Path(path), netlist)
+    return counts
+
+
+def _write_whole(path: Path, netlist: dict):
+    """``netlist`` as JSON into ``path``, whole or not at all (written beside it, then renamed)."""
+    partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(netlist))
     os.replace(partial, path)
-    return counts
 
 
 @command()
@@ -494,8 +496,8 @@ def _failure(what: str, log: Path) -> str:
 def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     """``synth_ecp5`` of ``out/top.v`` into ``out/synth.json``, then ``out/top.json``: that netlist with the
     multipliers' product and operand registers moved into them (:func:`absorb_output_registers`,
-    :func:`absorb_input_registers`; ``out/multipliers.json`` counts them). ``top.json`` appears whole and last, and only on success (an earlier run's is removed first); None,
-    or why it failed."""
+    :func:`absorb_input_registers`; ``out/multipliers.json`` counts them). ``top.json`` appears whole and last,
+    and only on success (an earlier run's is removed first); None, or why it failed."""
     for old in ("top.json", "synth.json", "multipliers.json"):
         (out / old).unlink(missing_ok=True)
     script = ["read_verilog -sv top.v", *synth_ecp5_lines(WRAP_TOP, "synth.json")]
@@ -507,8 +509,7 @@ def synthesize(out: Path, tools: dict[str, str]) -> str | None:
     if module is None:
         return f"yosys synth_ecp5 wrote no module {WRAP_TOP} into {out / 'synth.json'}"
     (out / "multipliers.json").write_text(json.dumps(absorb_registers(module)))
-    (out / "top.json.partial").write_text(json.dumps(netlist))
-    os.replace(out / "top.json.partial", out / "top.json")
+    _write_whole(out / "top.json", netlist)
     return None
 
 

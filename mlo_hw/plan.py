@@ -264,11 +264,12 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     w, ar, aw = _tiled_traffic(cfg, block)
     layer_cycles = _tiled_layer_cycles(cfg, block)
     m = cfg.model
+    block_bytes = 2 * block * m.hidden         # an int16 [B, H] block: a layer's last X'_t store, its first X_0 load
     enc = _tiled_layer_cycles(cfg, block, cross=False) if cfg.seq2seq else 0
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc, -(-(4 * block * m.hidden) // cfg.axi_data_bytes), _tile_stall(cfg, block))
+                cfg.image_layers, enc, -(-2 * block_bytes // cfg.axi_data_bytes), _tile_stall(cfg, block))
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:

@@ -95,6 +95,7 @@ def ddr3(cfg) -> DramTiming:
 LITEDRAM = DramTiming("litedram")     # LiteDRAM's controller in the design: axi_dram's timing inputs unused
 
 MEMORIES = ("ideal", "ddr3", "litedram")
+TIMEOUT_CYCLES = 50_000_000     # a run not done within this many cycles (by default) has hung
 
 
 def memory_model(cfg, name: str) -> DramTiming:
@@ -387,7 +388,7 @@ class EngineSim:
         return self.run_many([Run(x, tokens, layers, err_addr, trace)], **kw)[0]
 
     def run_many(self, runs: list[Run], *, seed: int = 1, stall: float = 0.0, memory: str = "ideal",
-                 image: bytes | None = None, timeout_cycles: int = 50_000_000) -> list[RunResult]:
+                 image: bytes | None = None, timeout_cycles: int = TIMEOUT_CYCLES) -> list[RunResult]:
         """``runs`` one after another in one simulation (no reset between them), the DRAM model stalling each
         channel with probability ``stall`` and timed by ``memory`` (``ideal`` or ``ddr3``: axi_dram; or
         ``litedram``: LiteDRAM's controller and DRAM model, built on first use, which neither stalls at random

@@ -1,5 +1,6 @@
-// A MULT18X18D with its input and output registers (CLK0; the CE and RST pins the parameters name; a reset over
-// the enable), for checking netlists: yosys has only a blackbox of it. tests/test_ecp5.py proves with it that
+// A MULT18X18D with its input and output registers, for checking netlists (yosys has only a blackbox of it):
+// CLK0, the CE and RST pins the parameters name, a synchronous reset over the enable (RESETMODE is accepted but
+// not modelled: a netlist with ASYNC ones is not checked by it). tests/test_ecp5.py proves with it that
 // mlo_hw.ecp5 keeps a design's function when it moves flip-flops into the multipliers.
 module MULT18X18D(
   input A0, A1, A2, A3, A4, A5, A6, A7, A8, A9, A10, A11, A12, A13, A14, A15, A16, A17,

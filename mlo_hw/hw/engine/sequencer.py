@@ -97,7 +97,8 @@ class Sequencer:
         # registers take the store's data at bit i + 1, an enable straight from a flip-flop, not a decode of hdr_addr
         self.hdr_field = Signal(len(header_fields(cfg)) + 1, name="hdr_field")
         self.expected = Signal.like(d.writer.count, name="expected")
-        self.writer_fresh = Signal(name="writer_fresh")      # the writer was started last cycle
+        # the writer was started last cycle (the writer's own ``started``, kept here beside the compare that uses it)
+        self.writer_fresh = Signal(name="writer_fresh")
         m.d.sync += self.writer_fresh.eq(d.writer.start)
         # the next tile's bias/mult latched during the current tile's job (from the other bank): started, done
         self.ahead_started, self.ahead = Signal(name="ahead_started"), Signal(name="ahead")
