@@ -182,14 +182,40 @@ def _readers(module: dict) -> dict:
     return readers
 
 
-def _operand_flops(cells: dict, mult: str, side: str, readers: dict, driver: dict) -> tuple | None:
+# An operand register moves into its multiplier only when the logic in front of it is at most this many cells deep
+# (LUTs, carry cells and wide multiplexers, from a register, a memory, a multiplier or a port): one LUT (the MVAU's
+# packed operand's sign bit) costs little beside the wire to the DSP, while a subtractor (the softmax's distance below
+# the row max) and that wire became one path when the register moved (bert_tiny_auto's seeds 3 and 5 at 7c27ffe,
+# 7.74 and 7.10 ns): such a register stays in the fabric beside its logic, and its multiplier keeps both operands there.
+OPERAND_LOGIC_DEPTH = 1
+
+
+def _deeper(bit, depth: int, cells: dict, out_driver: dict) -> bool:
+    """Whether more than ``depth`` cells of logic lie between net ``bit`` and the registers, memories, multipliers or
+    ports behind it (``out_driver``: each net bit's driving cell)."""
+    name = out_driver.get(bit)
+    if name is None or cells[name]["type"] in ("TRELLIS_FF", "DP16KD", "MULT18X18D", "TRELLIS_DPR16X4"):
+        return False
+    if depth == 0:
+        return True
+    cell = cells[name]
+    dirs = cell.get("port_directions", {})
+    return any(_deeper(b, depth - 1, cells, out_driver) for port, bits in cell["connections"].items()
+               if dirs.get(port, "input") != "output" for b in bits)
+
+
+def _operand_flops(cells: dict, mult: str, side: str, readers: dict, driver: dict, out_driver: dict) -> tuple | None:
     """Multiplier ``mult``'s operand ``side`` ("A" or "B") as an input register can take it: ``(pins, flops,
     settings)``, ``pins`` each operand pin's net bit, ``flops`` the flip-flop driving each non-constant bit (read by
-    nothing but this operand), ``settings`` theirs (:func:`_output_register`, one for all); None when it cannot."""
+    nothing but this operand, and none behind more than :data:`OPERAND_LOGIC_DEPTH` cells of logic: ``out_driver``
+    names each net bit's driving cell), ``settings`` theirs (:func:`_output_register`, one for all); None when it
+    cannot."""
     pins = {port: bits[0] for port, bits in cells[mult]["connections"].items() if re.fullmatch(side + r"\d+", port)}
     flops = {b: driver.get(b) for b in pins.values() if b not in ("0", "1", "x")}
     if not flops or None in flops.values() or any({(n, port[0]) for n, port in readers[b]} != {(mult, side)}
                                                   for b in flops):
+        return None
+    if any(_deeper(cells[ff]["connections"]["DI"][0], OPERAND_LOGIC_DEPTH, cells, out_driver) for ff in flops.values()):
         return None
     settings = {_output_register(cells[ff]) for ff in flops.values()}
     if len(settings) != 1 or None in settings:
@@ -204,7 +230,8 @@ def absorb_input_registers(module: dict) -> int:
     """Move the flip-flops that hold a MULT18X18D's operands into the multiplier's input registers
     (``REG_INPUTA_CLK``, ``REG_INPUTB_CLK``), in a ``synth_ecp5`` netlist ``module``, as Vivado and yosys'
     ``xilinx_dsp`` do with a DSP48E1's A and B registers. A multiplier qualifies when both operands can move (nextpnr
-    times the inputs as registers only then, :func:`_operand_flops`), on the clock of its output register if it has
+    times the inputs as registers only then, :func:`_operand_flops`; a register behind more than a LUT of logic stays
+    by its logic, :data:`OPERAND_LOGIC_DEPTH`), on the clock of its output register if it has
     one, with constant sign and source selects (an input register would delay a signal), one reset mode and one GSR
     setting. The operand pins then take the flip-flops' inputs and the flip-flops go: the multiplier's delay leaves
     the paths into it. A uses CE1/RST1, B CE2/RST2 (the output register CE0/RST0). Returns the number of
@@ -212,6 +239,8 @@ def absorb_input_registers(module: dict) -> int:
     cells = module["cells"]
     readers = _readers(module)
     driver = {c["connections"]["Q"][0]: n for n, c in cells.items() if c["type"] == "TRELLIS_FF"}
+    out_driver = {b: n for n, c in cells.items() for port, bits in c["connections"].items()
+                  if c.get("port_directions", {}).get(port) == "output" for b in bits}
     changed = 0
     for name, mult in list(cells.items()):
         p, conn = mult["parameters"], mult["connections"]
@@ -220,7 +249,7 @@ def absorb_input_registers(module: dict) -> int:
             continue
         if any(conn.get(pin, ["0"])[0] not in ("0", "1") for pin in ("SIGNEDA", "SIGNEDB", "SOURCEA", "SOURCEB")):
             continue
-        sides = {side: _operand_flops(cells, name, side, readers, driver) for side in "AB"}
+        sides = {side: _operand_flops(cells, name, side, readers, driver, out_driver) for side in "AB"}
         if None in sides.values():
             continue
         regs = {settings for _, _, settings in sides.values()}        # (clk, ce, rst, mode, gsr)

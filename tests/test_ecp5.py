@@ -295,16 +295,18 @@ def test_nextpnr_places_multipliers_with_their_output_register(tmp_path):
     assert routed["multipliers"] == {"MULT18X18D": 4, "output_registered": 2, "input_registered": 4}
 
 
-# Three products whose operands are registered: a and b (with an enable) move into their multiplier's input
-# registers; c is also read outside, so c * d keeps its operands in the fabric; e * fi has one registered operand.
+# Four products whose operands are registered: a and b (with an enable) move into their multiplier's input
+# registers; c is also read outside, so c * d keeps its operands in the fabric; e * fi has one registered operand;
+# s is a subtractor's (a carry chain in front of it), so s * t keeps both in the fabric too.
 OPERANDS = """
 module mlo_ecp5(input clk, input ce, input signed [15:0] ai, bi, ci, di, ei, fi,
-                output reg signed [31:0] p_in, p_shared, p_half, output signed [15:0] c_seen);
-  reg signed [15:0] a, b, c, d, e;
+                output reg signed [31:0] p_in, p_shared, p_half, p_diff, output signed [15:0] c_seen);
+  reg signed [15:0] a, b, c, d, e, s, t;
   always @(posedge clk) if (ce) {a, b} <= {ai, bi};
   always @(posedge clk) {c, d, e} <= {ci, di, ei};
+  always @(posedge clk) {s, t} <= {ai - bi, fi};
   assign c_seen = c;
-  always @(posedge clk) {p_in, p_shared, p_half} <= {a * b, c * d, e * fi};
+  always @(posedge clk) {p_in, p_shared, p_half, p_diff} <= {a * b, c * d, e * fi, s * t};
 endmodule
 """
 
@@ -312,11 +314,11 @@ endmodule
 def test_operand_registers_move_into_their_multipliers(tmp_path):
     """``synthesize`` moves both operands' registers into a MULT18X18D when nothing else reads them: the operand
     pins then take the registers' inputs (here the module's ports), with the registers' clock and enable; an
-    operand read elsewhere, or a product with one registered operand, keeps its registers in the fabric. nextpnr
-    places and routes the result."""
+    operand read elsewhere, a product with one registered operand, or one with a subtractor in front of an operand's
+    register keeps its registers in the fabric. nextpnr places and routes the result."""
     (tmp_path / "top.v").write_text(OPERANDS)
     assert ecp5.synthesize(tmp_path, synth.ecp5_tools()) is None
-    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 3, "output_registered": 3,
+    assert json.loads((tmp_path / "multipliers.json").read_text()) == {"MULT18X18D": 4, "output_registered": 4,
                                                                        "input_registered": 1}
     module = json.loads((tmp_path / "top.json").read_text())["modules"][ecp5.WRAP_TOP]
     ports = {name: port["bits"] for name, port in module["ports"].items()}
@@ -330,7 +332,7 @@ def test_operand_registers_move_into_their_multipliers(tmp_path):
     assert m["connections"]["CE1"] == m["connections"]["CE2"] == ports["ce"]
     assert m["connections"]["CLK0"] == ports["clk"]
     driven = {c["connections"]["Q"][0] for c in module["cells"].values() if c["type"] == "TRELLIS_FF"}
-    assert len(driven) == 3 * 16 and set(ports["c_seen"]) <= driven       # c, d and e stay
+    assert len(driven) == 5 * 16 and set(ports["c_seen"]) <= driven       # c, d, e, s and t stay
     routed = ecp5.route_engine(OPERANDS, tmp_path / "pnr", 200.0, synth.ecp5_tools())
     assert routed["ran"] and routed["fmax_mhz"] > 0 and routed["multipliers"]["input_registered"] == 1
 
