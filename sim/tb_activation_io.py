@@ -74,20 +74,31 @@ class Bench:
         self.buffer = [bytes(WB)] * WORDS         # the model of the buffer
         self.rng = random.Random(0)
         self.p_ready = 1.0
+        self.p_hold = 0.0                         # the store's hold (another reader's turn), at random
+        self.follow = None                        # a word base: the store may read the words the load has written
         self.done = {"ld": 0, "st": 0}
         for s in ("ld", "st"):
             for n in ("start", "cancel", "clear"):
                 getattr(dut, f"{s}_{n}").value = 0
+        dut.st_hold.value = 0
+        dut.st_avail.value = WORDS
         cocotb.start_soon(self._drive())
 
     async def _drive(self):
         dut = self.dut
         while True:
             dut.ld_ready.value = int(self.rng.random() < self.p_ready)
+            dut.st_hold.value = int(self.rng.random() < self.p_hold)
             await ReadOnly()
             for s in ("ld", "st"):
                 self.done[s] += int(getattr(dut, f"{s}_done").value)
+            # the words the load has written by this cycle's end (none in its start cycle: the count clears then),
+            # the store's avail in the next
+            avail = None if self.follow is None else \
+                self.follow + (0 if int(dut.ld_start.value) else int(dut.ld_written.value))
             await RisingEdge(dut.clk)
+            if avail is not None and self.follow is not None:
+                dut.st_avail.value = avail
 
     async def transfer(self, side, base, words, word_base, limit=200000):
         dut = self.dut
@@ -166,6 +177,51 @@ async def load_and_store_random(dut):
     ideal = max(words, words * WB // BEAT)
     dut._log.info(f"load {words} words: {(t1 - t0) / 10:.0f} cycles, store {(t2 - t1) / 10:.0f} (ideal {ideal})")
     assert (t1 - t0) / 10 < 1.1 * ideal + 40 and (t2 - t1) / 10 < 1.1 * ideal + 40, "below full rate"
+
+
+@cocotb.test(skip=DUT != "load_store")
+async def store_follows_load(dut):
+    """A store started with a load of the same words, its ``avail`` the words the load has written (``ld_written``),
+    under random stalls, buffer backpressure and store holds: it stores the loaded words, never the ones before
+    them (every word changes), and ends once the load has."""
+    b = await start(dut)
+    for seed in range(10):
+        rng = random.Random(100 + seed)
+        b.rng = rng
+        b.dram.set_pauses(rng, [rng.choice([0, 0.2, 0.5]) for _ in range(5)])
+        b.p_ready, b.p_hold = rng.choice([1.0, 0.5, 0.2]), rng.choice([0.0, 0.3, 0.7])
+        src, words, word_base = b.random_transfer(rng)
+        nbytes = words * WB
+        dst = src
+        while dst < src + nbytes and src < dst + nbytes:          # apart
+            dst = near_page(rng, nbytes)
+        new = bytes(rng.getrandbits(8) for _ in range(words * WB))
+        old = b"".join(b.buffer[word_base:word_base + words])
+        new = bytes(x ^ 0x5A if x == y else x for x, y in zip(new, old))      # every byte differs from the buffer's
+        b.dram.wr.write(src, new)
+        b.dram.shadow[src:src + len(new)] = new
+        b.follow = word_base
+        dut.st_avail.value = word_base            # (in the start cycle: none of the words yet)
+        d0 = dict(b.done)
+        for side, base in (("ld", src), ("st", dst)):
+            getattr(dut, f"{side}_base").value = base
+            getattr(dut, f"{side}_words").value = words
+            getattr(dut, f"{side}_word_base").value = word_base
+            getattr(dut, f"{side}_start").value = 1
+        await RisingEdge(dut.clk)
+        dut.ld_start.value = dut.st_start.value = 0
+        await b.idle("ld")
+        await b.idle("st")
+        b.follow = None
+        dut.st_avail.value = WORDS
+        await RisingEdge(dut.clk)                 # (no follow value of this transfer reaches the next)
+        assert not int(dut.ld_error.value) and not int(dut.st_error.value)
+        assert b.done["ld"] - d0["ld"] == 1 and b.done["st"] - d0["st"] == 1
+        for i in range(words):
+            b.buffer[word_base + i] = new[i * WB:(i + 1) * WB]
+        b.dram.shadow[dst:dst + len(new)] = new
+        b.dram.check(f"store of {words} words behind their load, from word {word_base} (src {src:#x} dst {dst:#x})")
+    b.p_hold = 0.0
 
 
 @cocotb.test(skip=DUT != "load_store")

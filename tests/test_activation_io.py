@@ -16,14 +16,16 @@ from sim.runner import lint, simulate, to_verilog
 class LoadStore(wiring.Component):
     """Test top: a word buffer filled by a BufferLoad (``ld_*``; ``ld_ready`` gates its write stream, so the
     testbench applies random backpressure) and drained by a BufferStore (``st_*``), on one AXI4 port. With
-    ``read_latency`` 2 the store's read request is registered in front of the buffer (as in the engine)."""
+    ``read_latency`` 2 the store's read request is registered in front of the buffer (as in the engine).
+    ``ld_written``: the buffer words the load has written since its start (a store may follow them: ``st_avail``)."""
 
     def __init__(self, p, word_bits, words, read_latency=1):
         self.p, self.read_latency = p, read_latency
         self.load = BufferLoad(p, word_bits, words)
         self.store = BufferStore(p, word_bits, words, read_latency=read_latency)
         self.buffer = Memory(shape=word_bits, depth=words, init=[])
-        members = {**axi_read_master_members(p), **axi_write_master_members(p), "ld_ready": In(1)}
+        members = {**axi_read_master_members(p), **axi_write_master_members(p), "ld_ready": In(1),
+                   "ld_written": Out(range(words + 1))}
         for prefix, block in (("ld", self.load), ("st", self.store)):
             for name, mem in block.signature.members.items():
                 if not name.startswith("m_axi_") and name not in ("w", "r_addr", "r_en", "r_data"):
@@ -45,6 +47,10 @@ class LoadStore(wiring.Component):
         w = self.load.w
         m.d.comb += [w.ready.eq(self.ld_ready), wp.addr.eq(w.payload.addr), wp.data.eq(w.payload.data),
                      wp.en.eq(w.valid & w.ready), self.store.r_data.eq(rp.data)]
+        with m.If(self.ld_start):
+            m.d.sync += self.ld_written.eq(0)
+        with m.Elif(wp.en):
+            m.d.sync += self.ld_written.eq(self.ld_written + 1)
         r_addr, r_en = self.store.r_addr, self.store.r_en
         for _ in range(self.read_latency - 1):
             r_addr, r_en = Signal.like(r_addr), Signal.like(r_en)

@@ -357,7 +357,8 @@ def trace_members(cfg) -> dict:
     ``trace_probs_*``: a softmax output beat (``softmax_lanes`` uint8 probabilities of consecutive keys, lane 0
     in the LSBs); ``trace_ln_*``: per LayerNorm lane (``folding.ln_lanes`` of them), an output beat of
     ``folding.ln_width`` int16 elements (channel order; lane i's in bits 16 w i .. with w the width), and ``trace_ln_op``, the LayerNorm it belongs to (LN1 starts during O's
-    last tile and LN2 during FFN down's, so ``op`` may still name the matrix). ``*_valid`` is high in the cycle the handshake completes.
+    last tile and LN2 during FFN down's, so ``op`` may still name the matrix), ``trace_ln_layer`` its layer (the tiled
+    engine's next layer starts while its last LN2 still writes). ``*_valid`` is high in the cycle the handshake completes.
     ``trace_compute`` and ``trace_stall`` are the COMPUTE_CYCLES and STALL_CYCLES counters' increments.
     ``trace_collision``: an activation buffer's block RAM reads and writes one word at the same clock edge (their
     memories are marked ``no_rw_check``, which assumes this never happens; the harness stops on it).
@@ -367,7 +368,7 @@ def trace_members(cfg) -> dict:
     return {"trace_mvau_valid": Out(1), "trace_mvau_data": Out(mp.pe * mp.acc_bits),
             "trace_probs_valid": Out(1), "trace_probs_data": Out(8 * EngineGeometry.from_config(cfg).softmax_lanes),
             "trace_ln_valid": Out(lanes), "trace_ln_data": Out(lanes * cfg.folding.ln_width * nx.RES_BITS),
-            "trace_ln_op": Out(Op),
+            "trace_ln_op": Out(Op), "trace_ln_layer": Out(16),
             "trace_compute": Out(1), "trace_stall": Out(1), "trace_collision": Out(1),
             "trace_stale_op": Out(1)}
 
@@ -404,6 +405,8 @@ class LayerEngine(wiring.Component):
         seq.build()
         if self.trace:
             mvau, softmax, ln_lanes, regs = d.mvau, d.softmax, d.ln_lanes, d.regs
+            with m.If(ln_lanes.start):
+                m.d.sync += self.trace_ln_layer.eq(d.layer)
             m.d.comb += [self.trace_mvau_valid.eq(mvau.o.valid & mvau.o.ready), self.trace_mvau_data.eq(mvau.o.payload),
                          self.trace_probs_valid.eq(softmax.o.valid & softmax.o.ready),
                          self.trace_probs_data.eq(softmax.o.payload),
@@ -517,6 +520,9 @@ class LayerEngine(wiring.Component):
         d.ln_behind = Signal(name="ln_behind")
         # tiled post-LN: LN2 still writes X'_t while the next block's heads run (its lanes have read every row)
         d.ln2_behind = Signal(name="ln2_behind")
+        # tiled post-LN: the layer's last X'_t leaves behind LN2 (from LN2's start in FFN down's last tile until its
+        # lanes have written every row): the store reads the rows LN2 has written, X's read port theirs in turn
+        d.xout_behind = Signal(name="xout_behind")
         # PV runs while the softmax still writes the last rows of P (once the MVAU's scores are all in the softmax)
         d.p_behind = Signal(name="p_behind")
         d.scores_start = Signal(name="scores_start")        # a SCORES job starts (the sequencer's decode)
@@ -776,12 +782,16 @@ class LayerEngine(wiring.Component):
             return Cat(*(Cat(a_word.word_select(i, rb), b_word.word_select(i, rb)) for i in range(simd)))
         # the result writer never stalls: a LayerNorm word waits while it writes (the same buffer, when they overlap);
         # any of its lane enables (a beat of pe < simd lanes may leave lane 0 out)
-        # the output shift of ln_op's LayerNorm, a register a cycle behind ln_op (the lanes use it at their outputs,
-        # many cycles into a run): ln_op's decode into the output stage's resets was 9.49 ns at 2ff8d72's seed 1
+        # the output shift of ln_op's LayerNorm, a register loaded the cycle after the lanes' start (ln_op named by
+        # then; the lanes use it at their outputs, many cycles into a run: ln_op's decode into the output stage's
+        # resets was 9.49 ns at 2ff8d72's seed 1), held through the run: the next layer's header may come in while
+        # the layer's last LN2 still writes (Sequencer.block_behind_ln2)
         ln_is = d.ln_is
-        ln_shift = delayed(m, Mux(ln_is.ln2, d.hdr["ln2_shift"],
-                                  Mux(ln_is.lnx, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
-                                  if cfg.seq2seq else d.hdr["ln1_shift"]), 1, "ln_shift")
+        ln_shift = Signal.like(ln_lanes.shift, name="ln_shift")
+        with m.If(delayed(m, ln_lanes.start, 1, "ln_started")):
+            m.d.sync += ln_shift.eq(Mux(ln_is.ln2, d.hdr["ln2_shift"],
+                                        Mux(ln_is.lnx, d.hdr["lnx_shift"], d.hdr["ln1_shift"])
+                                        if cfg.seq2seq else d.hdr["ln1_shift"]))
         m.d.comb += [ln_lanes.rows.eq(R), ln_lanes.avail.eq(d.ln_avail), ln_lanes.shift.eq(ln_shift),
                      ln_lanes.w.ready.eq(~d.writer.rows_writing)]
         # the lanes' word goes into its buffer in the cycles the result writer leaves it (their ready): its address
@@ -816,7 +826,16 @@ class LayerEngine(wiring.Component):
         # hold was bert_tiny_auto's critical path at f849c36 on the ECP5-85F, seed 3, 8.36 ns)
         ln_turn = Signal(name="ln_turn")
         m.d.sync += ln_turn.eq(ln_lanes.rd_want)
-        m.d.comb += ln_lanes.rd_hold.eq(d.ln_behind & ~ln_turn)
+        # the layer's last X'_t store behind LN2 (d.xout_behind): X's read port alternates. In the cycles of x_turn
+        # the lanes decide their reads and the store reads; the lanes' requests land a cycle later, out of turn, when
+        # the port is theirs. The store reads only the rows the lanes have written whole (two byte words an X word).
+        x_turn = Signal(name="x_turn")
+        m.d.sync += x_turn.eq(~x_turn & d.xout_behind)
+        store_avail = Signal.like(mover.store_avail, name="store_avail", init=mover.store_avail.init)
+        m.d.sync += store_avail.eq(Mux(d.xout_behind, ln_lanes.rows_done * (2 * words(g.hidden)),
+                                       mover.store_avail.init))
+        m.d.comb += [ln_lanes.rd_hold.eq((d.ln_behind & ~ln_turn) | (d.xout_behind & ~x_turn)),
+                     mover.store_hold.eq(d.xout_behind & ~x_turn), mover.store_avail.eq(store_avail)]
         ln_wait = d.ln_behind & ((d.operand.rd_head >= ln_lanes.rows_done * words(g.hidden)) | ln_turn)
         m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait | p_wait)
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
@@ -838,7 +857,7 @@ class LayerEngine(wiring.Component):
         # the stores read their buffer's port straight, whatever the op (tiled: X'_t leaves while the next block's
         # heads compute, K_t and V_t^T while its Q does)
         x, y = bufs["x"], bufs["y"]
-        for reads, b in ((mover.reads_x, x), (mover.reads_y, y)):
+        for reads, b in ((mover.reads_x & ~(d.xout_behind & ~x_turn), x), (mover.reads_y, y)):
             with m.If(reads):
                 m.d.comb += [b.rd_addr.eq(mover.rd_addr), b.rd_en.eq(mover.rd_en)]
         with m.If(mover.rd_banks & mover.store_busy):

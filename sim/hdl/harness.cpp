@@ -125,8 +125,8 @@ static void sample() {
     for (int i = 0; i < LN_LANES; i++) {
         if (bits(top->trace_ln_valid, i, 1)) {      // a beat of LN_WIDTH elements, a record each, in channel order
             for (int j = 0; j < LN_WIDTH; j++) {
-                tr_ln.push_back(layer);
-                tr_ln.push_back(top->trace_ln_op);  // the LayerNorm's own: it may overlap the matrix before it
+                tr_ln.push_back(top->trace_ln_layer);   // the LayerNorm's own layer and op: it may overlap the
+                tr_ln.push_back(top->trace_ln_op);      // matrix before it, and the next layer's start
                 tr_ln.push_back(i);
                 tr_ln.push_back(sext(bits(top->trace_ln_data, (i * LN_WIDTH + j) * RES_BITS, RES_BITS), RES_BITS));
             }

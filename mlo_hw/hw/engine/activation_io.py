@@ -15,7 +15,7 @@ several in flight, errors and ``cancel`` handled there (see those modules).
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.hdl import ResetInserter
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -153,6 +153,9 @@ class BufferStore(wiring.Component):
         base: byte address, beat aligned (else ``error`` with the bad-command code, nothing written)
         words: words to transfer (``words * word_bits / 8`` bytes, a whole number of beats)
         r_addr, r_en: Out; r_data: In, the buffer word at ``r_addr`` ``read_latency`` cycles after ``r_en``
+        hold: read nothing this cycle (another reader's turn at the buffer's port); avail: only buffer words below
+        ``avail`` may be read (all when left undriven), so that a store may follow the writer of its words: judged a
+        cycle late, from a register, so it may rise at any time and fall only before ``start``
         busy, done (pulse: every B response OKAY), error, error_addr, error_code: the writer's (the
         failing burst's first byte address and BRESP, see :mod:`mlo_hw.hw.act_dma`)
         m_axi_aw* / m_axi_w* / m_axi_b*
@@ -174,6 +177,7 @@ class BufferStore(wiring.Component):
             "start": In(1), "cancel": In(1), "clear": In(1),
             "base": In(p.addr_bits), "words": In(range(max_words + 1)), "word_base": In(range(max(max_words, 2))),
             "r_addr": Out(range(max(max_words, 2))), "r_en": Out(1), "r_data": In(word_bits),
+            "hold": In(1), "avail": In(range(max_words + 1), init=max_words),
             "busy": Out(1), "done": Out(1), "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             **axi_write_master_members(p),
         })
@@ -201,8 +205,15 @@ class BufferStore(wiring.Component):
         flight = Signal(self.read_latency)          # bit i: a read issued i + 1 cycles ago (the last: its word is here)
         in_flight = flight[-1]
         room = Signal(range(self.queue_depth + 1))
+        # the next word is not yet available: a register, judged a cycle ahead from the word after this cycle's read
+        past = Signal()
+        with m.If(self.start):
+            m.d.sync += past.eq(self.word_base >= self.avail)
+        with m.Else():
+            m.d.sync += past.eq(Mux(self.r_en, addr + 1 >= self.avail, addr >= self.avail))
         m.d.comb += [room.eq(self.queue_depth - queue.level - sum(flight)),
-                     self.r_en.eq((left != 0) & (room != 0) & ~self.cancel), self.r_addr.eq(addr)]
+                     self.r_en.eq((left != 0) & (room != 0) & ~self.cancel & ~self.hold & ~past),
+                     self.r_addr.eq(addr)]
         with m.If(self.start):
             m.d.sync += [addr.eq(self.word_base), left.eq(self.words)]
         with m.Elif(self.cancel):

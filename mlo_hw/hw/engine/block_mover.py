@@ -68,7 +68,9 @@ class BlockMover(wiring.Component):
         error, error_addr, error_code: the first failing beat's (see :mod:`mlo_hw.hw.act_dma`); no further run
         of either side is started after an error.
         Buffer reads (stores): ``rd_addr``/``rd_en`` (an X word while ``reads_x``, a Y word while ``reads_y``, or,
-        when ``rd_banks``, the bank-local word of WORK bank ``rd_bank``); ``read_latency`` cycles later the buffer's
+        when ``rd_banks``, the bank-local word of WORK bank ``rd_bank``; none while ``store_hold``, another reader's
+        turn, and none of a byte word at or past ``store_avail``, judged a cycle late, so that a store may follow the
+        writer of its words: the tiled engine's last X'_t behind LN2); ``read_latency`` cycles later the buffer's
         read data (the engine's buffers' registered words): ``x_word`` (STORE_X; X is free while the tiled engine's
         heads compute, when X'_t is stored), ``y_word`` (STORE_Q, int16 lanes) or ``work_word`` (STORE_K, STORE_VT;
         WORK is free while the next block's Q computes).
@@ -101,6 +103,7 @@ class BlockMover(wiring.Component):
             "cancel": In(1), "clear": In(1), "busy": Out(1), "load_busy": Out(1), "store_busy": Out(1),
             "error": Out(1), "error_addr": Out(p.addr_bits), "error_code": Out(3),
             "rd_addr": Out(local_bits), "rd_en": Out(1), "reads_x": Out(1), "reads_y": Out(1),
+            "store_hold": In(1), "store_avail": In(range(max_words + 1), init=max_words),
             "x_word": In(nx.RES_BITS * simd), "y_word": In(nx.RES_BITS * simd), "work_word": In(8 * simd),
             "loaded": Out(range(max_words + 1)), "load_y": Out(1),
             "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
@@ -132,7 +135,8 @@ class BlockMover(wiring.Component):
                      self.error.eq(error), self.error_addr.eq(Mux(load.error, load.error_addr, store.error_addr)),
                      self.error_code.eq(Mux(load.error, load.error_code, store.error_code)),
                      load.base.eq(load_run_base), load.words.eq(lcmd.words), load.word_base.eq(0),
-                     store.base.eq(run_base), store.words.eq(cmd.words), store.word_base.eq(0)]
+                     store.base.eq(run_base), store.words.eq(cmd.words), store.word_base.eq(0),
+                     store.hold.eq(self.store_hold), store.avail.eq(self.store_avail)]
 
         # ---- the walker over WORK's banks (STORE_K, STORE_VT) ------------------------------------------
         # the bank-local word is run_local + outer + inner, kept in registers as it steps (walk_row = run_local +

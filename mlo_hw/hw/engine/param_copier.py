@@ -49,7 +49,9 @@ class ShiftWriteSignature(wiring.Signature):
 
 
 class ParamCopier(wiring.Component):
-    """Copies one section of the ParamStore slot in use to its destination, one element a cycle.
+    """Copies one section of the ParamStore slot in use to its destination, one element a cycle (the narrowing
+    shifts a word of four a cycle when the shift memory's lanes are a multiple of four: the copy is on the path of
+    every layer's start, between the header and the first matrix).
 
     Interface:
         request (pulse) with kind (:class:`CopyKind`): start a copy (a request while a copy runs restarts it);
@@ -70,8 +72,8 @@ class ParamCopier(wiring.Component):
     the register a cycle later (the request is the sequencer's decode: into every counter's reset it was 8.01 ns at
     bc0335c's seed 2). Once the section is loaded, element i is read in cycle i and written in cycle i + 2 (the
     read data is registered before it leaves: the store's block RAM output drives no long wire); a section of n
-    elements takes n + 2 cycles from the first read to ``done``, the first read two cycles after the request at
-    the earliest.
+    elements takes n + 2 cycles from the first read to ``done`` (the shifts: n / 4 + 2), the first read two cycles
+    after the request at the earliest.
     """
 
     def __init__(self, hidden: int, lanes: int, pgeo: ParamGeometry, act_bits: int = 8,
@@ -84,6 +86,10 @@ class ParamCopier(wiring.Component):
             self.count[CopyKind.LNX] = 2 * hidden
         if bias_words:
             self.count[CopyKind.BIAS] = bias_words
+        # elements a read: the narrowing shifts go a word (four bytes) at a time into four lanes of the shift memory
+        self.per_read = {k: 1 for k in self.count}
+        if lanes % 4 == 0:
+            self.per_read[CopyKind.NARROW] = 4
         super().__init__({
             "request": In(1), "kind": In(CopyKind), "flush": In(1),
             "busy": Out(1), "done": Out(1), "waiting": Out(1), "release": Out(1),
@@ -127,9 +133,10 @@ class ParamCopier(wiring.Component):
         kinds = {k: v for k, v in SECTION.items() if k in self.count}
         with m.Switch(kind):
             for k, section in kinds.items():
-                bytewise = k in (CopyKind.GELU, CopyKind.NARROW)      # else 32-bit words
+                bytewise = k in (CopyKind.GELU, CopyKind.NARROW) and self.per_read[k] == 1   # else whole words
                 with m.Case(k):
-                    m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]), last.eq(idx == self.count[k]),
+                    m.d.comb += [loaded.eq(self.loaded[PARAM_SECTIONS.index(section)]),
+                                 last.eq(idx == self.count[k] // self.per_read[k]),
                                  next_word.eq(idx[:2] == 3 if bytewise else 1)]
         byte = data_q.word_select(at[:2], 8)
         m.d.comb += [self.ln.addr.eq(at), self.ln.data.eq(data_q.as_signed()),
@@ -137,13 +144,17 @@ class ParamCopier(wiring.Component):
                      self.gelu.addr.eq(at), self.gelu.data.eq(byte), self.gelu.en.eq(put & (kind == CopyKind.GELU)),
                      self.bias.addr.eq(at), self.bias.data.eq(data_q.as_signed()),
                      self.bias.en.eq(put & (kind == CopyKind.BIAS) if CopyKind.BIAS in self.count else 0)]
-        # the narrowing shifts, one per channel, fill the shift memory's words lane by lane
+        # the narrowing shifts, one per channel, fill the shift memory's words lane by lane (``per`` lanes a write:
+        # byte j of the word read to lane lane + j)
+        per = self.per_read[CopyKind.NARROW]
         word, lane = Signal.like(self.shift.addr), Signal(range(max(lanes, 2)))
-        m.d.comb += [self.shift.addr.eq(word), self.shift.data.eq(byte[:SHIFT_LANE_BITS].replicate(lanes))]
+        shifts = Cat(*(data_q.word_select(j, 8)[:SHIFT_LANE_BITS] for j in range(per))) if per > 1 \
+            else byte[:SHIFT_LANE_BITS]
+        m.d.comb += [self.shift.addr.eq(word), self.shift.data.eq(shifts.replicate(lanes // per))]
         with m.If(put & (kind == CopyKind.NARROW)):
-            m.d.comb += self.shift.en.eq(1 << lane)
-            m.d.sync += lane.eq(lane + 1)
-            with m.If(lane == lanes - 1):
+            m.d.comb += self.shift.en.eq(((1 << per) - 1) << lane)
+            m.d.sync += lane.eq(lane + per)
+            with m.If(lane == lanes - per):
                 m.d.sync += [lane.eq(0), word.eq(word + 1)]
 
         copying = self.busy & ~restart                  # (the counters are the copy's from here)

@@ -21,7 +21,8 @@ state's at every transition (:meth:`Sequencer.goto`), so that no state decode si
               (the next block's Q_t loads, its heads start at once, reading Q_t's rows as they come, and X'_t
               leaves beside them; post-LN the next block starts once LN2's lanes have read every row, P2_BLOCK,
               and X'_t leaves once they have written it: ``block_behind_ln2``) or, the layer's last block,
-              P2_STORE_X -> (next layer | IDLE); a pass's first
+              P2_STORE_X (post-LN its X'_t leaves from LN2's start on, reading the rows the lanes have written:
+              ``store_behind_ln2``) -> (next layer | IDLE); a pass's first
               state (P1_LOAD_X, P2_BLOCK, P0_LOAD_M) follows a one-cycle ``<state>_START``, in which the
               block's addresses load (``block_registers``)
     pre-LN:   LN1 before Q (on chip after Q_PARAMS; tiled after each P1_LOAD_X), then O -> LN2 -> FFN_UP ->
@@ -228,7 +229,7 @@ class Sequencer:
         # (the mover is cancelled, also a transfer started in this very cycle)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
         self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.hdr_field.eq(0), self.d.ln_behind.eq(0),
-                          self.d.p_behind.eq(0), self.d.ln2_behind.eq(0),
+                          self.d.p_behind.eq(0), self.d.ln2_behind.eq(0), self.d.xout_behind.eq(0),
                           self.x_pending.eq(0), self.xout_pending.eq(0),
                           self.vt_pending.eq(0), self.kv_leaving.eq(0)]
         self.goto("IDLE")
@@ -381,6 +382,8 @@ class Sequencer:
         which FFN up needs next."""
         m, Op = self.m, self.Op
         m.d.comb += self.d.ln_lanes.start.eq(1)
+        if o == Op.LN2 and self.g.tiled and not self.pre_ln:
+            self.store_behind_ln2()
         if self.pre_ln:
             if o == Op.LN2:
                 self.request_copy(CopyKind.GELU)
@@ -389,6 +392,16 @@ class Sequencer:
         elif o == Op.LN1:
             with m.If(~self.d.cross_run):
                 self.request_copy(CopyKind.GELU)
+
+    def store_behind_ln2(self):
+        """Tiled post-LN, as LN2 starts on the layer's last block: X'_t's store pends (``xout_pending``; the mover is
+        idle in FFN down) and, once issued, reads the rows the lanes have written whole, X's read port theirs in turn
+        (``d.xout_behind``, the engine), so that it leaves beside LN2 rather than after it; P2_STORE_X waits for its
+        end."""
+        m, d = self.m, self.d
+        with m.If(d.last_blk):
+            m.d.sync += [self.xout_pending.eq(1), self.xout_at.eq(self.x_out_at),
+                         self.xout_words.eq(self.x_out_words()), d.xout_behind.eq(1)]
 
     def early_layernorm(self, ln):
         """In the last tile of the matrix before LayerNorm ``ln`` (O, FFN down): once its gains and biases are in,
@@ -537,7 +550,7 @@ class Sequencer:
 
     def behind_layernorm(self):
         """Outside the FSM, after it: while ``d.ln_behind`` (``d.ln2_behind``), ``ln_op`` stays LN1 (LN2) (the
-        states' transitions load IDLE) until the lanes have written every row."""
+        states' transitions load IDLE) until the lanes have written every row; so does ``d.xout_behind``."""
         m, d, g = self.m, self.d, self.g
         for behind, o in ((d.ln_behind, self.Op.LN1), (d.ln2_behind, self.Op.LN2)):
             with m.If(behind & ~d.abandon):
@@ -546,6 +559,9 @@ class Sequencer:
                     self.set_ln_op(self.Op.IDLE)
                 with m.Else():
                     self.set_ln_op(o)
+        if self.g.tiled:         # the layer's last X'_t store reads X's port in turns until LN2 has written every row
+            with m.If(d.xout_behind & d.ln_lanes.all_written):
+                m.d.sync += d.xout_behind.eq(0)
 
     def behind_softmax(self):
         """Outside the FSM, after it: ``d.p_behind`` (PV started once the MVAU's scores were all in the softmax; its
@@ -862,6 +878,13 @@ class Sequencer:
         R, H = g.rows, g.hidden
         words = g.words
         def first_pass():
+            if not self.pre_ln:   # the layer before's last X'_t may still be leaving X (block_behind_ln2)
+                with m.If(self.x_free()):
+                    first_pass_now()
+            else:
+                first_pass_now()
+
+        def first_pass_now():
             if self.seq2seq:      # a decoder run's prefill: the memory's cross K and V first (pass 0)
                 with m.If(d.cross_run & (d.cache_len == 0)):
                     self.start_pass("P0_LOAD_M", cross=True)
@@ -973,8 +996,9 @@ class Sequencer:
             m.d.comb += d.busy.eq(1)
             self.store_x()
             self.next_block("P2_BLOCK", self.end_of_layer)
-        # the layer's last block: X'_t alone (the next layer loads X)
-        self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_BLOCK", self.end_of_layer))
+        # the layer's last block: the end of X'_t's store, pending or under way since LN2 started (the next layer loads X)
+        self.transfer_wait("P2_STORE_X", Op.STORE, lambda: self.next_block("P2_BLOCK", self.end_of_layer),
+                           until=d.mover.busy | self.xout_pending)
 
     def pending_transfers(self):
         """Outside the FSM (tiled), the transfers that wait for the mover, each issued once it allows: the residual
@@ -1044,29 +1068,37 @@ class Sequencer:
     def store_block(self):
         """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), and X'_t out to the
         next layer's input (or the output), both beside that block's heads (whose scores follow Q_{t+1}'s rows:
-        ``d.load_wait``); the layer's last block: X'_t out alone."""
+        ``d.load_wait``); the layer's last block: X'_t out alone, post-LN leaving since LN2 started
+        (:meth:`store_behind_ln2`), P2_STORE_X waiting for its end."""
         m, d = self.m, self.d
-        self.block_end_transfer()
         with m.If(d.last_blk):
+            if self.pre_ln:
+                self.block_end_transfer()
             self.goto("P2_STORE_X")
         with m.Else():
+            self.block_end_transfer()
             self.goto("P2_NEXT_Q")
 
     def block_end_transfer(self):
-        """LN2's state's command (one, chosen by the block): the layer's last block's X'_t store, else the next
-        block's Q_{t+1} load."""
+        """The command of the layer's last phase's state: the next block's Q_{t+1} load; pre-LN, chosen by the block,
+        the layer's last block's X'_t store instead (post-LN that store is under way: :meth:`store_behind_ln2`)."""
         d, g = self.d, self.g
+        if not self.pre_ln:
+            self.transfer(Transfer.LOAD_Q, self.q_next_at, g.words(g.rows * g.hidden))
+            return
         last = d.last_blk
         self.transfer(Mux(last, Transfer.STORE_X, Transfer.LOAD_Q), Mux(last, self.x_out_at, self.q_next_at),
                       Mux(last, self.x_out_words(), g.words(g.rows * g.hidden)))
 
     def block_behind_ln2(self):
-        """Tiled post-LN, once LN2's lanes have read every row of X and Y (but the layer's last block): the next
+        """Tiled post-LN, once LN2's lanes have read every row of X and Y (but the run's last block): the next
         block's Q_{t+1} loads into Y and its heads start, while the lanes write X'_t on behind them
         (``d.ln2_behind``); X'_t's store pends until they have written it (``xout_pending``, from block t's address
         and length, latched here), the residual X_{t+1}'s load until that store has ended (pending_transfers). The
         heads read neither X nor LN2's parameters, and the next block's LN1 copy follows its last head's P . V,
-        which waits for the residual's load."""
+        which waits for the residual's load. The layer's last block (not the run's): the next layer's header and
+        narrowing shifts come in while the lanes write on and X'_t leaves behind them (:meth:`store_behind_ln2`);
+        its first pass waits for that store's end (:meth:`x_free`)."""
         m, d = self.m, self.d
         with m.If(~d.last_blk):
             self.block_end_transfer()
@@ -1075,6 +1107,16 @@ class Sequencer:
             self.advance_block()
             self.goto("P2_BLOCK")
             self.set_ln_op(self.Op.LN2)     # over the transition's IDLE (then behind_layernorm)
+        with m.Elif(~self.last_layer):
+            m.d.sync += d.ln2_behind.eq(1)
+            self.advance_block()
+            self.end_of_layer()
+            self.set_ln_op(self.Op.LN2)
+
+    def x_free(self):
+        """Tiled post-LN: X holds no block still to leave (the layer's last X'_t, stored behind its LN2, has left: its
+        store's last B response is in; the lanes have then written every row it read)."""
+        return ~self.xout_pending & ~self.d.mover.store_busy
 
     def store_x(self):
         self.transfer(Transfer.STORE_X, self.x_out_at, self.x_out_words())
