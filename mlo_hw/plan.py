@@ -81,9 +81,10 @@ class Plan:
     # an encoder-decoder: the bound of an encoder layer (``layer_cycles`` is a decoder layer's; ``cycles`` counts
     # the encoder's run and the decoder's prefill; ``layers`` both stacks' layers)
     encoder_layer_cycles: int = 0
-    # tiled: per layer, the block transfers that no compute hides: the layer's last X'_t store and its first X_0
-    # load (the other stores run beside the next block's matrices, the other loads beside the stores or the heads,
-    # and pass 2's first block's Q_t is on chip: docs/tiling.md)
+    # tiled: per layer, the block transfers that no compute hides: the layer's first X_0 load and its last X'_t
+    # store (post-LN, the store follows LN2's rows, so its last row's; the other stores run beside the next block's
+    # matrices, the other loads beside the stores or the heads, and pass 2's first block's Q_t is on chip:
+    # docs/tiling.md)
     serial_transfer_cycles: int = 0
     # per layer: the weight tiles' fetches the tile buffer's banks hold back (:func:`mlo_hw.perf.tile_stream_stall`)
     tile_stall_cycles: int = 0
@@ -264,12 +265,14 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     w, ar, aw = _tiled_traffic(cfg, block)
     layer_cycles = _tiled_layer_cycles(cfg, block)
     m = cfg.model
-    block_bytes = 2 * block * m.hidden         # an int16 [B, H] block: a layer's last X'_t store, its first X_0 load
+    block_bytes = 2 * block * m.hidden         # an int16 [B, H] block: a layer's first X_0 load
+    # a layer's last X'_t store: post-LN behind LN2, which it follows row by row (its last row after LN2's end)
+    store_bytes = 2 * m.hidden if m.norm == "post" else block_bytes
     enc = _tiled_layer_cycles(cfg, block, cross=False) if cfg.seq2seq else 0
     return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc, -(-2 * block_bytes // cfg.axi_data_bytes), _tile_stall(cfg, block))
+                cfg.image_layers, enc, -(-(block_bytes + store_bytes) // cfg.axi_data_bytes), _tile_stall(cfg, block))
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -368,7 +371,8 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
               "", f"LayerNorm beyond the matrices (a post-LN layer's phases start during the last tile before them; "
                   f"not in the bound): {p.layernorm_cycles} cycles per layer."]
     if p.serial_transfer_cycles:
-        lines += ["", f"Block transfers no compute hides (a layer's last store and first load; not in the bound): "
+        lines += ["", f"Block transfers no compute hides (a layer's first load and its last store, post-LN the "
+                      f"last store's last row; not in the bound): "
                       f"{p.serial_transfer_cycles} cycles per layer."]
     if p.tile_stall_cycles:
         lines += ["", f"Weight tiles the tile buffer's banks hold back (a long tile after short ones streams in behind "
