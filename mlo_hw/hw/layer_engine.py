@@ -709,11 +709,12 @@ class LayerEngine(wiring.Component):
                 m.d.comb += x.w.en.eq(add.o.en)
 
     def _softmax_layernorm_params(self, m, d):
-        """Scores -> softmax -> P; the LayerNorm lanes on (X, Y) pairs, written back in place; the mover's buffer
-        ports; the parameter copies (ParamStore -> LayerNorm gains/biases, GELU table, narrowing shifts)."""
+        """Scores -> softmax -> P; the LayerNorm lanes on (X, Y) pairs, written back in place; then the mover's buffer
+        ports (:meth:`_mover_ports`) and the parameter copies (:meth:`_param_copies`: ParamStore -> LayerNorm
+        gains/biases, GELU table, narrowing shifts)."""
         cfg, g = self.cfg, self.g
         S, R, pe, simd, words = g.seq, g.rows, g.pe, g.simd, g.words
-        softmax, ln_lanes, mover, ws, bufs = d.softmax, d.ln_lanes, d.mover, d.ws, d.bufs
+        softmax, ln_lanes, mover, bufs = d.softmax, d.ln_lanes, d.mover, d.bufs
         d.pgeo = ParamGeometry.from_config(cfg)
         m.submodules.copier = d.copier = ParamCopier.from_config(cfg)
         # scores: the MVAU's result beat (lane l = key key0 + l, raw accumulators truncated to the softmax's width)
@@ -847,6 +848,13 @@ class LayerEngine(wiring.Component):
                     m.d.comb += [y.w.addr.eq(ln_lanes.w.payload.addr), y.w.data.eq(ln_lanes.w.payload.data),
                                  y.w.en.eq(ln_lanes.w.valid.replicate(simd))]
 
+        self._mover_ports(m, d, x_turn)
+        self._param_copies(m, d)
+
+    def _mover_ports(self, m, d, x_turn):
+        """The mover's buffer writes (its loads) and reads (its stores); X's read port the lanes' in the cycles out
+        of ``x_turn`` while the layer's last X'_t leaves behind LN2."""
+        mover, bufs = d.mover, d.bufs
         # LOAD: X <- DRAM; STORE: X -> DRAM; tiled also LOAD_Q: Y <- DRAM, STORE_QKV: Y, WORK -> DRAM
         # a load's words go where the mover says (tiled, the residual X_t loads while the heads compute)
         wr = mover.wr
@@ -864,6 +872,9 @@ class LayerEngine(wiring.Component):
             m.d.comb += d.work.read_bank(mover.rd_bank, mover.rd_addr, mover.rd_en)
         m.d.comb += [mover.x_word.eq(x.word), mover.y_word.eq(y.word), mover.work_word.eq(d.work.word)]
 
+    def _param_copies(self, m, d):
+        """The parameter copier between the ParamStore slot in use and the blocks it fills."""
+        ws, ln_lanes = d.ws, d.ln_lanes
         copier = d.copier
         m.d.comb += [ws.param_slot.eq(d.slot), ws.param_addr.eq(copier.param_addr), copier.param_data.eq(ws.param_data),
                      copier.loaded.eq(ws.param_loaded[d.slot]), copier.flush.eq(d.flush),
