@@ -1,6 +1,7 @@
 """The Serializer (a word of lanes in, an element a beat out) under cocotb + Verilator with random valid and ready
 (the Regroup testbench: a split of a word into its lanes, lane 0 first, is the same stream), lint, and the timing
-property of ``registered_ready``: ``i.ready`` does not follow ``o.ready`` within a cycle."""
+properties of ``registered_ready`` (``i.ready`` does not follow ``o.ready`` within a cycle) and
+``registered_output`` (``o.payload`` does not follow the element index within a cycle)."""
 
 import pytest
 from amaranth.sim import Simulator
@@ -9,10 +10,11 @@ from mlo_hw.hw.engine.vector_io import Serializer
 from sim.runner import lint, simulate, to_verilog
 
 
-@pytest.mark.parametrize("lanes,registered_ready", [(4, False), (4, True), (1, True)])
-def test_serializer_under_random_backpressure(lanes, registered_ready):
-    name = f"serializer_{lanes}_{int(registered_ready)}"
-    v = to_verilog(Serializer(lanes, 16, registered_ready=registered_ready), name)
+@pytest.mark.parametrize("lanes,registered_ready,registered_output",
+                         [(4, False, False), (4, True, False), (1, True, False), (4, True, True), (1, True, True)])
+def test_serializer_under_random_backpressure(lanes, registered_ready, registered_output):
+    name = f"serializer_{lanes}_{int(registered_ready)}{int(registered_output)}"
+    v = to_verilog(Serializer(lanes, 16, registered_ready=registered_ready, registered_output=registered_output), name)
     assert lint(v, name) == []
     simulate(v, name, "tb_activation_io", {"dut": "regroup", "i_bits": 16 * lanes, "o_bits": 16})
 
@@ -47,6 +49,44 @@ def _ready_follows_o_ready(registered_ready: bool) -> bool:
 def test_registered_ready_does_not_follow_o_ready():
     assert _ready_follows_o_ready(False)        # the plain serializer: ready with the last element's ready
     assert not _ready_follows_o_ready(True)
+
+
+def _delivers_in_order(registered_output: bool) -> bool:
+    """Hold a word of two elements with o.ready low, then raise o.ready: the first element is offered while held,
+    the second a cycle after o.ready rises (True; an assertion fails otherwise)."""
+    dut = Serializer(2, 8, registered_ready=True, registered_output=registered_output)
+    seen = {}
+
+    async def bench(ctx):
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, [1, 2])
+        await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        for _ in range(3):
+            await ctx.tick()
+        seen["held"] = ctx.get(dut.o.payload)
+        ctx.set(dut.o.ready, 1)
+        await ctx.tick()
+        seen["next"] = ctx.get(dut.o.payload)
+        seen["valid"] = ctx.get(dut.o.valid)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["held"] == 1 and seen["valid"] and seen["next"] == 2
+    return True
+
+
+def test_registered_output_stays_a_cycle_behind_the_index():
+    """Both serializers deliver the elements in order as o.ready rises; with ``registered_output`` o.payload is a
+    flip-flop (its Verilog a clocked assignment), never the index's combinational select (without the
+    register removed, o.payload is a continuous assignment of the index's select in the Verilog)."""
+    assert _delivers_in_order(True) and _delivers_in_order(False)
+    plain = to_verilog(Serializer(4, 16, registered_ready=True), "ser_plain")
+    registered = to_verilog(Serializer(4, 16, registered_ready=True, registered_output=True), "ser_reg")
+    assert "o__payload <=" in registered and "assign o__payload" not in registered
+    assert "assign o__payload" in plain and "o__payload <=" not in plain
 
 
 @pytest.mark.parametrize("registered_request", [False, True])

@@ -127,8 +127,11 @@ class LayerNormLanes(wiring.Component):
         for i in range(n):
             m.submodules[f"fifo{i}"] = fifo = SyncFIFOBuffered(width=2 * rb * simd, depth=max(rw, 2))
             # the serializer's ready a register: the lane FIFO pops on it, not on the pair queue's level through the
-            # serializer's last-element decode (into the FIFO's level, 7.07 ns at e3a54ec's seed 3 on an ECP5-85F)
-            m.submodules[f"pairs{i}"] = pairs = Serializer(beats, 2 * rb * width, registered_ready=True)
+            # serializer's last-element decode (into the FIFO's level, 7.07 ns at e3a54ec's seed 3 on an ECP5-85F);
+            # its output a register: the element multiplexer ends beside it, not at the pair queue's LUT RAM (the
+            # index -> the multiplexer -> the queue's write data 2.71 ns away, 7.60 ns at 25d1348's seed 1)
+            m.submodules[f"pairs{i}"] = pairs = Serializer(beats, 2 * rb * width, registered_ready=True,
+                                                           registered_output=True)
             m.submodules[f"ln{i}"] = ln = LayerNorm(self.hidden, rms=self.rms, width=width)
             # two-element queues on either side of the lane: its handshakes end at their level registers, not in
             # the serializer's word enables or the gather's (the lane sits apart from both on the die)

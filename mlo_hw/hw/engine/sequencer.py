@@ -184,10 +184,11 @@ class Sequencer:
     def stale_op(self):
         """1 while ``op`` or ``ln_op`` is not the current state's (a transition written without :meth:`goto`): the
         traced engine's ``trace_stale_op``, a simulation check (also 1 while ``ln_is`` is not ``ln_op``'s decode).
-        Outside the LayerNorm's states ``ln_op`` may name the LayerNorm started early (``ln_partial``)."""
+        Outside the LayerNorm's states ``ln_op`` may name the LayerNorm started early (``ln_partial``), or, while
+        ``halt`` (a state that does not abort may see the flags cleared before the next one abandons), one behind."""
         d, Op = self.d, self.Op
         stale = Cat(*(self.fsm.ongoing(name) & ((d.op != o) | ((d.ln_op != lo) & (~(self.ln_partial | d.ln_behind
-                                                                                    | d.ln2_behind)
+                                                                                    | d.ln2_behind | self.halt)
                                                                                   if lo == Op.IDLE else 1)))
                       for name, (o, lo) in self.state_ops.items())).any()
         return stale | (d.ln_is.as_value() != self.ln_flags(d.ln_op))
@@ -227,13 +228,24 @@ class Sequencer:
     def abandon(self):
         # the blocks are reset (two cycles later, from registers) and at the next start; the AXI masters drain what is in flight
         # (the mover is cancelled, also a transfer started in this very cycle)
+        # (the run's flags are cleared by ``halt`` itself, outside the FSM: :meth:`clear_run_flags`)
         self.m.d.comb += [self.d.flush.eq(1), self.d.abandon.eq(1)]
-        self.m.d.sync += [self.ln_partial.eq(0), self.hdr_sel.eq(0), self.hdr_field.eq(0), self.d.ln_behind.eq(0),
-                          self.d.p_behind.eq(0), self.d.ln2_behind.eq(0), self.d.xout_behind.eq(0),
-                          self.x_pending.eq(0), self.xout_pending.eq(0),
-                          self.vt_pending.eq(0), self.kv_leaving.eq(0)]
         self.goto("IDLE")
         self.set_ln_op(self.Op.IDLE)      # (a LayerNorm started early or behind: ln_op not its state's)
+
+    def clear_run_flags(self):
+        """Outside the FSM, after every other writer of these flags: ``halt`` (a register) clears the run's flags
+        (the header's selects, the LayerNorm and softmax behind flags, the pending transfers), not the abandon's
+        decode: that decode, with the mover's error in it, fanned out across the die into the flags' enables
+        (bert_tiny_auto's routed critical path on seed 4 at 25d1348: the mover's ``started`` -> the store's error
+        -> the abandon -> ``xout_behind``'s enable, 7.62 ns). ``halt`` stays high until the run is abandoned (an
+        error until the next START), so a state that does not abort (a pass's one-cycle start) sets no flag that
+        outlives it; START's cycle sets none of them."""
+        m = self.m
+        flags = [self.ln_partial, self.hdr_sel, self.hdr_field, self.d.ln_behind, self.d.p_behind, self.d.ln2_behind,
+                 self.d.xout_behind, self.x_pending, self.xout_pending, self.vt_pending, self.kv_leaving]
+        with m.If(self.halt):
+            m.d.sync += [f.eq(0) for f in flags]
 
     def halt_register(self):
         """``halt``: a register, high from the cycle after a soft reset or an AXI error (the weight streamer's, the
@@ -553,7 +565,7 @@ class Sequencer:
         states' transitions load IDLE) until the lanes have written every row; so does ``d.xout_behind``."""
         m, d, g = self.m, self.d, self.g
         for behind, o in ((d.ln_behind, self.Op.LN1), (d.ln2_behind, self.Op.LN2)):
-            with m.If(behind & ~d.abandon):
+            with m.If(behind & ~self.halt):
                 with m.If(d.ln_lanes.all_written):
                     m.d.sync += behind.eq(0)
                     self.set_ln_op(self.Op.IDLE)
@@ -567,22 +579,22 @@ class Sequencer:
         """Outside the FSM, after it: ``d.p_behind`` (PV started once the MVAU's scores were all in the softmax; its
         operand waits for the P words the softmax has not written) until the softmax has written every probability."""
         m, d, g = self.m, self.d, self.g
-        with m.If(d.p_behind & (d.p_count == g.rows * g.seq) & ~d.abandon):
+        with m.If(d.p_behind & (d.p_count == g.rows * g.seq)):
             m.d.sync += d.p_behind.eq(0)
 
     def transfer_wait(self, name, o, then, until=None):
         """Wait for the mover (busy from the cycle after its start; ``until``: the busy to wait for, one side's, the
-        other running on); an error ends the run (ERROR): ``halt`` at once, the mover's as the transfer ends too."""
+        other running on); an error ends the run: ``halt``, a register, abandons it (the mover's error a cycle after it is set; the
+        state waits that cycle rather than go on)."""
         m, d = self.m, self.d
         with self.state(name, o):
             m.d.comb += d.busy.eq(1)
+            # (an error of the transfer reaches the FSM through halt, a cycle later: the mover's error stays out of
+            # the abandon's decode)
             with m.If(self.halt):                # the mover finishes its bursts (cancel)
                 self.abandon()
-            with m.Elif(~(d.mover.busy if until is None else until)):
-                with m.If(d.mover.error):
-                    self.abandon()
-                with m.Else():
-                    then()
+            with m.Elif(~(d.mover.busy if until is None else until) & ~d.mover.error):
+                then()
 
     # ---- the FSM --------------------------------------------------------------------------------------
     def build(self):
@@ -623,6 +635,7 @@ class Sequencer:
         self.drive_commands()
         if g.tiled:
             self.pending_transfers()
+        self.clear_run_flags()
         for name, sigs in self.next_ops.items():
             assert name in self.state_ops, f"a transition to {name}, which is no state"
             m.d.comb += [sig.eq(o) for sig, o in zip(sigs, self.state_ops[name])]
@@ -1008,7 +1021,7 @@ class Sequencer:
         K_t store runs beside block t's Q (Q_t's store, and so the next block's K, waits for both: P1_STORE_Q). The
         first two pend together (pass 2: X'_{t-1}'s command then drives the mover, the load waits for its end), never
         with the third (pass 1), and no FSM state issues a transfer meanwhile, so the command is driven while it
-        pends, and only its start waits for the mover (its busy and the abandon, which
+        pends, and only its start waits for the mover (its busy and ``halt``, which
         its errors decide, stay out of the command's multiplexers: bert_tiny_auto's routed critical path on seed 2 at
         2244104, the store's error -> the abandon -> the pending load's select -> the mover's command register, 9.07 ns)."""
         m, d = self.m, self.d
@@ -1019,9 +1032,9 @@ class Sequencer:
                 (self.xout_pending, d.mover.store_busy | d.ln2_behind, lambda go: self.transfer(
                     Transfer.STORE_X, self.xout_at, self.xout_words, start=go)),
                 (self.vt_pending, d.mover.store_busy, lambda go: self.store_vt(None, self.vt_base, start=go))):
-            # (the flag falls with the start, or with the abandon, which clears it too: not on the abandon's decode)
+            # (the flag falls with the start, or with halt, which clears it too: not on the abandon's decode)
             with m.If(pending):
-                issue(~busy & ~d.abandon)
+                issue(~busy & ~self.halt)
                 with m.If(~busy):
                     m.d.sync += pending.eq(0)
         # the pass's last K_t and V_t^T have their B responses: the fetch program's scratch entries (K_h, V_h^T) may

@@ -101,10 +101,16 @@ class Serializer(wiring.Component):
     at this block, not in the producer's handshake logic across the die), at the cost of a word of flip-flops. A
     word register's enable is then the input handshake alone (``o.ready`` moves only the read side: the element
     index, the ring's read pointer and its two fill flags), and ``o.payload`` is a 2:1 multiplexer wider.
+
+    ``registered_output`` (with ``registered_ready``): ``o.payload`` and ``o.valid`` come from an output register,
+    loaded whenever it is empty or taken, so the element multiplexer ends at a flip-flop beside it rather than at
+    the consumer's input across the die; the first element leaves a cycle later, the rate stays one a cycle.
     """
 
-    def __init__(self, lanes: int, shape, registered_ready: bool = False):
-        self.lanes, self.registered_ready = lanes, registered_ready
+    def __init__(self, lanes: int, shape, registered_ready: bool = False, registered_output: bool = False):
+        if registered_output and not registered_ready:
+            raise ValueError("Serializer: registered_output needs registered_ready")
+        self.lanes, self.registered_ready, self.registered_output = lanes, registered_ready, registered_output
         self.shape = unsigned(shape) if isinstance(shape, int) else shape
         super().__init__({"i": In(stream.Signature(data.ArrayLayout(self.shape, lanes))),
                           "o": Out(stream.Signature(self.shape))})
@@ -115,15 +121,25 @@ class Serializer(wiring.Component):
         idx = Signal(range(max(self.lanes, 2)))             # (a lane of its own at one lane: no zero-width signal)
         full = Signal()
         last = idx == self.lanes - 1
-        vacate = self.o.valid & self.o.ready & last         # the word's last element leaves
-        m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(word[0] if self.lanes == 1 else word[idx])]
-        with m.If(self.o.valid & self.o.ready):
+        # an element leaves the words (``give``): into ``o``, or into the output register when it is empty or taken
+        element = Signal(self.shape)
+        if self.registered_output:
+            out, out_valid = Signal(self.shape, name="out"), Signal(name="out_valid")
+            give = full & (~out_valid | self.o.ready)
+            with m.If(~out_valid | self.o.ready):
+                m.d.sync += [out.eq(element), out_valid.eq(full)]
+            m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(out)]
+        else:
+            give = full & self.o.ready
+            m.d.comb += [self.o.valid.eq(full), self.o.payload.eq(element)]
+        vacate = give & last                                # the word's last element leaves
+        with m.If(give):
             m.d.sync += idx.eq(idx + 1)
             with m.If(last):
                 m.d.sync += [full.eq(0), idx.eq(0)]
         take = self.i.valid & self.i.ready
         if not self.registered_ready:
-            m.d.comb += self.i.ready.eq(~full | vacate)
+            m.d.comb += [element.eq(word[0] if self.lanes == 1 else word[idx]), self.i.ready.eq(~full | vacate)]
             with m.If(take):
                 m.d.sync += [word.eq(self.i.payload), full.eq(1), idx.eq(0)]
             return m
@@ -132,7 +148,7 @@ class Serializer(wiring.Component):
         both_full = Signal()                                          # (full: at least one word)
         head = Signal.like(word, name="head")                         # the word leaving
         m.d.comb += [head.eq(Mux(rd_at, ring[1], ring[0])), self.i.ready.eq(~both_full),
-                     self.o.payload.eq(head[0] if self.lanes == 1 else head[idx])]
+                     element.eq(head[0] if self.lanes == 1 else head[idx])]
         with m.If(take):
             m.d.sync += wr_at.eq(~wr_at)
             for k, w in enumerate(ring):
