@@ -24,7 +24,7 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
 
 The two LayerNorm phases of a layer (per block, when tiled) start during the last weight tile before each: the plan
 carries the cycles they add beyond the matrices (:func:`mlo_hw.perf.layernorm_visible_cycles`, ``folding.ln_lanes``
-lanes) beside the bound, and ``expected_cycles`` (bound plus LayerNorm plus, tiled, the block transfers no compute
+lanes; tiled post-LN, LN1's per block and the run's last block's LN2, every other LN2 running behind) beside the bound, and ``expected_cycles`` (bound plus LayerNorm plus, tiled, the block transfers no compute
 hides, plus the weight tiles the tile buffer's banks hold back: :func:`mlo_hw.perf.tile_stream_stall`) is what
 ``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the matrices'
 roofline.
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from .model import numerics as nx
 from .config import PARTS, ConfigError
-from .perf import (bram36, buffer_group, layer_bound, layernorm_visible_cycles, matrix_costs, onchip_memories,
+from .perf import (bram36, buffer_group, layer_bound, layernorm_phase_visible, layernorm_visible_cycles, matrix_costs, onchip_memories,
                    tile_bank_words, tile_banks, tile_stream_stall)
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
@@ -88,12 +88,16 @@ class Plan:
     serial_transfer_cycles: int = 0
     # per layer: the weight tiles' fetches the tile buffer's banks hold back (:func:`mlo_hw.perf.tile_stream_stall`)
     tile_stall_cycles: int = 0
+    # once per run: tiled post-LN, the run's last block's LN2 (every other block's runs behind the next block's
+    # heads, or behind the next layer's start; ``layernorm_cycles`` then counts LN1 alone)
+    run_end_cycles: int = 0
 
     @property
     def expected_cycles(self) -> int:
         """The bound plus the LayerNorm phases, the unhidden block transfers and the tile buffer's stalls of every
         layer: what the engine's run should take."""
-        return self.cycles + self.layers * (self.layernorm_cycles + self.serial_transfer_cycles + self.tile_stall_cycles)
+        return (self.cycles + self.layers * (self.layernorm_cycles + self.serial_transfer_cycles + self.tile_stall_cycles)
+                + self.run_end_cycles)
 
     @property
     def bram36(self) -> float:
@@ -269,10 +273,15 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     # a layer's last X'_t store: post-LN behind LN2, which it follows row by row (its last row after LN2's end)
     store_bytes = 2 * m.hidden if m.norm == "post" else block_bytes
     enc = _tiled_layer_cycles(cfg, block, cross=False) if cfg.seq2seq else 0
-    return Plan("tiled", block, cfg.seq_padded // block, budget, _buffers(tiled_memories(cfg, block)),
+    blocks = cfg.seq_padded // block
+    layernorm, run_end = blocks * layernorm_visible_cycles(cfg, block), 0
+    if m.norm == "post" and not cfg.seq2seq:    # LN2 behind the next block's heads, or the next layer's start
+        layernorm = blocks * layernorm_phase_visible(cfg, m.hidden, block, next_cols=m.hidden)
+        run_end = layernorm_phase_visible(cfg, m.intermediate, block)
+    return Plan("tiled", block, blocks, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
-                cfg.axi_data_bytes, cfg.target.clock_mhz, cfg.seq_padded // block * layernorm_visible_cycles(cfg, block),
-                cfg.image_layers, enc, -(-(block_bytes + store_bytes) // cfg.axi_data_bytes), _tile_stall(cfg, block))
+                cfg.axi_data_bytes, cfg.target.clock_mhz, layernorm, cfg.image_layers, enc,
+                -(-(block_bytes + store_bytes) // cfg.axi_data_bytes), _tile_stall(cfg, block), run_end)
 
 
 def _onchip_plan(cfg, budget: float) -> Plan:
@@ -370,6 +379,10 @@ def format_plan(p: Plan, markdown: bool = True) -> list[str]:
                   f"port's {p.beat_bytes} ({port:.0f} MB/s).",
               "", f"LayerNorm beyond the matrices (a post-LN layer's phases start during the last tile before them; "
                   f"not in the bound): {p.layernorm_cycles} cycles per layer."]
+    if p.run_end_cycles:
+        lines += ["", f"The run's last LayerNorm (tiled post-LN: every block's LN2 but the run's last runs behind the "
+                      f"next block's heads or the next layer's start; the line above counts LN1): "
+                      f"{p.run_end_cycles} cycles per run."]
     if p.serial_transfer_cycles:
         lines += ["", f"Block transfers no compute hides (a layer's first load and its last store, post-LN the "
                       f"last store's last row; not in the bound): "
