@@ -58,16 +58,17 @@ def layer_bound(cfg, seq: int | None = None) -> int:
 
 
 # The LayerNorm lanes' own cycles in a phase's last row, beyond the LayerNorm block's (the start, the reader's request
-# and read, the queues before and after the lane, the last word's gather and write). Fitted: with the block's
-# latencies, :func:`layernorm_row_latency` matches the LN2 cycles bench/cycles.py measured (minilm_l6 at 2 and 8 lanes,
-# seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes").
-LN_LANES_CYCLES = 5
+# and read, the queues before and after the lane, the serializer's output register, the last word's gather and
+# write). Fitted: with the block's latencies, :func:`layernorm_row_latency` matches the LN2 cycles bench/cycles.py
+# measured (minilm_l6 at 2 and 8 lanes, seq 32 and 128: within 1 %; docs/engine.md, "LayerNorm lanes"); 6 since the
+# serializer's output register (eighteenth session, 2026-12-07).
+LN_LANES_CYCLES = 6
 
 
 def layernorm_row_latency() -> int:
     """Cycles of a LayerNorm phase beyond its lanes' element cycles: the last row's statistics and its output
-    pipeline (``hw.layernorm.ROW_STATS_CYCLES`` and ``OUT_LATENCY``, the block's), and :data:`LN_LANES_CYCLES`; 123
-    since 2026-12-06 (LN1 may wait longer for its gains and biases: about 170 cycles on minilm_l6)."""
+    pipeline (``hw.layernorm.ROW_STATS_CYCLES`` and ``OUT_LATENCY``, the block's), and :data:`LN_LANES_CYCLES`; 124
+    since 2026-12-07 (LN1 may wait longer for its gains and biases: about 170 cycles on minilm_l6)."""
     from .hw.layernorm import OUT_LATENCY, ROW_STATS_CYCLES      # (hw imports perf)
     return ROW_STATS_CYCLES + OUT_LATENCY + LN_LANES_CYCLES
 

@@ -55,7 +55,7 @@ class LayerNormLanes(wiring.Component):
     statistics are done (a row's first output about hidden / width + 110 cycles after its first input; rows overlap
     inside a lane when hidden / width >= 52, :class:`~mlo_hw.hw.layernorm.LayerNorm`). Lane i starts
     ``i * hidden / simd`` cycles after ``start`` (its FIFO fills after lane i - 1's), so ``rows`` rows take about
-    ``(lanes - 1) hidden / simd + (ceil(rows / lanes) - 1) max(hidden / width, 50) + 2 hidden / width + 123`` cycles
+    ``(lanes - 1) hidden / simd + (ceil(rows / lanes) - 1) max(hidden / width, 50) + 2 hidden / width + 124`` cycles
     in the engine
     (:func:`mlo_hw.perf.layernorm_cycles`). The single read port bounds the lanes: ``lanes * width`` elements a cycle
     are taken, ``simd`` delivered, so ``lanes * width <= simd`` (checked; more would wait on the port), and the
