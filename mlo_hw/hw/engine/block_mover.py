@@ -143,15 +143,20 @@ class BlockMover(wiring.Component):
         # outer, walk_word = walk_row + inner), so that no adder sits in front of the buffers' read requests (the
         # sum fed X's and Y's request registers through rd_addr's multiplexer: 33c325b's seed 2 on the ECP5-85F,
         # Y's request address, 8.15 ns)
+        # The row's last step is an equality with ``inner - 1`` held in a register (the command is latched two cycles
+        # before its first run starts): the subtractor's carry chain was in front of walk_word's select (the store's
+        # command -> ``cmd.inner - 1`` -> the comparison -> ``walk_word``, 7.50 ns at 624f44f's seed 2 on an ECP5-85F)
         bank = Signal(range(pe))
         inner = Signal(self.local_bits)
+        inner_last = Signal(self.local_bits, name="walk_inner_last")
+        m.d.sync += inner_last.eq(cmd.inner - 1)
         walk_row = Signal(self.local_bits, name="walk_row")
         walk_word = Signal(self.local_bits, name="walk_word")
         with m.If(store.r_en):
             m.d.sync += bank.eq(bank + 1)
             with m.If(bank == pe - 1):
                 m.d.sync += [bank.eq(0), inner.eq(inner + 1), walk_word.eq(walk_word + 1)]
-                with m.If(inner == cmd.inner - 1):
+                with m.If(inner == inner_last):
                     next_row = walk_row + cmd.outer_stride
                     m.d.sync += [inner.eq(0), walk_row.eq(next_row), walk_word.eq(next_row)]
         with m.If(run_start):
