@@ -20,7 +20,7 @@ from .model import numerics as nx
 from .model.weight_image import layout
 
 __all__ = ["buffer_group", "TileCost", "tile_banks", "tile_bank_words", "tile_stream_stall", "weight_tile_words", "matrix_costs", "layer_bound", "LN_LANES_CYCLES", "LN_ROW_CYCLES_MIN", "layernorm_row_latency", "layernorm_row_tail",
-           "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phase_visible",
+           "layernorm_cycles", "layernorm_visible_cycles", "layernorm_phases_visible", "layernorm_phase_visible",
            "layernorm_overlaps", "onchip_plan", "onchip_memories", "onchip_bram36", "bram36", "BRAM36_BYTES"]
 
 
@@ -109,9 +109,14 @@ def layernorm_visible_cycles(cfg, rows: int | None = None) -> int:
     also runs behind FFN up, which starts once the GELU table is in and reads each row once the lanes have written
     it: FFN up's first tile (a row every ``tile_rows / pe`` times ``hidden / simd`` cycles) hides it too, all but
     that tile's last row's time."""
+    return sum(layernorm_phases_visible(cfg, rows))
+
+
+def layernorm_phases_visible(cfg, rows: int | None = None) -> tuple[int, int]:
+    """The two terms of :func:`layernorm_visible_cycles`: (LN1's, after O; LN2's, after FFN down)."""
     post = cfg.model.norm == "post"
-    return (layernorm_phase_visible(cfg, cfg.model.hidden, rows, next_cols=cfg.model.hidden if post else 0)
-            + layernorm_phase_visible(cfg, cfg.model.intermediate, rows))
+    return (layernorm_phase_visible(cfg, cfg.model.hidden, rows, next_cols=cfg.model.hidden if post else 0),
+            layernorm_phase_visible(cfg, cfg.model.intermediate, rows))
 
 
 def layernorm_overlaps(cfg) -> bool:

@@ -24,9 +24,10 @@ The bound (cycles, one PE x SIMD MVAU, one AXI beat per cycle):
 
 The two LayerNorm phases of a layer (per block, when tiled) start during the last weight tile before each: the plan
 carries the cycles they add beyond the matrices (:func:`mlo_hw.perf.layernorm_visible_cycles`, ``folding.ln_lanes``
-lanes; tiled post-LN, LN1's per block and the run's last block's LN2, every other LN2 running behind) beside the bound, and ``expected_cycles`` (bound plus LayerNorm plus, tiled, the block transfers no compute
-hides, plus the weight tiles the tile buffer's banks hold back: :func:`mlo_hw.perf.tile_stream_stall`) is what
-``folding: auto`` ranks by. The bound itself, and the choice of the block size, stay the matrices'
+lanes; tiled post-LN, LN1's per block and the run's last block's LN2, every other LN2 running behind) beside the
+bound, and ``expected_cycles`` (bound plus LayerNorm plus, tiled, the block transfers no compute hides, plus the
+weight tiles the tile buffer's banks hold back: :func:`mlo_hw.perf.tile_stream_stall`) is what ``folding: auto``
+ranks by. The bound itself, and the choice of the block size, stay the matrices'
 roofline.
 """
 
@@ -38,8 +39,8 @@ from dataclasses import dataclass
 
 from .model import numerics as nx
 from .config import PARTS, ConfigError
-from .perf import (bram36, buffer_group, layer_bound, layernorm_phase_visible, layernorm_visible_cycles, matrix_costs, onchip_memories,
-                   tile_bank_words, tile_banks, tile_stream_stall)
+from .perf import (bram36, buffer_group, layer_bound, layernorm_phases_visible, layernorm_visible_cycles, matrix_costs,
+                   onchip_memories, tile_bank_words, tile_banks, tile_stream_stall)
 from .model.tiled import scratch_layout
 from .model.weight_image import layout
 
@@ -95,9 +96,9 @@ class Plan:
     @property
     def expected_cycles(self) -> int:
         """The bound plus the LayerNorm phases, the unhidden block transfers and the tile buffer's stalls of every
-        layer: what the engine's run should take."""
-        return (self.cycles + self.layers * (self.layernorm_cycles + self.serial_transfer_cycles + self.tile_stall_cycles)
-                + self.run_end_cycles)
+        layer, and the run's last LN2 where it is counted once: what the engine's run should take."""
+        per_layer = self.layernorm_cycles + self.serial_transfer_cycles + self.tile_stall_cycles
+        return self.cycles + self.layers * per_layer + self.run_end_cycles
 
     @property
     def bram36(self) -> float:
@@ -274,10 +275,10 @@ def _tiled_plan(cfg, block: int, budget: float) -> Plan:
     store_bytes = 2 * m.hidden if m.norm == "post" else block_bytes
     enc = _tiled_layer_cycles(cfg, block, cross=False) if cfg.seq2seq else 0
     blocks = cfg.seq_padded // block
-    layernorm, run_end = blocks * layernorm_visible_cycles(cfg, block), 0
-    if m.norm == "post" and not cfg.seq2seq:    # LN2 behind the next block's heads, or the next layer's start
-        layernorm = blocks * layernorm_phase_visible(cfg, m.hidden, block, next_cols=m.hidden)
-        run_end = layernorm_phase_visible(cfg, m.intermediate, block)
+    ln1, ln2 = layernorm_phases_visible(cfg, block)
+    # post-LN, every LN2 but the run's last runs behind the next block's heads or the next layer's start
+    behind = m.norm == "post" and not cfg.seq2seq
+    layernorm, run_end = (blocks * ln1, ln2) if behind else (blocks * (ln1 + ln2), 0)
     return Plan("tiled", block, blocks, budget, _buffers(tiled_memories(cfg, block)),
                 scratch_layout(cfg).bytes, w, ar, aw, 0, layer_cycles, m.layers * layer_cycles + m.encoder_layers * enc,
                 cfg.axi_data_bytes, cfg.target.clock_mhz, layernorm, cfg.image_layers, enc,

@@ -70,6 +70,7 @@ class Sequencer:
 
     def __init__(self, m, d, cfg, g, ops):
         self.m, self.d, self.cfg, self.g, self.Op = m, d, cfg, g, ops
+        self.free_registers = {}         # transfer_wait's, by the busy they wait on
         Op, H, I = ops, g.hidden, g.inter
         self.mat_cols = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: H, Op.FFN_DOWN: I}
         self.mat_rows = {Op.Q: H, Op.K: H, Op.V: H, Op.O: H, Op.FFN_UP: I, Op.FFN_DOWN: H}
@@ -585,14 +586,18 @@ class Sequencer:
     def transfer_wait(self, name, o, then, until=None):
         """Wait for the mover (busy from the cycle after its start; ``until``: the busy to wait for, one side's, the
         other running on); an error ends the run: ``halt``, a register, abandons it. The wait ends on a register
-        beside the FSM (``<name>_free``): the mover was free in the cycle before (``until`` low, no error) and
-        started nothing then; busy rises only the cycle after a start, so the mover is free now too, and the wait
+        beside the FSM (``mover_free``, or ``<name>_free`` for a wait on one side; one per busy waited on): the mover
+        was free in the cycle before (``until`` low, no error) and started nothing then; busy rises only the cycle after a start, so the mover is free now too, and the wait
         ends a cycle after busy falls. The mover's busy and error, from across the die, reach no state decision
         (bert_tiny_auto's routed critical path on seed 1 at 624f44f: the mover's load runs' state -> its busy and
         error -> P2_STORE_X's end of the layer -> ``first_layer``'s enable, 7.39 ns)."""
         m, d = self.m, self.d
-        free = Signal(name=f"{name.lower()}_free")
-        m.d.sync += free.eq(~(d.mover.busy if until is None else until) & ~d.mover.error & ~d.mover.start)
+        busy = d.mover.busy if until is None else until
+        free = self.free_registers.get(repr(busy))          # (one register for the waits on the same busy)
+        if free is None:
+            free = Signal(name="mover_free" if until is None else f"{name.lower()}_free")
+            self.free_registers[repr(busy)] = free
+            m.d.sync += free.eq(~busy & ~d.mover.error & ~d.mover.start)
         with self.state(name, o):
             m.d.comb += d.busy.eq(1)
             with m.If(self.halt):                # the mover finishes its bursts (cancel)
