@@ -96,7 +96,8 @@ def test_softmax_default_build_keeps_up():
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("name,lanes,score_interval,slots,dividers", [
-    ("minilm_l6", 16, 1, 8, 3),       # a score beat every cycle (head_dim 32 = simd): 16 keys a cycle, full rate
+    ("minilm_l6", 16, 1, 16, 3),      # a score beat every cycle (head_dim 32 = simd): 16 keys a cycle, full rate
+                                      # (a row lives 65 cycles, 8 beats apart: 9 rows in flight, 16 slots)
     ("bert_tiny", 1, 8, 4, 1),        # 8 keys every 8 cycles (head_dim 64, simd 8): one lane keeps up
     ("minilm_l6_arty", 2, 4, 4, 1),   # 8 keys every 4 cycles: two lanes
 ])

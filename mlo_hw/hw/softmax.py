@@ -17,7 +17,8 @@ statistics) from its first input to its last output; a slot's :class:`Phase` say
     divide:  rcp = floor(2**32 / sum), one quotient bit per cycle; ``dividers`` serial dividers take
              rows in turn (a fully masked row has sum 0 and every e 0: its rcp is never used)
     output:  p = min(e * rcp >> 24, 255) per lane, one beat of ``lanes`` probabilities a cycle (the exponent
-             word registered out of its memory, the product at its multiplier, then the saturated beat)
+             word registered out of its memory and again beside its multiplier, the product at the
+             multiplier, then the saturated beat)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
 INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
 EXP_PIPE = 7                   # cycles from a score word read to its exponent word (registered)
-OUT_PIPE = 4                   # cycles from an exponent word read to its output beat (registered)
+OUT_PIPE = 5                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
 EXP_BITS = nx.EXP_ONE_BITS + 1                                       # table[0] == 2**15
@@ -378,18 +379,23 @@ class Softmax(wiring.Component):
         rcp1 = Signal(unsigned(RECIP_QUOTIENT_BITS), name="out_rcp1")
         top = (1 << nx.PROB_BITS) - 1
         with m.If(advance):
+            # the row's reciprocal a stage behind the read (the slot's stays until its last beat has left)
             m.d.sync += [o[1].valid.eq(take), o[1].last.eq(out_idx == n - 1), o[1].slot.eq(out_slot),
-                         rcp1.eq(s.row_rcp[out_slot])]
+                         rcp1.eq(s.row_rcp[o[1].slot])]
             m.d.sync += [o[k].eq(o[k - 1]) for k in range(2, OUT_PIPE + 1)]
             for k in range(self.lanes):
-                # the block RAM's word registered beside it, then the product registered at its multiplier: the
-                # block RAM's output, its wire and the multiplier were one path of 8 ns on an ECP5-85F
-                word = Signal(EXP_BITS, name=f"out_exp{k}", reset_less=True)
+                # the block RAM's word registered beside it, again beside the multiplier, then the product
+                # registered at its multiplier: the block RAM's output, its wire and the multiplier were one path
+                # of 8 ns on an ECP5-85F; with one register between, the block RAM -> a LUT -> the wire across
+                # the die to the multiplier's operand was 7.30 ns (624f44f's seed 3; the multipliers fill 93 % of
+                # the sites, so the nearest free one can be far from the block RAM)
+                near = kept_copy(m, exp_r.data[k], f"out_exp_near{k}", unsigned(EXP_BITS))
+                word = kept_copy(m, near, f"out_exp{k}")
                 # and the reciprocal copied beside each multiplier (one register for every lane's was 4.9 ns of
                 # wire from one of them: c1c1896's seed 2, 7.41 ns)
                 rcp2 = kept_copy(m, rcp1, f"out_rcp2_{k}")
                 scaled = Signal(unsigned(EXP_BITS + RECIP_QUOTIENT_BITS), name=f"scaled{k}", reset_less=True)
-                m.d.sync += [word.eq(exp_r.data[k]), scaled.eq(word * rcp2)]
+                m.d.sync += scaled.eq(word * rcp2)
                 shifted = scaled >> (nx.SOFTMAX_RECIP_BITS - nx.PROB_BITS)
                 m.d.sync += self.o.payload[k].eq(Mux(shifted > top, top, shifted))
         m.d.comb += self.o.valid.eq(o[-1].valid)
