@@ -14,7 +14,7 @@ bad command, bits 1:0 = the BRESP); no further burst of the command is issued. B
 issued on AW are completed on W with WSTRB = 0 (AXI requires their beats; nothing more is written),
 their B responses are drained, and from the error until ``clear`` every beat offered on ``data`` is
 accepted and dropped, so that the producer never blocks either. ``cancel`` does the same without
-flagging an error. New commands are accepted once the DMA is idle and ``error`` is clear.
+flagging an error, from the cycle after it (a beat offered with the cancel is still written). New commands are accepted once the DMA is idle and ``error`` is clear.
 
 :class:`ActReader` fetches ``length`` bytes (the int8 activations [seq, hidden], row-major) from
 ``base`` with a ReadDma and delivers them as a stream of AXI beats seen as ``lanes = beat bytes``
@@ -165,7 +165,11 @@ class WriteDma(wiring.Component):
         # which follows the offered beat whenever it is empty (its enable is its own fill flag); W takes it back
         # when it moves. (Was: the level -> wready's decode -> the W data register's enable, 7.07 ns at 25d1348's
         # seed 3 on an ECP5-85F.)
-        discard = drop | self.error | self.cancel   # issued bursts get WSTRB = 0 beats from the cancel on
+        # Issued bursts get WSTRB = 0 beats from the cycle after a cancel on (``drop``; a beat offered in the cancel's
+        # own cycle is still written, to its own address), or from an error: registers only, so ``cancel`` (a wire
+        # from the engine's control, across the die) reaches no W register (it did, through the strobes' select:
+        # 2ca6dde's seed 1, 7.32 ns). The data of a discarded beat is left as it is: its strobes say it is not written.
+        discard = drop | self.error
         beat = data.StructLayout({"data": len(self.m_axi_wdata), "strb": len(self.m_axi_wstrb), "last": 1})
         offered, skid = Signal(beat), Signal(beat, name="w_skid")
         wvalid, skid_full = Signal(), Signal(name="w_skid_full")
@@ -173,7 +177,7 @@ class WriteDma(wiring.Component):
         m.d.comb += [
             self.m_axi_wvalid.eq(wvalid),
             self.data.ready.eq(discard | (~skid_full & w_bursts.r_rdy)),
-            offered.data.eq(Mux(discard, 0, self.data.payload.data)),
+            offered.data.eq(self.data.payload.data),
             offered.strb.eq(Mux(discard, 0, self.data.payload.strb)),
             offered.last.eq(w_beat == w_bursts.r_data),
         ]
