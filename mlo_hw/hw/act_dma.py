@@ -14,7 +14,8 @@ bad command, bits 1:0 = the BRESP); no further burst of the command is issued. B
 issued on AW are completed on W with WSTRB = 0 (AXI requires their beats; nothing more is written),
 their B responses are drained, and from the error until ``clear`` every beat offered on ``data`` is
 accepted and dropped, so that the producer never blocks either. ``cancel`` does the same without
-flagging an error, from the cycle after it (a beat offered with the cancel is still written). New commands are accepted once the DMA is idle and ``error`` is clear.
+flagging an error. (A beat offered in the two cycles after a cancel or in the cycle after an error is still
+written, to its own address: the strobes' select sees only registers.) New commands are accepted once the DMA is idle and ``error`` is clear.
 
 :class:`ActReader` fetches ``length`` bytes (the int8 activations [seq, hidden], row-major) from
 ``base`` with a ReadDma and delivers them as a stream of AXI beats seen as ``lanes = beat bytes``
@@ -165,11 +166,18 @@ class WriteDma(wiring.Component):
         # which follows the offered beat whenever it is empty (its enable is its own fill flag); W takes it back
         # when it moves. (Was: the level -> wready's decode -> the W data register's enable, 7.07 ns at 25d1348's
         # seed 3 on an ECP5-85F.)
-        # Issued bursts get WSTRB = 0 beats from the cycle after a cancel on (``drop``; a beat offered in the cancel's
-        # own cycle is still written, to its own address), or from an error: registers only, so ``cancel`` (a wire
-        # from the engine's control, across the die) reaches no W register (it did, through the strobes' select:
-        # 2ca6dde's seed 1, 7.32 ns). The data of a discarded beat is left as it is: its strobes say it is not written.
+        # Issued bursts are completed with beats taken without waiting for ``data`` (``discard``: from the cycle after
+        # a cancel, ``drop``, or from an error). A beat's strobes are its own only if it was offered (``data.valid``)
+        # and ``w_discard`` (``discard`` a cycle late, one flip-flop beside the W registers) is low: so a beat offered
+        # in the two cycles after a cancel or the one after an error is still written, to its own address, and no
+        # decode of the DMA's state, nor ``cancel`` (a wire from the engine's control), reaches a W register (they
+        # did, through the strobes' select: 2ca6dde's seeds 1 and 3, 7.32 and 7.01 ns). ``w_discard`` falls a cycle
+        # after ``discard``, when no burst is queued (``drop`` falls once idle, ``error`` at ``clear``, a new command's
+        # first burst two cycles after it is taken), so no beat is taken then. The data of a beat is left as it is:
+        # its strobes say whether it is written.
         discard = drop | self.error
+        w_discard = Signal(name="w_discard")
+        m.d.sync += w_discard.eq(discard)
         beat = data.StructLayout({"data": len(self.m_axi_wdata), "strb": len(self.m_axi_wstrb), "last": 1})
         offered, skid = Signal(beat), Signal(beat, name="w_skid")
         wvalid, skid_full = Signal(), Signal(name="w_skid_full")
@@ -178,7 +186,7 @@ class WriteDma(wiring.Component):
             self.m_axi_wvalid.eq(wvalid),
             self.data.ready.eq(discard | (~skid_full & w_bursts.r_rdy)),
             offered.data.eq(self.data.payload.data),
-            offered.strb.eq(Mux(discard, 0, self.data.payload.strb)),
+            offered.strb.eq(Mux(self.data.valid & ~w_discard, self.data.payload.strb, 0)),
             offered.last.eq(w_beat == w_bursts.r_data),
         ]
         take = ~skid_full & w_bursts.r_rdy & (discard | self.data.valid)
