@@ -232,7 +232,8 @@ async def extremes_and_realistic_layer(dut):
 
 @cocotb.test()
 async def cycles_without_backpressure(dut):
-    """Always-valid inputs, always-ready output: last output = cmd handshake + steps + latency, exactly."""
+    """Always-valid inputs, always-ready output: last output = first cmd handshake + steps + a cycle between jobs
+    + latency, exactly."""
     p, mp = _params()
     rng, nrng = random.Random(p["seed"] + 2), np.random.default_rng(p["seed"] + 2)
     await start_clock_and_reset(dut)
@@ -242,11 +243,12 @@ async def cycles_without_backpressure(dut):
     assert not mismatches(got, want), "; ".join(mismatches(got, want))
     steps = sum(j.steps for j in jobs)
     first_cmd, last_out = mon.cmd_cycles[0], mon.out_cycles[-1]
-    assert last_out - first_cmd == steps + p["latency"], \
-        f"{last_out - first_cmd} cycles for {steps} steps; expected {steps} + latency {p['latency']}"
-    # back to back: each later command is taken exactly when the previous job issued its last step
+    gaps = len(jobs) - 1
+    assert last_out - first_cmd == steps + gaps + p["latency"], \
+        f"{last_out - first_cmd} cycles for {steps} steps; expected {steps} + {gaps} + latency {p['latency']}"
+    # each later command is taken the cycle after the previous job issued its last step (cmd.ready a register)
     expect, t = [], first_cmd
     for j in jobs:
         expect.append(t)
-        t += j.steps
+        t += j.steps + 1
     assert mon.cmd_cycles == expect, f"cmd handshakes at {mon.cmd_cycles}, expected {expect}"

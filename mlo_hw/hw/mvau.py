@@ -301,8 +301,9 @@ class MVAUIssue(wiring.Component):
     """The MVAU's issue stage: the job register and the (vector, nf, sf) fold counters.
 
     Interface:
-        ``cmd``: stream of :meth:`MVAUParams.cmd_layout`; taken while idle, or in the cycle the
-        current job issues its last step (jobs run back to back).
+        ``cmd``: stream of :meth:`MVAUParams.cmd_layout`; taken while idle (``cmd.ready`` is ``~active``, a
+        register: a job taken while the one before issues its last step would save one cycle, but put the issue
+        decision, with ``room`` and ``x_valid``, into the command's producer's decode).
         ``room`` (in): the pipeline behind issue can take one more result (credit from the output FIFO).
         ``x_valid`` (in) / ``x_ready`` (out): the activation stream's handshake; ``x_ready`` is high
         when a fold ``nf == 0`` step can issue, which then takes the beat.
@@ -311,8 +312,9 @@ class MVAUIssue(wiring.Component):
         ``sf`` (out): the step's synapse fold (the vector buffer address).
         ``waddr`` (out): the step's weight word ``nf * col_folds + sf``.
         ``active`` (out): a job is loaded and has steps left.
-    Timing: ``step``, ``x_ready`` and ``cmd.ready`` are combinational in ``room`` and ``x_valid`` (and otherwise
-    come from registers); the counters advance at the clock edge after a step issues.
+    Timing: ``step`` and ``x_ready`` are combinational in ``room`` and ``x_valid`` (and otherwise come from
+    registers); the counters advance at the clock edge after a step issues; a job's first step can issue the cycle
+    after its command is taken, so jobs follow each other with one cycle between them.
     """
 
     def __init__(self, p: MVAUParams, addr_width: int):
@@ -340,8 +342,10 @@ class MVAUIssue(wiring.Component):
 
         # the job's last fold and vector indices, registered with the job, and flags (registers) that say whether each
         # counter is at 0 and at its last index, set a cycle ahead from equality tests of the registers: ``issue``
-        # and ``cmd.ready`` then take four flip-flops, not the counters' comparators (the fold counters through
-        # cmd.ready into the sequencer's decode were 7.78 ns at 485a352's seed 2)
+        # then takes four flip-flops, not the counters' comparators (the fold counters through cmd.ready into the
+        # sequencer's decode were 7.78 ns at 485a352's seed 2); ``cmd.ready`` is the job register's ``~active`` alone
+        # (``issue & job_last`` in it, the room, x_valid and the flags through cmd.ready across the die into the
+        # sequencer's state enables were 7.05 ns at 2d1c080's seed 3 on an ECP5-85F)
         sf_end, nf_end, vec_end = Signal.like(sf), Signal.like(nf), Signal.like(vec)
         sf_last, nf_last, vec_last = Signal(), Signal(), Signal()
         sf_first, from_stream = Signal(init=1), Signal(init=1)          # sf == 0, nf == 0
@@ -349,7 +353,7 @@ class MVAUIssue(wiring.Component):
         m.d.comb += issue.eq(active & self.room & (~from_stream | self.x_valid))
         m.d.comb += self.x_ready.eq(active & self.room & from_stream)
         job_last = sf_last & nf_last & vec_last
-        m.d.comb += self.cmd.ready.eq(~active | (issue & job_last))
+        m.d.comb += self.cmd.ready.eq(~active)
 
         with m.If(issue):
             m.d.sync += [sf.eq(Mux(sf_last, 0, sf + 1)), waddr.eq(waddr + 1), sf_first.eq(sf_last),
