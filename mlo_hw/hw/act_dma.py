@@ -14,8 +14,9 @@ bad command, bits 1:0 = the BRESP); no further burst of the command is issued. B
 issued on AW are completed on W with WSTRB = 0 (AXI requires their beats; nothing more is written),
 their B responses are drained, and from the error until ``clear`` every beat offered on ``data`` is
 accepted and dropped, so that the producer never blocks either. ``cancel`` does the same without
-flagging an error. (A beat offered in the two cycles after a cancel or in the cycle after an error is still
-written, to its own address: the strobes' select sees only registers.) New commands are accepted once the DMA is idle and ``error`` is clear.
+flagging an error. (A beat offered with a cancel or in the cycle after it, or in the first cycle of ``error``,
+is still written, to its own address: the strobes' select sees only registers.) New commands are accepted once
+the DMA is idle and ``error`` is clear.
 
 :class:`ActReader` fetches ``length`` bytes (the int8 activations [seq, hidden], row-major) from
 ``base`` with a ReadDma and delivers them as a stream of AXI beats seen as ``lanes = beat bytes``
@@ -169,12 +170,12 @@ class WriteDma(wiring.Component):
         # Issued bursts are completed with beats taken without waiting for ``data`` (``discard``: from the cycle after
         # a cancel, ``drop``, or from an error). A beat's strobes are its own only if it was offered (``data.valid``)
         # and ``w_discard`` (``discard`` a cycle late, one flip-flop beside the W registers) is low: so a beat offered
-        # in the two cycles after a cancel or the one after an error is still written, to its own address, and no
-        # decode of the DMA's state, nor ``cancel`` (a wire from the engine's control), reaches a W register (they
-        # did, through the strobes' select: 2ca6dde's seeds 1 and 3, 7.32 and 7.01 ns). ``w_discard`` falls a cycle
-        # after ``discard``, when no burst is queued (``drop`` falls once idle, ``error`` at ``clear``, a new command's
-        # first burst two cycles after it is taken), so no beat is taken then. The data of a beat is left as it is:
-        # its strobes say whether it is written.
+        # with a cancel or in the cycle after it, or in the first cycle of ``error``, is still written, to its own
+        # address, and no decode of the DMA's state, nor ``cancel`` (a wire from the engine's control), reaches a W
+        # register (they did, through the strobes' select: 2ca6dde's seeds 1 and 3, 7.32 and 7.01 ns). ``w_discard``
+        # falls a cycle after ``discard``, when no burst is queued (``drop`` falls once idle, ``error`` at ``clear``,
+        # a new command's first burst two cycles after it is taken), so no beat is taken then. The data of a beat is
+        # left as it is: its strobes say whether it is written.
         discard = drop | self.error
         w_discard = Signal(name="w_discard")
         m.d.sync += w_discard.eq(discard)
