@@ -85,6 +85,45 @@ def test_arbiter_with_two_dmas_against_axi_ram():
               "beats_bits": BEATS_BITS, "tag_bits": TAG_BITS, "seeds": list(range(10)), "error_trials": 6})
 
 
+def test_arbiter_rready_does_not_follow_the_masters_ready():
+    """R passes a registered stage with a skid register: RREADY is the same whether the addressed master's rready is
+    high or low in that cycle, and every beat reaches its master (by RID's index bit) in order, none twice, under a
+    master that stalls (an Amaranth simulation)."""
+    from amaranth.sim import Simulator
+    arb = ReadArbiter(AxiParams(id_bits=1), 2)
+    beats = [(i % 2 * 2, 200 + i) for i in range(8)]        # (RID: index bit 1, lower bit 0; data)
+    seen = {"rready": [], "got": {0: [], 1: []}}
+
+    async def bench(ctx):
+        sent = 0
+        stalls = [0, 1, 1, 0, 1, 1, 1, 0, 0, 1] + [0] * 12
+        for stall in stalls:
+            ctx.set(arb.m_axi_rvalid, sent < len(beats))
+            if sent < len(beats):
+                ctx.set(arb.m_axi_rid, beats[sent][0])
+                ctx.set(arb.m_axi_rdata, beats[sent][1])
+                ctx.set(arb.m_axi_rlast, 1)
+            for ready in (0, 1):                # RREADY under either master ready, the same cycle
+                for i in range(2):
+                    ctx.set(getattr(arb, f"s{i}_axi_rready"), ready)
+                seen["rready"].append(ctx.get(arb.m_axi_rready))
+            assert seen["rready"][-1] == seen["rready"][-2]
+            for i in range(2):
+                ctx.set(getattr(arb, f"s{i}_axi_rready"), 1 - stall)
+                if ctx.get(getattr(arb, f"s{i}_axi_rvalid")) and not stall:
+                    seen["got"][i].append(ctx.get(getattr(arb, f"s{i}_axi_rdata")))
+            taken = ctx.get(arb.m_axi_rvalid) and ctx.get(arb.m_axi_rready)
+            await ctx.tick()
+            sent += taken
+
+    sim = Simulator(arb)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["got"][0] == [200, 202, 204, 206] and seen["got"][1] == [201, 203, 205, 207], seen["got"]
+    assert 0 in seen["rready"] and 1 in seen["rready"]      # the skid filled: RREADY fell while R was held
+
+
 def test_arbiter_lints_at_three_masters():
     arb = ReadArbiter(AxiParams(id_bits=2), 3)
     assert arb.out_params.id_bits == 4

@@ -44,6 +44,7 @@ from amaranth.lib.wiring import In, Out
 from .axi import (BURST_INCR, AxiParams, after_burst, planned_burst, axi_read_master_members, axi_write_master_members,
                   forward_ports)
 from .weight_dma import ReadDma, command_intake
+from .pipeline import skid_stage
 
 __all__ = ["write_command_layout", "write_beat_layout", "lanes_layout", "WriteDma", "ActReader", "ActWriter",
            "activation_bytes"]
@@ -161,12 +162,10 @@ class WriteDma(wiring.Component):
         m.d.comb += self.busy.eq(~idle)
 
         # ---- W side: a registered stage with a skid register, one beat per cycle ---------------
-        # The W registers load on AXI's handshake alone (``~wvalid | wready``): the burst queue's level and the
-        # producer's valid reach only ``wvalid``'s input, and ``data.ready`` comes from registers (the skid's fill,
-        # the burst queue's level, the discard), not from ``wready``. A beat taken while W is held waits in the skid,
-        # which follows the offered beat whenever it is empty (its enable is its own fill flag); W takes it back
-        # when it moves. (Was: the level -> wready's decode -> the W data register's enable, 7.07 ns at 25d1348's
-        # seed 3 on an ECP5-85F.)
+        # (:func:`~mlo_hw.hw.pipeline.skid_stage`) The W registers load on AXI's handshake alone (``~wvalid |
+        # wready``): the burst queue's level and the producer's valid reach only ``wvalid``'s input, and ``data.ready``
+        # comes from registers (the skid's fill, the burst queue's level, the discard), not from ``wready``. (Was: the
+        # level -> wready's decode -> the W data register's enable, 7.07 ns at 25d1348's seed 3 on an ECP5-85F.)
         # Issued bursts are completed with beats taken without waiting for ``data`` (``discard``: from the cycle after
         # a cancel, ``drop``, or from an error). A beat's strobes are its own only if it was offered (``data.valid``)
         # and ``w_discard`` (``discard`` a cycle late, one flip-flop beside the W registers) is low: so a beat offered
@@ -180,31 +179,22 @@ class WriteDma(wiring.Component):
         w_discard = Signal(name="w_discard")
         m.d.sync += w_discard.eq(discard)
         beat = data.StructLayout({"data": len(self.m_axi_wdata), "strb": len(self.m_axi_wstrb), "last": 1})
-        offered, skid = Signal(beat), Signal(beat, name="w_skid")
-        wvalid, skid_full = Signal(), Signal(name="w_skid_full")
+        offered = Signal(beat)
         w_beat = Signal(8)
+        w = skid_stage(m, offered, w_bursts.r_rdy & (discard | self.data.valid), self.m_axi_wready, "w")
         m.d.comb += [
-            self.m_axi_wvalid.eq(wvalid),
-            self.data.ready.eq(discard | (~skid_full & w_bursts.r_rdy)),
             offered.data.eq(self.data.payload.data),
             offered.strb.eq(Mux(self.data.valid & ~w_discard, self.data.payload.strb, 0)),
             offered.last.eq(w_beat == w_bursts.r_data),
+            self.data.ready.eq(discard | (~w.skid_full & w_bursts.r_rdy)),
+            self.m_axi_wvalid.eq(w.valid), self.m_axi_wdata.eq(w.payload.data), self.m_axi_wstrb.eq(w.payload.strb),
+            self.m_axi_wlast.eq(w.payload.last),
         ]
-        take = ~skid_full & w_bursts.r_rdy & (discard | self.data.valid)
-        with m.If(take):
+        with m.If(w.take):
             m.d.sync += w_beat.eq(w_beat + 1)
             with m.If(offered.last):
                 m.d.sync += w_beat.eq(0)
                 m.d.comb += w_bursts.r_en.eq(1)
-        with m.If(~skid_full):
-            m.d.sync += skid.eq(offered)
-        out = Signal(beat, name="w_next")
-        m.d.comb += out.eq(Mux(skid_full, skid, offered))
-        with m.If(~wvalid | self.m_axi_wready):
-            m.d.sync += [wvalid.eq(skid_full | take), self.m_axi_wdata.eq(out.data), self.m_axi_wstrb.eq(out.strb),
-                         self.m_axi_wlast.eq(out.last), skid_full.eq(0)]
-        with m.Elif(take):
-            m.d.sync += skid_full.eq(1)
 
         # ---- B side: count responses, catch errors ----------------------------------------------
         b_done = self.m_axi_bvalid & b_bursts.r_rdy

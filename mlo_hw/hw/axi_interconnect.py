@@ -32,11 +32,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from amaranth import Array, ClockDomain, DomainRenamer, Module, Mux, Signal
+from amaranth import Array, ClockDomain, DomainRenamer, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import AxiParams, axi_read_master_members
+from .pipeline import skid_stage
 
 __all__ = ["ReadArbiter", "AxiTop", "flipped_members"]
 
@@ -104,36 +105,29 @@ class ReadArbiter(wiring.Component):
                     m.d.sync += getattr(self, f"m_axi_{f}").eq(Array(self._slave(i, f) for i in range(n))[grant])
 
         # ---- R: a registered stage with a skid register, then routed by the index bits of RID -------
-        # The stage loads on its own handshake (``~r_valid`` or the routed master's ``rready``); RREADY is a register
-        # (the skid empty), so neither the R inputs nor a master's ready cross the arbiter in one cycle: R arrived
-        # from the port through the ID decode and a master's valid logic into its registers' enables (the mover's
-        # beat regrouper, 7.25 ns at 2d1c080's seed 1 on an ECP5-85F). A beat that arrives while the stage is held
-        # waits in the skid, which follows the port whenever it is empty.
+        # (:func:`~mlo_hw.hw.pipeline.skid_stage`) The stage loads on its own handshake (``~r_valid`` or the routed
+        # master's ``rready``); RREADY is a register (the skid empty), so neither the R inputs nor a master's ready
+        # cross the arbiter in one cycle: R arrived from the port through the ID decode and a master's valid logic
+        # into its registers' enables (the mover's beat regrouper, 7.25 ns at 2d1c080's seed 1 on an ECP5-85F).
         beat = data.StructLayout({"id": len(self.m_axi_rid), "data": len(self.m_axi_rdata), "resp": 2, "last": 1})
-        offered, skid, out = Signal(beat), Signal(beat, name="r_skid"), Signal(beat, name="r_out")
-        r_valid, skid_full = Signal(name="r_valid"), Signal(name="r_skid_full")
+        offered, ready = Signal(beat), Signal()
         m.d.comb += [offered.id.eq(self.m_axi_rid), offered.data.eq(self.m_axi_rdata),
-                     offered.resp.eq(self.m_axi_rresp), offered.last.eq(self.m_axi_rlast),
-                     self.m_axi_rready.eq(~skid_full)]
-        take = self.m_axi_rvalid & ~skid_full
-        with m.If(~skid_full):
-            m.d.sync += skid.eq(offered)
-        index = out.id[p.id_bits:]
-        ready = 0
+                     offered.resp.eq(self.m_axi_rresp), offered.last.eq(self.m_axi_rlast)]
+        r = skid_stage(m, offered, self.m_axi_rvalid, ready, "r")
+        m.d.comb += self.m_axi_rready.eq(~r.skid_full)
+        index = r.payload.id[p.id_bits:]
+        routed_ready = 0
         for i in range(n):
             mine = index == i
+            routed_ready = routed_ready | (mine & self._slave(i, "rready"))
             m.d.comb += [
-                self._slave(i, "rvalid").eq(r_valid & mine),
-                self._slave(i, "rid").eq(out.id[:p.id_bits]),
-                self._slave(i, "rdata").eq(out.data),
-                self._slave(i, "rresp").eq(out.resp),
-                self._slave(i, "rlast").eq(out.last),
+                self._slave(i, "rvalid").eq(r.valid & mine),
+                self._slave(i, "rid").eq(r.payload.id[:p.id_bits]),
+                self._slave(i, "rdata").eq(r.payload.data),
+                self._slave(i, "rresp").eq(r.payload.resp),
+                self._slave(i, "rlast").eq(r.payload.last),
             ]
-            ready = ready | (mine & self._slave(i, "rready"))
-        with m.If(~r_valid | ready):
-            m.d.sync += [r_valid.eq(skid_full | take), out.eq(Mux(skid_full, skid, offered)), skid_full.eq(0)]
-        with m.Elif(take):
-            m.d.sync += skid_full.eq(1)
+        m.d.comb += ready.eq(routed_ready)
         return m
 
 

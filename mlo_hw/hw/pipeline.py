@@ -1,13 +1,16 @@
 """Small helpers shared by the blocks: a delay line, deliberate register copies, a signed range test, a sum and a
-counter in two halves, the credit of a queue behind a pipeline."""
+counter in two halves, the credit of a queue behind a pipeline, a registered stage with a skid register."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed", "split_sum", "SplitCounter", "queue_credit"]
+__all__ = ["KEEP", "KEEP_REGISTERS", "kept_copy", "delayed", "fits_signed", "split_sum", "SplitCounter", "queue_credit",
+           "skid_stage"]
 
 # The attribute of a register that is a deliberate copy (one per block of a signal that fans out across the die):
 # yosys' opt_merge merges flip-flops with equal inputs, and a keep attribute on the wire does not stop it, so the
@@ -41,6 +44,27 @@ def queue_credit(m, depth: int, commit, release, name: str):
     m.d.sync += [used.eq(Mux(commit & ~release, used + 1, Mux(release & ~commit, used - 1, used))),
                  room.eq(Mux(commit, Mux(release, below, below_by_2), release | below))]
     return room, used
+
+
+def skid_stage(m, offered, offered_valid, ready, name: str) -> SimpleNamespace:
+    """A registered stage with a skid register, so that neither side's handshake reaches the other side's registers
+    in the same cycle. The producer's beat is ``offered`` (a value of the beat's shape) with ``offered_valid``; the
+    stage takes it (``take``) whenever the skid is empty, so the producer's ready is ``~skid_full``, a register. The
+    output register (``valid``, ``payload``) loads on its own handshake alone (``~valid | ready``, ``ready`` the
+    consumer's): the skid's beat if it holds one, else the offered one. A beat taken while the output is held waits
+    in the skid, which follows the offered beat whenever it is empty (its enable is its own fill flag). One beat a
+    cycle, each leaving the cycle after it is taken. Returns ``SimpleNamespace(valid, payload, skid_full, take)``,
+    the registers named ``<name>_valid``, ``<name>_out``, ``<name>_skid_full`` and ``<name>_skid``."""
+    skid, payload = Signal.like(offered, name=f"{name}_skid"), Signal.like(offered, name=f"{name}_out")
+    valid, skid_full, take = Signal(name=f"{name}_valid"), Signal(name=f"{name}_skid_full"), Signal()
+    m.d.comb += take.eq(offered_valid & ~skid_full)
+    with m.If(~skid_full):
+        m.d.sync += skid.eq(offered)
+    with m.If(~valid | ready):
+        m.d.sync += [valid.eq(skid_full | take), payload.eq(Mux(skid_full, skid, offered)), skid_full.eq(0)]
+    with m.Elif(take):
+        m.d.sync += skid_full.eq(1)
+    return SimpleNamespace(valid=valid, payload=payload, skid_full=skid_full, take=take)
 
 
 def delayed(m, value, cycles: int, name: str):

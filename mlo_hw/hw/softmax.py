@@ -389,7 +389,7 @@ class Softmax(wiring.Component):
                 # of 8 ns on an ECP5-85F; with one register between, the block RAM -> a LUT -> the wire across
                 # the die to the multiplier's operand was 7.30 ns (624f44f's seed 3; the multipliers fill 93 % of
                 # the sites, so the nearest free one can be far from the block RAM)
-                near = kept_copy(m, exp_r.data[k], f"out_exp_near{k}", unsigned(EXP_BITS))
+                near = kept_copy(m, exp_r.data[k], f"out_exp_near{k}")
                 word = kept_copy(m, near, f"out_exp{k}")
                 # and the reciprocal copied beside each multiplier (one register for every lane's was 4.9 ns of
                 # wire from one of them: c1c1896's seed 2, 7.41 ns)

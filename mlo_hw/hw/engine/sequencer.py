@@ -587,8 +587,8 @@ class Sequencer:
         """Wait for the mover (busy from the cycle after its start; ``until``: the busy to wait for, one side's, the
         other running on); an error ends the run: ``halt``, a register, abandons it. The wait ends on a register
         beside the FSM (``mover_free``, or ``<name>_free`` for a wait on one side; one per busy waited on): the mover
-        was free in the cycle before (``until`` low, no error) and started nothing then; busy rises only the cycle after a start, so the mover is free now too, and the wait
-        ends a cycle after busy falls. The mover's busy and error, from across the die, reach no state decision
+        was free in the cycle before (``until`` low, no error) and started nothing then; busy rises only the cycle
+        after a start, so the mover is free now too, and the wait ends a cycle after busy falls. The mover's busy and error, from across the die, reach no state decision
         (bert_tiny_auto's routed critical path on seed 1 at 624f44f: the mover's load runs' state -> its busy and
         error -> P2_STORE_X's end of the layer -> ``first_layer``'s enable, 7.39 ns)."""
         m, d = self.m, self.d
