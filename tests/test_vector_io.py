@@ -93,7 +93,8 @@ def test_registered_output_is_a_flip_flop():
 def test_vector_reader_streams_every_word_under_hold_and_backpressure(latency, registered_request):
     """Random commands (words, vectors, stride, passes) through a memory answering ``latency`` cycles after ``en``,
     ``hold`` while ``head`` is at or past a limit that rises at random (as the engine's waits judge it), random
-    ``o.ready``: every word in order, each pass, and none more. With ``registered_request``, ``en``/``addr`` are the
+    ``o.ready``: every word in order, each pass, and none more; every read but the first is of the word ``head_next``
+    named at the read before. With ``registered_request``, ``en``/``addr`` are the
     previous cycle's ``issue``/``head``; without it they are this cycle's."""
     import random
 
@@ -102,7 +103,7 @@ def test_vector_reader_streams_every_word_under_hold_and_backpressure(latency, r
     mem = [rng.randrange(1 << 16) for _ in range(256)]
     dut = VectorReader(8, 16, max_words=6, max_vectors=5, max_passes=3, latency=latency,
                        registered_request=registered_request)
-    checked = {"words": 0, "delayed": 0}
+    checked = {"words": 0, "delayed": 0, "next": 0}
 
     async def bench(ctx):
         requests, word = [(0, 0)] * (latency - 1), 0
@@ -119,7 +120,7 @@ def test_vector_reader_streams_every_word_under_hold_and_backpressure(latency, r
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
-            got = []
+            got, reads, announced = [], [], None
             for _ in range(40 * len(want) + 50):
                 if rng.random() < 0.3:
                     limit += rng.randint(1, 3)
@@ -135,6 +136,11 @@ def test_vector_reader_streams_every_word_under_hold_and_backpressure(latency, r
                     assert (en, addr) == (ctx.get(dut.issue), ctx.get(dut.head))
                 if ctx.get(dut.issue):
                     assert ctx.get(dut.head) < limit, "a read decided while hold"
+                    if announced is not None:
+                        assert ctx.get(dut.head) == announced, "the read is not of the word head_next named"
+                        checked["next"] += 1
+                    announced = ctx.get(dut.head_next) if len(reads) + 1 < len(want) else None
+                    reads.append(ctx.get(dut.head))
                 last = (ctx.get(dut.issue), ctx.get(dut.head))
                 requests.append((en, addr))
                 r_en, r_addr = requests.pop(0)
@@ -154,3 +160,4 @@ def test_vector_reader_streams_every_word_under_hold_and_backpressure(latency, r
     sim.add_testbench(bench)
     sim.run()
     assert checked["words"] > 100 and (checked["delayed"] > 100 or not registered_request)
+    assert checked["next"] > 100

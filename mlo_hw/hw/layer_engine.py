@@ -253,6 +253,9 @@ BUFFER_READ_LATENCY = 2     # an activation buffer read: the request registered 
 BUFFER_WORD_LATENCY = BUFFER_READ_LATENCY + 1
 # the MVAU operand's: its word registered after the buffer select
 OPERAND_READ_LATENCY = BUFFER_WORD_LATENCY + 1
+# what the MVAU operand's reads wait for (ActivationOperand.waits): a load into its buffer, LN1's rows (FFN up behind
+# it), the softmax's P words (PV behind it)
+OPERAND_WAITS = ("load", "ln", "p")
 
 
 class _Buffer:
@@ -452,7 +455,8 @@ class LayerEngine(wiring.Component):
                 ("operand", "operand", ActivationOperand(H, simd, g.addr_bits, words(max(H, I, S)), S,
                                                                 max_passes=g.max_tiles,
                                                                 shift_sets=4 if cfg.seq2seq else 2,
-                                                                read_latency=OPERAND_READ_LATENCY))):
+                                                                read_latency=OPERAND_READ_LATENCY,
+                                                                waits=len(OPERAND_WAITS)))):
             # flush two cycles later, from a register of the block's own (kept: synthesis does not merge the copies),
             # so that each block's reset fans out from beside it, not from one register across the die. The block runs
             # in a domain of its own on the engine's clock whose only reset is that register, which the engine's reset
@@ -641,12 +645,12 @@ class LayerEngine(wiring.Component):
         wiring.connect(m, operand.o, mvau.x)
         # a load into the buffer the operand reads (tiled: Q_t beside the first head's scores): the operand waits for
         # the words not loaded yet
-        d.load_wait = Signal(name="load_wait")
         # (X: the half being read; pass 1's K and V read X_t while X_{t+1} loads into the other)
         loading = Mux(d.mover.load_y, names.index("y"), names.index("x"))
         same_half = d.mover.load_y | (d.x_rd_half == d.x_wr_half)
-        m.d.comb += d.load_wait.eq(d.mover.load_busy & (read_src == loading) & same_half
-                                   & (operand.rd_head >= d.mover.loaded))
+        load_wait = operand.waits[OPERAND_WAITS.index("load")]
+        m.d.comb += [load_wait.on.eq(d.mover.load_busy & (read_src == loading) & same_half),
+                     load_wait.limit.eq(d.mover.loaded_next)]
 
     def _mvau_results(self, m, d):
         """Each MVAU result beat to its consumer: scores to the softmax (a beat of ``pe`` keys as it comes), FFN up
@@ -779,9 +783,10 @@ class LayerEngine(wiring.Component):
         # before: p_behind is 0 until P.V starts)
         with m.If(d.scores_restart):
             m.d.sync += [d.p_count.eq(0), d.p_word.eq(0), d.p_byte.eq(0)]
-        # PV behind the softmax (d.p_behind): its operand waits for the P words not written whole a cycle ago
-        p_written = delayed(m, d.p_word, 1, "p_written")
-        p_wait = d.p_behind & (d.operand.rd_head >= p_written)
+        # PV behind the softmax (d.p_behind): its operand waits for the P words not written whole a cycle ago (the
+        # limit is the next cycle's: p_word now)
+        p_wait = d.operand.waits[OPERAND_WAITS.index("p")]
+        m.d.comb += [p_wait.on.eq(d.p_behind), p_wait.limit.eq(d.p_word)]
 
         # LN1: a = X (layer input), b = Y (O output) -> Y; LN2: a = Y (LN1 output), b = X (FFN-down output)
         # -> X (a row is read whole before its output overwrites it)
@@ -845,8 +850,11 @@ class LayerEngine(wiring.Component):
                                        mover.store_avail.init))
         m.d.comb += [ln_lanes.rd_hold.eq((d.ln_behind & ~ln_turn) | (d.xout_behind & ~x_turn)),
                      mover.store_hold.eq(d.xout_behind & ~x_turn), mover.store_avail.eq(store_avail)]
-        ln_wait = d.ln_behind & ((d.operand.rd_head >= ln_lanes.rows_done * words(g.hidden)) | ln_turn)
-        m.d.comb += d.operand.hold.eq(d.load_wait | ln_wait | p_wait)
+        # FFN up behind LN1 waits for the rows not written whole (rows_done only grows while the lanes run: it falls
+        # to 0 the cycle after their start) and in the lanes' turns
+        ln_wait = d.operand.waits[OPERAND_WAITS.index("ln")]
+        m.d.comb += [ln_wait.on.eq(d.ln_behind), ln_wait.limit.eq(ln_lanes.rows_done * words(g.hidden)),
+                     ln_wait.restart.eq(ln_lanes.start), d.operand.hold.eq(d.ln_behind & ln_turn)]
         if cfg.seq2seq and not self.pre_ln:    # LNX: a = Y (LN1's output), b = X (XO's) -> Y, in place of a
             with m.If(ln_is.lnx):
                 for name in ("x", "y"):

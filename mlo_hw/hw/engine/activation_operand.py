@@ -8,7 +8,7 @@ Y, P, CTX and F in the byte buffers) pass through, their bytes spread into the i
 
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -115,8 +115,11 @@ class ActivationOperand(wiring.Component):
         LN1's output's; an encoder-decoder's (``shift_sets`` 4) ``2 hidden / simd`` the cross Q input's, ``3 hidden /
         simd`` the memory's). A narrowed vector is ``hidden / simd`` words.
         ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) ``read_latency`` cycles later; ``hold``: no
-        read decided this cycle (the word ``rd_head`` is not written yet, or the buffer's read port is another's in
-        the next cycle); ``rd_head``: the word the next read is of.
+        read decided this cycle (the buffer's read port is another's in the next cycle).
+        ``waits`` (``waits`` of them, none: no port; each ``on``, ``limit``, ``restart``): words at or past ``limit`` are not
+        written yet. ``limit`` is what the count will be in the next cycle, or less (the writer's count a cycle
+        ahead: the reader judges its next head against it a cycle early, into a register); ``restart``: it falls in
+        the next cycle. While ``on``, no read of a word at or past it is decided; ``on`` counts in its cycle.
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
@@ -125,20 +128,25 @@ class ActivationOperand(wiring.Component):
     cycles after ``start`` and on ``rd_en`` three; one word a cycle while ``o.ready``; a word leaves
     ``read_latency + 4`` cycles after its read (the buffer, :class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s
     queue, then :class:`Narrow`'s three stages). ``rd_addr`` and ``rd_en`` are the read decided a cycle earlier,
-    registered (the reader's ``registered_request``): ``hold``, a comparison of ``rd_head`` in the engine, reaches
-    the reader's registers, not the buffers' read multiplexer.
+    registered (the reader's ``registered_request``): ``hold`` reaches the reader's registers, not the buffers' read
+    multiplexer. A wait's comparison is a register (``past``): the reader's head and the word after it
+    (:class:`~mlo_hw.hw.engine.vector_io.VectorReader`'s ``head_next``) are each compared with ``limit``, and the one
+    the cycle's read decision makes the head is kept, so that no carry chain is in front of the decision (the
+    engine's three waits, a comparison each behind its read decision, were 7.24 ns at 46c7007's seed 2 on the
+    ECP5-85F); the head's first word after ``start`` waits a cycle.
     """
 
     def __init__(self, hidden: int, simd: int, addr_bits: int, max_words: int, max_vectors: int, max_passes: int = 1,
-                 shift_sets: int = 2, read_latency: int = 1):
-        self.hidden, self.simd, self.read_latency = hidden, simd, read_latency
+                 shift_sets: int = 2, read_latency: int = 1, waits: int = 0):
+        self.hidden, self.simd, self.read_latency, self.wait_count = hidden, simd, read_latency, waits
         self.shift_words = shift_sets * hidden // simd
         self.max_words, self.max_vectors, self.max_passes, self.addr_bits = max_words, max_vectors, max_passes, addr_bits
         super().__init__({
             "start": In(1), "cmd": In(operand_command_layout(addr_bits, max_words, max_vectors, self.shift_words,
                                                              max_passes)),
             "rd_addr": Out(addr_bits), "rd_en": Out(1), "rd_data": In(nx.RES_BITS * simd), "hold": In(1),
-            "rd_head": Out(addr_bits),
+            **({"waits": In(data.ArrayLayout(data.StructLayout({"on": 1, "limit": addr_bits + 1, "restart": 1}),
+                                            waits))} if waits else {}),
             "shift": In(ShiftWriteSignature(self.shift_words, simd)),
             "o": Out(stream.Signature(data.ArrayLayout(signed(8), simd))),
         })
@@ -158,9 +166,15 @@ class ActivationOperand(wiring.Component):
         m.d.sync += [start.eq(self.start), c.eq(self.cmd)]
         m.d.comb += [reader.start.eq(start), reader.base.eq(c.base), reader.stride.eq(c.stride),
                      reader.words.eq(c.words), reader.vectors.eq(c.vectors), reader.passes.eq(c.passes),
-                     reader.hold.eq(self.hold),
-                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data),
-                     self.rd_head.eq(reader.head)]
+                     self.rd_addr.eq(reader.addr), self.rd_en.eq(reader.en), reader.data.eq(self.rd_data)]
+        # past[i]: the head is at or past wait i's limit, judged in the cycle before (a read moves the head to
+        # head_next; start to base, judged past: the first word waits a cycle)
+        past = [Signal(name=f"past{i}") for i in range(self.wait_count)]
+        waits = list(self.waits) if self.wait_count else []
+        for i, wt in enumerate(waits):
+            m.d.sync += past[i].eq(start | wt.restart | Mux(reader.issue, reader.head_next >= wt.limit,
+                                                             reader.head >= wt.limit))
+        m.d.comb += reader.hold.eq(self.hold | Cat(wt.on & past[i] for i, wt in enumerate(waits)).any())
         narrowed = Signal()
         shift_base = Signal.like(c.shift_base)
         col = Signal(range(max(row_words, 2)))                 # column word of the beat on offer

@@ -78,7 +78,8 @@ class BlockMover(wiring.Component):
         cycle after the load's word) into X (LOAD_X, ``y`` 0) or Y (LOAD_Q, ``y`` 1): the word names its buffer, so
         that a load may run beside the engine's other work. ``loaded``: the words of that buffer written whole since
         the load's start (a one-run load writes in address order from word 0: LOAD_Q a Y word a byte word, LOAD_X an
-        X word every two), a register a cycle behind ``wr``, so that a reader may follow the load. ``load_busy``
+        X word every two), a register a cycle behind ``wr``, so that a reader may follow the load; ``loaded_next``:
+        its value in the next cycle (its register's input, for a reader that judges a cycle ahead). ``load_busy``
         covers the last write on ``wr``. ``load_y``: the load side's command is a LOAD_Q (from its command
         register, ahead of ``wr.y``).
         ``m_axi_*``: an AXI4 read master (loads) and write master (stores).
@@ -105,7 +106,7 @@ class BlockMover(wiring.Component):
             "rd_addr": Out(local_bits), "rd_en": Out(1), "reads_x": Out(1), "reads_y": Out(1),
             "store_hold": In(1), "store_avail": In(range(max_words + 1), init=max_words),
             "x_word": In(nx.RES_BITS * simd), "y_word": In(nx.RES_BITS * simd), "work_word": In(8 * simd),
-            "loaded": Out(range(max_words + 1)), "load_y": Out(1),
+            "loaded": Out(range(max_words + 1)), "loaded_next": Out(range(max_words + 1)), "load_y": Out(1),
             "rd_banks": Out(1), "rd_bank": Out(range(max(pe, 2))),
             "wr": Out(data.StructLayout({"valid": 1, "addr": local_bits, "data": nx.RES_BITS * simd, "en": simd,
                                           "y": 1})),
@@ -216,11 +217,12 @@ class BlockMover(wiring.Component):
         # ``loaded`` follows them a cycle later (a reader waits a cycle longer; the command's kind and the halving are
         # not in front of the operand's hold) and clears with them
         written = Signal(range(self.max_words + 1), name="load_written")
-        m.d.sync += self.loaded.eq(Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1))
+        m.d.comb += self.loaded_next.eq(Mux(load_running, Mux(lcmd.kind == Transfer.LOAD_Q, written, written >> 1), 0))
+        m.d.sync += self.loaded.eq(self.loaded_next)
         with m.If(self.wr.valid):
             m.d.sync += written.eq(written + 1)
         with m.If(~load_running):
-            m.d.sync += [written.eq(0), self.loaded.eq(0)]
+            m.d.sync += written.eq(0)
 
         m.d.comb += [self.busy.eq(self.load_busy | self.store_busy),
                      self.reads_x.eq((cmd.kind == Transfer.STORE_X) & store_running),

@@ -930,7 +930,7 @@ class Sequencer:
                 self.transfer(Transfer.LOAD_X, self.x_in_at, Mux(self.first_layer, self.io_block, self.block_words))
                 self.request_copy(CopyKind.LN1)
                 self.goto("P1_LOAD_X_WAIT")
-            else:                  # K reads X_t's rows as they come (d.load_wait); the run's first block loads once K's
+            else:                  # K reads X_t's rows as they come (the operand's load wait); the run's first block loads once K's
                 # first tile is in (the weights and X_0 share the read port: K's tile first, then X_0 at K's pace)
                 with m.If(self.tile_ready | ~self.first_layer):
                     self.transfer(Transfer.LOAD_X, self.x_in_at,
@@ -1090,7 +1090,7 @@ class Sequencer:
     def store_block(self):
         """Tiled: after the layer's last phase, the next block's Q_{t+1} in (Y is read no more), and X'_t out to the
         next layer's input (or the output), both beside that block's heads (whose scores follow Q_{t+1}'s rows:
-        ``d.load_wait``); the layer's last block: X'_t out alone, post-LN leaving since LN2 started
+        the operand's load wait); the layer's last block: X'_t out alone, post-LN leaving since LN2 started
         (:meth:`store_behind_ln2`), P2_STORE_X waiting for its end."""
         m, d = self.m, self.d
         with m.If(d.last_blk):

@@ -30,6 +30,8 @@ class VectorReader(wiring.Component):
     across the die); a word is on ``o`` ``latency + 2`` cycles after it was decided, the queue one word deeper.
     ``head`` is the word the reader reads next (what ``hold`` judges) and ``issue`` is high in the cycle a read is
     decided (its ``en`` follows a cycle later). Without it ``head`` is ``addr`` and ``issue`` is ``en``.
+    ``head_next`` is the word read after ``head`` (a register: a caller judges both a cycle ahead, and registers the
+    judgement of the one ``issue`` makes the head; undefined after the last word).
     ``wants``: a read would be decided this cycle but for ``hold`` (the reader runs and its queue has room); a caller
     that shares the memory's port between two readers gives the turns from it a cycle ahead (the engine's LN1
     behind FFN up), so that neither reader's decision reaches the other's.
@@ -44,7 +46,7 @@ class VectorReader(wiring.Component):
             "words": In(range(max_words + 1)), "vectors": In(range(max_vectors + 1)),
             "passes": In(range(max_passes + 1), init=1), "hold": In(1),
             "busy": Out(1), "addr": Out(addr_bits), "en": Out(1), "data": In(word_bits),
-            "head": Out(addr_bits), "issue": Out(1), "wants": Out(1),
+            "head": Out(addr_bits), "head_next": Out(addr_bits), "issue": Out(1), "wants": Out(1),
             "o": Out(stream.Signature(word_bits)),
         })
 
@@ -54,9 +56,13 @@ class VectorReader(wiring.Component):
         depth = latency + 2
         m.submodules.queue = queue = SyncFIFO(width=self.word_bits, depth=depth)
         active = Signal()
+        # ``at`` is the word read next (``head``); the cursor (``w``, ``v``, ``p``, ``row``: its column, vector, pass
+        # and vector's first word) is at the word after it, ``nxt`` (``head_next``), and ``final`` says that ``at``
+        # is the last word: a read moves ``at`` to ``nxt`` and steps the cursor
         w = Signal(range(max(self.max_words, 2)))
         v = Signal(range(max(self.max_vectors, 2)))
-        at, row, base = Signal.like(self.addr), Signal.like(self.addr), Signal.like(self.addr)
+        at, nxt, row, base = (Signal.like(self.addr) for _ in range(4))
+        final = Signal()
         words, vectors, stride = Signal.like(self.words), Signal.like(self.vectors), Signal.like(self.stride)
         passes, p = Signal.like(self.passes), Signal(range(max(self.max_passes, 2)))
         flight = Signal(latency)                     # bit i: a read decided i + 1 cycles ago
@@ -67,24 +73,34 @@ class VectorReader(wiring.Component):
         # -> the decision -> owed was 6.59 ns at 1d63e36's seed 1 on an ECP5-85F)
         room, owed = queue_credit(m, depth, issue, pop, "owed")
         m.d.comb += [self.wants.eq(active & room), issue.eq(self.wants & ~self.hold), self.head.eq(at),
+                     self.head_next.eq(nxt),
                      queue.w_en.eq(flight[-1]), queue.w_data.eq(self.data),
                      self.o.valid.eq(queue.r_rdy), self.o.payload.eq(queue.r_data), queue.r_en.eq(self.o.ready),
                      self.busy.eq(active | (owed != 0))]
         request = m.d.sync if self.registered_request else m.d.comb
         request += [self.en.eq(issue), self.addr.eq(at)]
         m.d.sync += flight.eq(Cat(issue, flight[:-1]))
+
+        def step(col, vec, pss, first, word, words, vectors, passes, stride, base):
+            """The cursor to the word after ``word`` (column ``col`` of vector ``vec`` of pass ``pss``, the vector's
+            first word ``first``); ``final`` if there is none."""
+            m.d.sync += [w.eq(col + 1), nxt.eq(word + 1), v.eq(vec), row.eq(first), p.eq(pss), final.eq(0)]
+            with m.If(col == words - 1):
+                m.d.sync += [w.eq(0), v.eq(vec + 1), row.eq(first + stride), nxt.eq(first + stride)]
+                with m.If(vec == vectors - 1):
+                    m.d.sync += [v.eq(0), row.eq(base), nxt.eq(base), p.eq(pss + 1)]
+                    with m.If(pss + 1 >= passes):
+                        m.d.sync += final.eq(1)
         with m.If(issue):
-            m.d.sync += [w.eq(w + 1), at.eq(at + 1)]
-            with m.If(w == words - 1):
-                m.d.sync += [w.eq(0), v.eq(v + 1), row.eq(row + stride), at.eq(row + stride)]
-                with m.If(v == vectors - 1):
-                    m.d.sync += [v.eq(0), row.eq(base), at.eq(base), p.eq(p + 1)]
-                    with m.If(p + 1 >= passes):
-                        m.d.sync += active.eq(0)
+            m.d.sync += at.eq(nxt)
+            with m.If(final):
+                m.d.sync += active.eq(0)
+            with m.Else():
+                step(w, v, p, row, nxt, words, vectors, passes, stride, base)
         with m.If(self.start):
-            m.d.sync += [active.eq(1), w.eq(0), v.eq(0), p.eq(0), row.eq(self.base), base.eq(self.base),
-                         at.eq(self.base), words.eq(self.words), vectors.eq(self.vectors),
-                         stride.eq(self.stride), passes.eq(self.passes)]
+            m.d.sync += [active.eq(1), at.eq(self.base), base.eq(self.base), words.eq(self.words),
+                         vectors.eq(self.vectors), stride.eq(self.stride), passes.eq(self.passes)]
+            step(0, 0, 0, self.base, self.base, self.words, self.vectors, self.passes, self.stride, self.base)
         return m
 
 
