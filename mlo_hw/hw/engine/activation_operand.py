@@ -116,10 +116,11 @@ class ActivationOperand(wiring.Component):
         simd`` the memory's). A narrowed vector is ``hidden / simd`` words.
         ``rd_addr``/``rd_en`` -> ``rd_data`` (``simd`` int16 lanes) ``read_latency`` cycles later; ``hold``: no
         read decided this cycle (the buffer's read port is another's in the next cycle).
-        ``waits`` (``waits`` of them, none: no port; each ``on``, ``limit``, ``restart``): words at or past ``limit`` are not
-        written yet. ``limit`` is what the count will be in the next cycle, or less (the writer's count a cycle
-        ahead: the reader judges its next head against it a cycle early, into a register); ``restart``: it falls in
-        the next cycle. While ``on``, no read of a word at or past it is decided; ``on`` counts in its cycle.
+        ``waits`` (``waits`` of them; none: no port), each ``on``, ``limit``, ``restart``: the words at or past
+        ``limit`` are not written yet. ``limit`` is the writer's count in the next cycle, or less (the reader judges
+        its next head against it a cycle early, into a register); ``restart``: the count falls in the next cycle
+        (``limit`` is not a bound of it). While ``on``, no read of a word at or past it is decided; ``on`` counts in
+        its own cycle.
         ``shift``: the shift memory's write port (the parameter copier's).
         ``o``: ``simd`` int8 lanes a beat (connect to the MVAU's ``x``).
 
