@@ -62,7 +62,8 @@ class ResultWriter(wiring.Component):
         ``rows``: a write of ``simd`` int16 lanes (``addr``, ``data``, per-lane ``en``) for ROWS16;
         ``rows_writing``: ``rows.en`` has a bit set (a register of its own, for the writers that yield to it);
         ``banks``: one byte-lane write per WORK bank for ROWS8, K and VT (bank-local ``addr``).
-        ``count``: beats written since ``start`` (it moves with each beat's writes).
+        ``count``: beats written since ``start`` (it moves with each beat's writes); ``count_next``: its value in
+        the next cycle (its register's input, for a reader that registers its comparison).
 
     Timing: a beat's writes leave from registers in the cycle after it arrives (the placement's multiplexers
     and the buffers' write registers are a clock apart: the buffers are spread over the die), and ``count``
@@ -82,6 +83,7 @@ class ResultWriter(wiring.Component):
             "rows": Out(rows_write_layout(self.max_words, simd)), "rows_writing": Out(1),
             "banks": Out(data.ArrayLayout(bank_write_layout(bank_words, simd), pe)),
             "count": Out(range(seq * max(seq, intermediate, hidden) // pe + 1)),
+            "count_next": Out(range(seq * max(seq, intermediate, hidden) // pe + 1)),
         })
 
     def elaborate(self, platform):
@@ -112,10 +114,10 @@ class ResultWriter(wiring.Component):
         m.d.comb += [self.rows.addr.eq(rows_q.addr), self.rows.data.eq(rows_q.data), self.rows.en.eq(rows_en)]
         for i, b in enumerate(self.banks):
             m.d.comb += [b.addr.eq(banks_q[i].addr), b.data.eq(banks_q[i].data), b.en.eq(banks_en[i * simd:(i + 1) * simd])]
-        with m.If(wrote):
-            m.d.sync += count.eq(count + 1)
-        with m.If(started):             # from the register: ``start`` itself, the sequencer's decode, into count's
-            m.d.sync += count.eq(0)     # reset was 6.80 ns at e5b69cb's seed 3 on an ECP5-85F (7.69 at 7204dd3's)
+        # restarted from the register: ``start`` itself, the sequencer's decode, into count's reset was 6.80 ns at
+        # e5b69cb's seed 3 on an ECP5-85F (7.69 at 7204dd3's)
+        m.d.comb += self.count_next.eq(Mux(started, 0, count + wrote))
+        m.d.sync += count.eq(self.count_next)
         rep = self.i.payload.bytes.replicate(simd // pe)
         addr = row + chan_word + cw
         # ROWS8's ``cfg.base + row + chan_word``, kept in a register beside the counters (stepped with ``row`` and
