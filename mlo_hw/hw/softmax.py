@@ -39,7 +39,7 @@ __all__ = ["Softmax", "Phase", "score_layout", "prob_layout"]
 
 SHIFT_BITS = 6                 # runtime shift 0..63 (numerics.quantize_multiplier's max_shift is 62)
 INGEST_PIPE = 1                # cycles from an input beat to its max tree's leaves
-EXP_PIPE = 7                   # cycles from a score word read to its exponent word (registered)
+EXP_PIPE = 8                   # cycles from a score word read to its exponent word (registered)
 OUT_PIPE = 5                   # cycles from an exponent word read to its output beat (registered)
 RECIP_QUOTIENT_BITS = nx.SOFTMAX_RECIP_BITS - nx.EXP_ONE_BITS + 1   # sum >= 2**15 -> rcp <= 2**17
 DIVIDE_CYCLES = RECIP_QUOTIENT_BITS + 1                              # a SerialDivider's start-to-start period
@@ -288,27 +288,32 @@ class Softmax(wiring.Component):
             # is a register of its own from a subtractor of its own (the high part's from a copy of the row max), so
             # that each can sit by its multiplier (one register for both was 5.4 ns of wire from the low part's
             # MULT18X18D: e49c98d's seed 2, 7.91 ns)
-            keep = [Signal(name=f"masked_in{k}_{j}", reset_less=True) for j in range(5)]
+            keep = [Signal(name=f"masked_in{k}_{j}", reset_less=True) for j in range(EXP_PIPE - 2)]
             m.d.sync += keep[0].eq(word.mask[k])
 
             def below(top, lo, hi, name):        # bits lo..hi - 1 of top - s (0 where masked out), registered
                 r = Signal(hi - lo, name=f"{name}{k}", reset_less=True)
                 m.d.sync += r.eq(Mux(word.mask[k], top - word.score[k], 0)[lo:hi])
                 return r
+            # stage 3: each part again, a register of the register (the multiplier's operand register: the proxy flow
+            # moves it into the MULT18X18D, Vivado into the DSP48E1), so that the wire from the subtractor to the
+            # multiplier is a path of its own (dist_hi0 -> the high part's MULT18X18D, 5.05 ns of wire, was 18f3507's
+            # critical path on the ECP5-85F, seed 1, 7.54 ns)
             if split_parts(w, False) == 1:
-                dist = below(row_max, 0, w, "dist")
+                dist = kept_copy(m, below(row_max, 0, w, "dist"), f"dist_in{k}")
             else:
                 row_max_high = kept_copy(m, s.max_of(ex_slot), f"ex_row_max_high{k}", signed(w))
-                dist = Cat(below(row_max, 0, SPLIT_BITS, "dist_lo"), below(row_max_high, SPLIT_BITS, w, "dist_hi"))
-            # stages 3 and 4: the product, its partial products registered at their multipliers, each multiplier with
+                dist = Cat(kept_copy(m, below(row_max, 0, SPLIT_BITS, "dist_lo"), f"dist_lo_in{k}"),
+                           kept_copy(m, below(row_max_high, SPLIT_BITS, w, "dist_hi"), f"dist_hi_in{k}"))
+            # stages 4 and 5: the product, its partial products registered at their multipliers, each multiplier with
             # a copy of the multiplier of its own (ex_mult0 -> the high part's MULT18X18D was bert_tiny_auto's critical
             # path on an ECP5-85F at 9fb44e8, seed 4, 7.93 ns)
             mult_high = kept_copy(m, self.mult, f"ex_mult_high{k}")
             prod = split_product(m, dist, mult, f"prod{k}", b_high=mult_high)
-            m.d.sync += [keep[1].eq(keep[0]), keep[2].eq(keep[1])]
-            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}", reset_less=True)     # stage 5: the scaled distance
-            m.d.sync += [u.eq(prod >> shift), keep[3].eq(keep[2])]
-            # stage 6: table index, shift q (a shift of 16 or more leaves 0: ``over``; a flag, not a constant
+            m.d.sync += [keep[1].eq(keep[0]), keep[2].eq(keep[1]), keep[3].eq(keep[2])]
+            u = Signal(unsigned(w + nx.MULT_BITS), name=f"u{k}", reset_less=True)     # stage 6: the scaled distance
+            m.d.sync += [u.eq(prod >> shift), keep[4].eq(keep[3])]
+            # stage 7: table index, shift q (a shift of 16 or more leaves 0: ``over``; a flag, not a constant
             # loaded into q, so that the test is no reset input of q's flip-flops)
             q = Signal(4, name=f"q{k}", reset_less=True)
             over = Signal(name=f"over{k}", reset_less=True)
@@ -318,10 +323,10 @@ class Softmax(wiring.Component):
             table_r = table.read_port()
             m.d.comb += table_r.addr.eq(u[:nx.EXP_FRAC_BITS])
             m.d.sync += [q.eq(u[nx.EXP_FRAC_BITS:nx.EXP_FRAC_BITS + 4]), over.eq(u[nx.EXP_FRAC_BITS + 4:].any()),
-                         keep[4].eq(keep[3])]
-            # stage 7: e registered, so that the block RAM's output, the shift by q and the row sum's carry chain
+                         keep[5].eq(keep[4])]
+            # stage 8: e registered, so that the block RAM's output, the shift by q and the row sum's carry chain
             # are not one path (bert_tiny's critical one on an ECP5-85F, 8.06 ns)
-            m.d.sync += e[k].eq(Mux(keep[4] & ~over, table_r.data >> q, 0))
+            m.d.sync += e[k].eq(Mux(keep[5] & ~over, table_r.data >> q, 0))
         end = delayed(m, meta, EXP_PIPE - 1, "ex_meta")
         exp_w = s.exps.write_port()
         m.d.comb += [exp_w.addr.eq(Cat(end.idx, end.slot)), exp_w.data.eq(e), exp_w.en.eq(end.valid)]
