@@ -213,7 +213,8 @@ def test_fetch_program_commands_match_the_tiled_schedule(blocks):
 @pytest.mark.parametrize("name", ["small", "bert_tiny_s512"])
 def test_tile_buffer_banks_in_turn(name):
     """The tile buffer's banks (four for small, two for bert_tiny_s512's deep K_h banks) filled and released in turn
-    over several rounds: ``can_claim`` while a bank is free, ``ready`` and ``tag`` for the bank being read, and
+    over several rounds: ``can_claim`` while a bank is free (a released one from the second cycle after its
+    release), ``ready`` and ``tag`` for the bank being read, and
     ``next_ready`` exactly when the bank after it (wrapping round) is full."""
     from amaranth.sim import Simulator
     from mlo_hw.hw.buffers import TileBuffer
@@ -246,6 +247,9 @@ def test_tile_buffer_banks_in_turn(name):
                 ctx.set(dut.release, 1)
                 await ctx.tick()
                 ctx.set(dut.release, 0)
+                # the released bank counts for a claim from the second cycle on
+                assert ctx.get(dut.can_claim) == (claimed < n)
+                await ctx.tick()
                 full.pop(0)
                 claimed -= 1
                 rd = (rd + 1) % n
